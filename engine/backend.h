@@ -1,0 +1,89 @@
+// The backend interface: the ops a Llama decoder needs, on tensors of one device.
+//
+// A model is written once against this interface (models/llama.cpp) and any backend runs it: the
+// CPU backend (Eigen and hand-written SIMD, engine/backend_cpu.cpp) and the CUDA backend
+// (engine/backend_cuda.cu). Every op has a plain-loop reference in kernels/ref/ that the op
+// harness (tests/test_backend_ops.cpp) checks each backend against.
+//
+// Conventions, shared by all ops:
+//   - activations are f32, 2-D, [rows, features]; rows may be spaced apart (a column slice of a
+//     wider tensor, e.g. q, k and v as slices of one fused QKV product), the last stride is 1;
+//   - weights are [out_features, in_features] as llama2.c stores them, dense, f32/f16/bf16;
+//   - the KV cache of one layer is [sequences, positions, n_kv_heads * head_dim];
+//   - seq and pos are i32 [rows]: which sequence a row belongs to and its position in it.
+// Ops enqueue work on the backend's device; synchronize() waits for it. Shapes are checked on every
+// call (engine/op_checks.h) and a mismatch throws Error naming the op and both shapes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/pool.h"
+#include "engine/tensor.h"
+#include "engine/threads.h"
+
+namespace minfer {
+
+// The hand-written CUDA matrix products of kernels/cuda/gemm_*.cu, or cuBLAS/cuBLASLt.
+enum class GemmKind { naive, tiled, mma, cublas };
+const char* gemm_name(GemmKind g);
+GemmKind parse_gemm(const std::string& name);
+
+struct BackendOptions {
+  int threads = 0;                             // CPU threads, 0 = every core
+  int spin_us = ThreadPool::kDefaultSpinMicros;  // how long idle CPU workers spin before sleeping
+  GemmKind gemm = GemmKind::cublas;            // CUDA matrix products
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind device() const = 0;
+  virtual std::string name() const = 0;  // e.g. "cpu (2 threads, AVX-512)"
+  virtual CachingPool& pool() = 0;       // memory of this device
+  virtual void synchronize() {}
+
+  // Uninitialised memory on this backend's device.
+  Tensor empty(const std::vector<int64_t>& shape, DType dtype) {
+    return Tensor::empty(shape, dtype, device(), pool());
+  }
+
+  // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
+  virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32
+  virtual void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
+  // fused: x += delta; out = rmsnorm(x) * weight
+  virtual void residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+                                const Tensor& weight, float eps) = 0;
+  // out = x * w^T                  out (M, N); x (M, K); w (N, K)
+  virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
+  // rotary embedding in place      x (M, heads * head_dim); pos (M); table (positions, head_dim)
+  virtual void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
+  // cache[seq[m], pos[m], :] = row m of k and v
+  virtual void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                        const Tensor& v, const Tensor& seq, const Tensor& pos) = 0;
+  // fused: rope(q), rope(k), kv_store(k, v)
+  virtual void rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
+                             const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
+  // causal attention of each row over its sequence's cache up to its position.
+  // fused = one pass with an online softmax (flash-decoding on CUDA); otherwise separate passes.
+  virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
+                         int64_t head_dim, bool fused) = 0;
+  // out = silu(gate) * up          (M, F) each
+  virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+  // out = a + b                    (M, D) each; out may alias a or b
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // row-wise softmax in place      x (M, N)
+  virtual void softmax(const Tensor& x) = 0;
+  // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
+  virtual void argmax(const Tensor& out, const Tensor& x) = 0;
+};
+
+// The backend for `device`; throws Error("no CUDA device: ...") when CUDA is asked for and absent.
+std::unique_ptr<Backend> make_backend(DeviceKind device, const BackendOptions& options = {});
+
+}  // namespace minfer

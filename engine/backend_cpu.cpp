@@ -1,0 +1,132 @@
+#include "engine/backend_cpu.h"
+
+#include "engine/error.h"
+#include "engine/op_checks.h"
+#include "kernels/cpu/add.h"
+#include "kernels/cpu/argmax.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/kv_store.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace minfer {
+
+namespace checks = op_checks;
+constexpr DeviceKind kCpu = DeviceKind::cpu;
+
+namespace {
+float* f32(const Tensor& t) { return t.data_as<float>(); }
+const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
+int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
+
+void require_f32_cache(const char* op, const Tensor& cache) {
+  MINFER_CHECK(cache.dtype() == DType::f32, op, ": the CPU backend keeps an f32 KV cache, got ",
+               cache.str());
+}
+}  // namespace
+
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : pool_(std::make_unique<HostUpstream>()), threads_(options.threads, options.spin_us) {}
+
+std::string CpuBackend::name() const {
+  return detail::concat("cpu (", threads_.size(), " threads, ", cpu::simd::name(), ")");
+}
+
+void CpuBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  checks::embedding(out, table, ids, kCpu);
+  cpu::embedding(threads_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0),
+                 out.size(1), table.size(0));
+}
+
+void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  checks::rmsnorm(out, x, weight, kCpu);
+  cpu::rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+}
+
+void CpuBackend::residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+                                  const Tensor& weight, float eps) {
+  checks::rmsnorm(out, x, weight, kCpu);
+  checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCpu), "x",
+                    checks::activation("residual_rmsnorm", "delta", delta, kCpu), "delta");
+  cpu::residual_rmsnorm(threads_, f32(x), ld(x), f32(delta), ld(delta), f32(out), ld(out),
+                        f32(weight), x.size(0), x.size(1), eps);
+}
+
+void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
+  checks::matmul(out, x, w, kCpu);
+  cpu::matmul(threads_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0),
+              w.size(0), w.size(1));
+}
+
+void CpuBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) {
+  checks::rope(x, pos, table, head_dim, kCpu);
+  for (int64_t m = 0; m < x.size(0); ++m)
+    MINFER_CHECK(i32(pos)[m] >= 0 && i32(pos)[m] < table.size(0), "rope: position ", i32(pos)[m],
+                 " outside the table of ", table.size(0));
+  cpu::rope(threads_, f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim,
+            head_dim);
+}
+
+void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                          const Tensor& v, const Tensor& seq, const Tensor& pos) {
+  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCpu);
+  require_f32_cache("kv_store", k_cache);
+  checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
+  cpu::kv_store(threads_, f32(k_cache), f32(v_cache), f32(k), ld(k), f32(v), ld(v), i32(seq),
+                i32(pos), k.size(0), cache.kv_dim, cache.S);
+}
+
+void CpuBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
+                               const Tensor& pos, const Tensor& table, int64_t head_dim) {
+  checks::rope(q, pos, table, head_dim, kCpu);
+  checks::rope(k, pos, table, head_dim, kCpu);
+  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCpu);
+  require_f32_cache("rope_kv_store", k_cache);
+  checks::positions("rope_kv_store", i32(seq), i32(pos), k.size(0), cache);
+  MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
+  MINFER_CHECK(cache.S <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
+               " positions, the cache ", cache.S);
+  cpu::rope_kv_store(threads_, f32(q), ld(q), f32(k), ld(k), f32(v), ld(v), f32(k_cache),
+                     f32(v_cache), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
+                     k.size(1) / head_dim, head_dim, cache.S);
+}
+
+void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                           const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
+                           int64_t head_dim, bool fused) {
+  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCpu);
+  require_f32_cache("attention", k_cache);
+  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
+  auto run = fused ? cpu::attention<true> : cpu::attention<false>;
+  run(threads_, f32(out), ld(out), f32(q), ld(q), f32(k_cache), f32(v_cache), i32(seq), i32(pos),
+      s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.S);
+}
+
+void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  checks::elementwise("swiglu", out, gate, up, kCpu);
+  cpu::swiglu(threads_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0),
+              out.size(1));
+}
+
+void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  checks::elementwise("add", out, a, b, kCpu);
+  cpu::add(threads_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+}
+
+void CpuBackend::softmax(const Tensor& x) {
+  checks::activation("softmax", "x", x, kCpu);
+  cpu::softmax(threads_, f32(x), ld(x), x.size(0), x.size(1));
+}
+
+void CpuBackend::argmax(const Tensor& out, const Tensor& x) {
+  checks::argmax(out, x, kCpu);
+  cpu::argmax(threads_, out.data_as<int32_t>(), f32(x), ld(x), x.size(0), x.size(1));
+}
+
+}  // namespace minfer

@@ -1,0 +1,34 @@
+// Devices and the few runtime services the tensor library needs from CUDA: whether a GPU is
+// there, byte copies between host and device, and upstreams for the caching pool. The same
+// declarations are implemented by device_cuda.cu in a CUDA build and by device_nocuda.cpp in a
+// CPU-only build, so nothing outside those two files depends on the CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/pool.h"
+
+namespace minfer {
+
+enum class DeviceKind { cpu, cuda };
+const char* device_name(DeviceKind d);
+
+// True when this binary was built with the CUDA backend.
+bool cuda_compiled();
+// Number of usable CUDA devices; 0 with `reason` set when there are none. Any error from the
+// runtime (no driver, driver too old, no device) counts as "no GPU" and is cleared.
+int cuda_device_count(std::string* reason);
+// Throws Error("no CUDA device: <reason>") unless a device is usable.
+void require_cuda();
+
+// Copies `bytes` bytes; either side may be on either device. Synchronous.
+void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind src_device,
+                size_t bytes);
+
+// Upstreams for the CUDA pools (cudaMalloc and cudaMallocHost); throw in a CPU-only build.
+std::unique_ptr<Upstream> make_cuda_device_upstream();
+std::unique_ptr<Upstream> make_cuda_pinned_upstream();
+
+}  // namespace minfer

@@ -1,0 +1,100 @@
+// The CUDA build's answers to engine/device.h: device discovery, copies, and the cudaMalloc and
+// cudaMallocHost upstreams of the caching pools.
+#include <cstring>
+#include <string>
+
+#include "engine/checked.h"
+#include "engine/cuda_check.cuh"
+#include "engine/device.h"
+
+namespace minfer {
+
+namespace cuda {
+
+void fail_cuda(cudaError_t status, const char* call, const char* file, int line) {
+  fail("CUDA error at ", file, ":", line, ": ", call, ": ", cudaGetErrorString(status));
+}
+
+void fail_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  fail("cuBLAS error at ", file, ":", line, ": ", call, ": ", cublasGetStatusString(status));
+}
+
+}  // namespace cuda
+
+bool cuda_compiled() { return true; }
+
+int cuda_device_count(std::string* reason) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    if (reason != nullptr) *reason = cudaGetErrorString(status);
+    (void)cudaGetLastError();  // clear the sticky error so later calls start clean
+    return 0;
+  }
+  if (count == 0 && reason != nullptr) *reason = "the CUDA runtime reports no devices";
+  return count;
+}
+
+void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind src_device,
+                size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == DeviceKind::cpu && src_device == DeviceKind::cpu) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  require_cuda();
+  // cudaMemcpyDefault lets unified addressing work out the direction from the pointers.
+  CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+namespace {
+
+class DeviceUpstream final : public Upstream {
+ public:
+  void* allocate(size_t bytes) override {
+    // note: refuse a request larger than the free memory up front, so the error states the
+    // numbers instead of coming back from cudaMalloc as a bare "out of memory".
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && bytes > free_bytes)
+      return nullptr;
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return ptr;
+  }
+  void deallocate(void* ptr, size_t) override { CUDA_CHECK(cudaFree(ptr)); }
+  std::string name() const override { return "cuda device"; }
+  bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  }
+};
+
+class PinnedUpstream final : public Upstream {
+ public:
+  void* allocate(size_t bytes) override {
+    void* ptr = nullptr;
+    if (cudaMallocHost(&ptr, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return ptr;  // page-aligned
+  }
+  void deallocate(void* ptr, size_t) override { CUDA_CHECK(cudaFreeHost(ptr)); }
+  std::string name() const override { return "cuda pinned host"; }
+};
+
+}  // namespace
+
+std::unique_ptr<Upstream> make_cuda_device_upstream() {
+  require_cuda();
+  return std::make_unique<DeviceUpstream>();
+}
+
+std::unique_ptr<Upstream> make_cuda_pinned_upstream() {
+  require_cuda();
+  return std::make_unique<PinnedUpstream>();
+}
+
+}  // namespace minfer

@@ -1,0 +1,85 @@
+// Element types and host-side conversions between float32 and the two 16-bit float formats.
+//
+// f16 (IEEE binary16): 1 sign, 5 exponent, 10 mantissa bits; max 65504, subnormals down to 2^-24.
+// bf16 (bfloat16):     1 sign, 8 exponent,  7 mantissa bits; the top half of a float32.
+// Both conversions from f32 round to nearest, ties to even, keep NaN a NaN (quiet, sign kept) and
+// keep +-Inf. These are the host versions: the CUDA kernels use the hardware intrinsics, and the
+// CPU kernels use F16C / AVX-512 instructions where the build enables them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace minfer {
+
+enum class DType : uint8_t { f32, f16, bf16, i32 };
+
+constexpr int dtype_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 2 : 4; }
+const char* dtype_name(DType t);
+// Parses "f32", "f16", "bf16", "i32"; throws Error naming the accepted values otherwise.
+DType parse_dtype(const char* name);
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // NaN
+  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);  // ties to even; overflow carries into Inf
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // Inf, NaN
+  if (exponent == 0) {
+    // zero or subnormal: mantissa * 2^-24, exact in float32
+    float v = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
+    return sign ? -v : v;
+  }
+  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+inline uint16_t f32_to_f16(float f) {
+  uint32_t x = float_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) {  // Inf or NaN; a NaN keeps its top payload bits and is made quiet
+    if (x > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  }
+  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to Inf
+  if (x < 0x38800000u) {  // below 2^-14: a half subnormal or zero
+    if (x < 0x33000000u) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to zero
+    uint32_t exponent = x >> 23;                               // 102 .. 112
+    uint32_t mantissa = (x & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - exponent;  // value in units of 2^-24 is mantissa >> shift
+    uint32_t h = mantissa >> shift;
+    uint32_t rest = mantissa & ((1u << shift) - 1u);
+    uint32_t halfway = 1u << (shift - 1u);
+    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;  // may carry into the smallest normal
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = (((x >> 23) - 112u) << 10) | ((x >> 13) & 0x3ffu);
+  uint32_t rest = x & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry moves into the exponent
+  return static_cast<uint16_t>(sign | h);
+}
+
+// Converts n elements between f32 and {f32, f16, bf16}.
+void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
+void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
+
+}  // namespace minfer

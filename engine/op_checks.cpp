@@ -1,0 +1,158 @@
+#include "engine/op_checks.h"
+
+#include "engine/error.h"
+
+namespace minfer::op_checks {
+
+namespace {
+void on_device(const char* op, const char* name, const Tensor& t, DeviceKind device) {
+  MINFER_CHECK(t.defined(), op, ": ", name, " is not set");
+  MINFER_CHECK(t.device() == device, op, ": ", name, " ", t.str(), " is not on ",
+               device_name(device));
+}
+}  // namespace
+
+Rows activation(const char* op, const char* name, const Tensor& t, DeviceKind device) {
+  on_device(op, name, t, device);
+  MINFER_CHECK(t.ndim() == 2 && t.dtype() == DType::f32, op, ": ", name,
+               " must be a 2-D f32 tensor, got ", t.str());
+  MINFER_CHECK(t.rows_dense() && (t.size(0) <= 1 || t.stride(0) >= t.size(1)), op, ": ", name,
+               " ", t.str(), " needs dense, non-overlapping rows");
+  return {t.size(0), t.size(1), t.size(0) <= 1 ? t.size(1) : t.stride(0)};
+}
+
+void same_rows(const char* op, const Rows& a, const char* a_name, const Rows& b,
+               const char* b_name) {
+  MINFER_CHECK(a.rows == b.rows && a.cols == b.cols, op, ": ", a_name, " is [", a.rows, ", ",
+               a.cols, "] but ", b_name, " is [", b.rows, ", ", b.cols, "]");
+}
+
+void index_vector(const char* op, const char* name, const Tensor& t, int64_t rows,
+                  DeviceKind device) {
+  on_device(op, name, t, device);
+  MINFER_CHECK(t.ndim() == 1 && t.dtype() == DType::i32 && t.size(0) == rows &&
+                   t.is_contiguous(),
+               op, ": ", name, " must be i32[", rows, "], got ", t.str());
+}
+
+void weight(const char* op, const char* name, const Tensor& t, DeviceKind device) {
+  on_device(op, name, t, device);
+  MINFER_CHECK(t.ndim() == 2 && t.dtype() != DType::i32 && t.is_contiguous(), op, ": ", name,
+               " must be a dense 2-D f32/f16/bf16 tensor, got ", t.str());
+}
+
+CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
+                    DeviceKind device) {
+  on_device(op, "k_cache", k_cache, device);
+  on_device(op, "v_cache", v_cache, device);
+  MINFER_CHECK(k_cache.ndim() == 3 && k_cache.is_contiguous() && k_cache.dtype() != DType::i32,
+               op, ": k_cache must be a contiguous (sequences, positions, kv_dim) float tensor, got ",
+               k_cache.str());
+  MINFER_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype() &&
+                   v_cache.is_contiguous(),
+               op, ": v_cache ", v_cache.str(), " differs from k_cache ", k_cache.str());
+  return {k_cache.size(0), k_cache.size(1), k_cache.size(2)};
+}
+
+void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows,
+               const CacheShape& cache) {
+  for (int64_t m = 0; m < rows; ++m) {
+    MINFER_CHECK(seq[m] >= 0 && seq[m] < cache.n_seqs, op, ": row ", m, " names sequence ", seq[m],
+                 " of a cache for ", cache.n_seqs);
+    MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.S, op, ": row ", m, " is at position ", pos[m],
+                 " of a cache for ", cache.S);
+  }
+}
+
+void rope_table(const char* op, const Tensor& table, int64_t head_dim, DeviceKind device) {
+  on_device(op, "table", table, device);
+  MINFER_CHECK(table.ndim() == 2 && table.dtype() == DType::f32 && table.is_contiguous() &&
+                   table.size(1) == head_dim,
+               op, ": the rope table must be f32[positions, ", head_dim, "], got ", table.str());
+}
+
+void head_dim(const char* op, const Rows& x, int64_t head_dim) {
+  MINFER_CHECK(head_dim > 0 && head_dim % 2 == 0, op, ": head_dim ", head_dim,
+               " must be even and positive");
+  MINFER_CHECK(x.cols % head_dim == 0, op, ": ", x.cols, " features are not whole heads of ",
+               head_dim);
+}
+
+void embedding(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device) {
+  Rows o = activation("embedding", "out", out, device);
+  weight("embedding", "table", table, device);
+  MINFER_CHECK(table.size(1) == o.cols, "embedding: table ", table.str(), " rows are not ", o.cols,
+               " wide");
+  index_vector("embedding", "ids", ids, o.rows, device);
+}
+
+void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device) {
+  Rows o = activation("rmsnorm", "out", out, device);
+  same_rows("rmsnorm", o, "out", activation("rmsnorm", "x", x, device), "x");
+  on_device("rmsnorm", "weight", weight, device);
+  MINFER_CHECK(weight.ndim() == 1 && weight.dtype() == DType::f32 && weight.size(0) == o.cols &&
+                   weight.is_contiguous(),
+               "rmsnorm: weight must be f32[", o.cols, "], got ", weight.str());
+}
+
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device) {
+  Rows o = activation("matmul", "out", out, device);
+  Rows in = activation("matmul", "x", x, device);
+  weight("matmul", "w", w, device);
+  MINFER_CHECK(in.cols == w.size(1) && o.rows == in.rows && o.cols == w.size(0),
+               "matmul: out [", o.rows, ", ", o.cols, "] = x [", in.rows, ", ", in.cols,
+               "] * w^T with w ", w.str());
+}
+
+void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,
+          DeviceKind device) {
+  Rows r = activation("rope", "x", x, device);
+  op_checks::head_dim("rope", r, head_dim);
+  index_vector("rope", "pos", pos, r.rows, device);
+  rope_table("rope", table, head_dim, device);
+}
+
+CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                    const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device) {
+  CacheShape cache = kv_cache("kv_store", k_cache, v_cache, device);
+  Rows kr = activation("kv_store", "k", k, device);
+  same_rows("kv_store", kr, "k", activation("kv_store", "v", v, device), "v");
+  MINFER_CHECK(kr.cols == cache.kv_dim, "kv_store: k has ", kr.cols, " features, the cache ",
+               cache.kv_dim);
+  index_vector("kv_store", "seq", seq, kr.rows, device);
+  index_vector("kv_store", "pos", pos, kr.rows, device);
+  return cache;
+}
+
+AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
+                         int64_t head_dim, DeviceKind device) {
+  Rows o = activation("attention", "out", out, device);
+  Rows qr = activation("attention", "q", q, device);
+  same_rows("attention", o, "out", qr, "q");
+  op_checks::head_dim("attention", qr, head_dim);
+  CacheShape cache = kv_cache("attention", k_cache, v_cache, device);
+  MINFER_CHECK(cache.kv_dim % head_dim == 0, "attention: kv_dim ", cache.kv_dim,
+               " is not whole heads of ", head_dim);
+  AttentionShape s{qr.rows, qr.cols / head_dim, cache.kv_dim / head_dim, head_dim, cache};
+  MINFER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: ", s.n_heads,
+               " query heads cannot share ", s.n_kv_heads, " KV heads");
+  index_vector("attention", "seq", seq, qr.rows, device);
+  index_vector("attention", "pos", pos, qr.rows, device);
+  return s;
+}
+
+void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
+                 DeviceKind device) {
+  Rows o = activation(op, "out", out, device);
+  same_rows(op, o, "out", activation(op, "a", a, device), "a");
+  same_rows(op, o, "out", activation(op, "b", b, device), "b");
+}
+
+void argmax(const Tensor& out, const Tensor& x, DeviceKind device) {
+  Rows r = activation("argmax", "x", x, device);
+  MINFER_CHECK(r.cols > 0, "argmax: x has no columns");
+  index_vector("argmax", "out", out, r.rows, device);
+}
+
+}  // namespace minfer::op_checks

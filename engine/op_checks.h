@@ -1,0 +1,56 @@
+// Shape, dtype and device checks for the backend ops, shared by every backend so that they refuse
+// exactly the same calls. Each returns the sizes the kernels need.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace minfer::op_checks {
+
+struct Rows {  // an activation tensor as (rows, cols) with a row stride
+  int64_t rows, cols, ld;
+};
+
+// A 2-D f32 tensor on `device` with dense rows.
+Rows activation(const char* op, const char* name, const Tensor& t, DeviceKind device);
+void same_rows(const char* op, const Rows& a, const char* a_name, const Rows& b,
+               const char* b_name);
+// An i32 vector of `rows` elements, contiguous, on `device`.
+void index_vector(const char* op, const char* name, const Tensor& t, int64_t rows,
+                  DeviceKind device);
+// A dense 2-D float weight (f32, f16 or bf16) on `device`.
+void weight(const char* op, const char* name, const Tensor& t, DeviceKind device);
+
+struct CacheShape {
+  int64_t n_seqs, S, kv_dim;
+};
+// Two same-shaped contiguous (sequences, positions, kv_dim) caches of f32, f16 or bf16.
+CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
+                    DeviceKind device);
+// Host-side check that every (seq, pos) pair addresses a cache slot.
+void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows,
+               const CacheShape& cache);
+
+struct AttentionShape {
+  int64_t M, n_heads, n_kv_heads, head_dim;
+  CacheShape cache;
+};
+void rope_table(const char* op, const Tensor& table, int64_t head_dim, DeviceKind device);
+void head_dim(const char* op, const Rows& x, int64_t head_dim);
+
+void embedding(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device);
+void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device);
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device);
+void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,
+          DeviceKind device);
+CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                    const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device);
+AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
+                         int64_t head_dim, DeviceKind device);
+void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
+                 DeviceKind device);
+void argmax(const Tensor& out, const Tensor& x, DeviceKind device);
+
+}  // namespace minfer::op_checks

@@ -1,0 +1,108 @@
+// Tensor: a typed, strided view of memory on one device.
+//
+// A tensor is a pointer, a shape of up to 4 dimensions, strides counted in elements, a dtype and a
+// device, plus a shared reference to the storage that keeps the memory alive. Views (reshape,
+// slice, select, transpose) share that storage and copy nothing. Memory comes from a CachingPool
+// (Tensor::empty) or from elsewhere, e.g. a memory-mapped checkpoint (Tensor::wrap).
+//
+// Kernels take raw pointers, row strides and sizes; the backends unpack tensors into those, so
+// the tensor itself stays a small, device-agnostic value type.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/error.h"
+#include "engine/pool.h"
+
+namespace minfer {
+
+class Tensor {
+ public:
+  static constexpr int kMaxDims = 4;
+
+  Tensor() = default;
+
+  // Uninitialised memory from `pool` (the pool must belong to `device`). The byte size is
+  // computed with overflow checks; an impossible shape throws Error.
+  static Tensor empty(const std::vector<int64_t>& shape, DType dtype, DeviceKind device,
+                      CachingPool& pool);
+  // Memory owned elsewhere; `owner` (may be null) is kept alive as long as any view.
+  static Tensor wrap(void* data, const std::vector<int64_t>& shape, DType dtype,
+                     DeviceKind device, std::shared_ptr<void> owner = nullptr);
+
+  bool defined() const { return ndim_ > 0; }  // every tensor has 1 to 4 dims
+  int ndim() const { return ndim_; }
+  int64_t size(int dim) const;
+  int64_t stride(int dim) const;
+  std::vector<int64_t> shape() const { return {shape_, shape_ + ndim_}; }
+  int64_t numel() const;
+  DType dtype() const { return dtype_; }
+  DeviceKind device() const { return device_; }
+  size_t element_size() const { return static_cast<size_t>(dtype_size(dtype_)); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const;
+  // Rows are dense (last stride 1) though rows may be spaced apart, e.g. a column slice.
+  bool rows_dense() const { return ndim_ == 0 || stride_[ndim_ - 1] == 1 || shape_[ndim_ - 1] <= 1; }
+
+  void* data() const { return data_; }
+  template <class T>
+  T* data_as() const;
+
+  // Views.
+  Tensor reshape(const std::vector<int64_t>& shape) const;  // contiguous tensors only
+  Tensor slice(int dim, int64_t begin, int64_t end) const;   // [begin, end) along dim
+  Tensor select(int dim, int64_t index) const;               // drops dim
+  Tensor transpose(int dim_a, int dim_b) const;
+
+  // Copies src's elements into this tensor: same shape and dtype, any devices. Host-to-host copies
+  // take any strides; copies that involve a device need dense rows on both sides.
+  void copy_from(const Tensor& src) const;
+  // Host only: copies with conversion between f32, f16 and bf16 (same shape, contiguous).
+  void convert_from(const Tensor& src) const;
+
+  std::string str() const;  // e.g. "f32[3, 64] cpu"
+
+ private:
+  struct Storage {
+    PoolBlock block;
+    std::shared_ptr<void> owner;
+  };
+  std::shared_ptr<Storage> storage_;
+  char* data_ = nullptr;
+  int ndim_ = 0;
+  int64_t shape_[kMaxDims] = {0, 0, 0, 0};
+  int64_t stride_[kMaxDims] = {0, 0, 0, 0};
+  DType dtype_ = DType::f32;
+  DeviceKind device_ = DeviceKind::cpu;
+
+  void set_shape(const std::vector<int64_t>& shape);
+  int check_dim(int dim) const;
+};
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<int32_t>() { return DType::i32; }
+
+template <class T>
+T* Tensor::data_as() const {
+  if constexpr (std::is_same_v<std::remove_const_t<T>, uint16_t>) {
+    if (dtype_ != DType::f16 && dtype_ != DType::bf16)
+      fail("tensor ", str(), " is not a 16-bit float tensor");
+  } else {
+    if (dtype_ != dtype_of<std::remove_const_t<T>>())
+      fail("tensor ", str(), " accessed as ", dtype_name(dtype_of<std::remove_const_t<T>>()));
+  }
+  return reinterpret_cast<T*>(data_);
+}
+
+}  // namespace minfer

@@ -1,0 +1,46 @@
+#include "kernels/cpu/rmsnorm.h"
+
+#include <Eigen/Core>
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace minfer::cpu {
+
+namespace {
+
+using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+using Row = Eigen::Map<Eigen::ArrayXf>;
+
+// The shared body: with Residual, x += delta first (the fused variant).
+template <bool Residual>
+void rmsnorm_rows(ThreadPool& pool, float* x, int64_t ld_x, const float* delta, int64_t ld_delta,
+                  float* out, int64_t ld_out, const float* weight, int64_t M, int64_t D,
+                  float eps) {
+  ConstRow w(weight, D);
+  for_rows(pool, M, D, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      Row xr(x + m * ld_x, D);
+      if constexpr (Residual) xr += ConstRow(delta + m * ld_delta, D);
+      float mean_square = xr.square().sum() / static_cast<float>(D);
+      float scale = 1.0f / std::sqrt(mean_square + eps);
+      Row(out + m * ld_out, D) = w * (scale * xr);
+    }
+  });
+}
+
+}  // namespace
+
+void rmsnorm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
+             const float* weight, int64_t M, int64_t D, float eps) {
+  // x is only read on this path; the cast lets both variants share one body.
+  rmsnorm_rows<false>(pool, const_cast<float*>(x), ld_x, nullptr, 0, out, ld_out, weight, M, D, eps);
+}
+
+void residual_rmsnorm(ThreadPool& pool, float* x, int64_t ld_x, const float* delta,
+                      int64_t ld_delta, float* out, int64_t ld_out, const float* weight, int64_t M,
+                      int64_t D, float eps) {
+  rmsnorm_rows<true>(pool, x, ld_x, delta, ld_delta, out, ld_out, weight, M, D, eps);
+}
+
+}  // namespace minfer::cpu

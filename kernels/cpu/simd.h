@@ -1,0 +1,116 @@
+// The few SIMD primitives the CPU kernels need: a float vector, fused multiply-add, a horizontal
+// sum, and loads that widen f16 and bf16 to f32 inside registers.
+//
+// The build compiles with -march=native (MINFER_NATIVE, on by default), so the widest instruction
+// set of the build machine is chosen at compile time: AVX-512 (16 floats), AVX2 + FMA (8 floats),
+// or plain scalar code elsewhere. bf16 -> f32 is a shift of each 16-bit value into the top half of
+// a 32-bit lane; f16 -> f32 is the F16C instruction (vcvtph2ps), or the scalar conversion when
+// the CPU has no F16C.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "engine/error.h"
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace minfer::cpu::simd {
+
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+using Vec = __m512;
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec load_bf16(const uint16_t* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline Vec load_f16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec set1(float v) { return _mm512_set1_ps(v); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline float sum(Vec v) { return _mm512_reduce_add_ps(v); }
+inline const char* name() { return "AVX-512"; }
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kWidth = 8;
+using Vec = __m256;
+inline Vec zero() { return _mm256_setzero_ps(); }
+inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec load_bf16(const uint16_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline Vec load_f16(const uint16_t* p) {
+#if defined(__F16C__)
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  alignas(32) float f[8];
+  for (int i = 0; i < 8; ++i) f[i] = f16_to_f32(p[i]);
+  return _mm256_load_ps(f);
+#endif
+}
+inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec set1(float v) { return _mm256_set1_ps(v); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline float sum(Vec v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline const char* name() { return "AVX2+FMA"; }
+#else
+constexpr int kWidth = 1;
+using Vec = float;
+inline Vec zero() { return 0.0f; }
+inline Vec load(const float* p) { return *p; }
+inline Vec load_bf16(const uint16_t* p) { return bf16_to_f32(*p); }
+inline Vec load_f16(const uint16_t* p) { return f16_to_f32(*p); }
+inline void store(float* p, Vec v) { *p = v; }
+inline Vec mul(Vec a, Vec b) { return a * b; }
+inline Vec set1(float v) { return v; }
+inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline Vec add(Vec a, Vec b) { return a + b; }
+inline float sum(Vec v) { return v; }
+inline const char* name() { return "scalar"; }
+#endif
+
+// Weight formats as types, so a kernel templated on one has no dtype branch in its inner loop.
+struct F32 {
+  using Stored = float;
+  static Vec load(const float* p) { return simd::load(p); }
+  static float scalar(const float* p) { return *p; }
+};
+struct BF16 {
+  using Stored = uint16_t;
+  static Vec load(const uint16_t* p) { return load_bf16(p); }
+  static float scalar(const uint16_t* p) { return bf16_to_f32(*p); }
+};
+struct F16 {
+  using Stored = uint16_t;
+  static Vec load(const uint16_t* p) { return load_f16(p); }
+  static float scalar(const uint16_t* p) { return f16_to_f32(*p); }
+};
+
+// Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for the dtype; Error for anything else.
+template <class Fn>
+void dispatch_weight_type(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f32: fn(F32{}); return;
+    case DType::bf16: fn(BF16{}); return;
+    case DType::f16: fn(F16{}); return;
+    case DType::i32: break;
+  }
+  fail("weights must be f32, bf16 or f16, not ", dtype_name(t));
+}
+
+}  // namespace minfer::cpu::simd

@@ -1,0 +1,14 @@
+#pragma once
+
+#include <cstdint>
+
+#include "engine/threads.h"
+
+namespace minfer::cpu {
+
+// Row-wise softmax in place (see kernels/ref/softmax.h).
+void softmax(ThreadPool& pool,
+             float* x, int64_t ld_x,  // (M, N)
+             int64_t M, int64_t N);
+
+}  // namespace minfer::cpu

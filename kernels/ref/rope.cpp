@@ -1,0 +1,32 @@
+#include "kernels/ref/rope.h"
+
+#include <cmath>
+
+namespace minfer::ref {
+
+void rope_table(float* table, int64_t n_positions, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t p = 0; p < n_positions; ++p)
+    for (int64_t j = 0; j < half; ++j) {
+      float freq = 1.0f / std::pow(10000.0f, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+      float angle = static_cast<float>(p) * freq;
+      table[(p * half + j) * 2 + 0] = std::cos(angle);
+      table[(p * half + j) * 2 + 1] = std::sin(angle);
+    }
+}
+
+void rope(float* x, int64_t ld_x, const int32_t* pos, const float* table, int64_t M,
+          int64_t n_heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t j = 0; j < half; ++j) {
+        float* pair = x + m * ld_x + h * head_dim + 2 * j;
+        const float* cs = table + (int64_t(pos[m]) * half + j) * 2;
+        double x0 = pair[0], x1 = pair[1], c = cs[0], s = cs[1];
+        pair[0] = static_cast<float>(x0 * c - x1 * s);
+        pair[1] = static_cast<float>(x0 * s + x1 * c);
+      }
+}
+
+}  // namespace minfer::ref

@@ -1,0 +1,376 @@
+// Every op on every backend against its plain-loop reference (kernels/ref/), by NMSE, with guard
+// bytes around outputs, shapes that are not multiples of 32, row-strided views, and M in
+// {1, 2, 3, 4, 5, 8, 512}. A backend that is not present is reported as skipped, never as passed.
+//
+// Limits (NMSE = sum((ref - out)^2) / sum(ref^2)):
+//   f32 everywhere, and 16-bit weights on the CPU (widened exactly, f32 arithmetic):   1e-7
+//   f16 or bf16 products on CUDA (activations rounded to 16 bits, f32 accumulation):  5e-4
+//   f16 KV cache on CUDA (keys and values rounded to f16):                            5e-4
+//   argmax: exact.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "kernels/ref/add.h"
+#include "kernels/ref/argmax.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/embedding.h"
+#include "kernels/ref/kv_store.h"
+#include "kernels/ref/matmul.h"
+#include "kernels/ref/rmsnorm.h"
+#include "kernels/ref/rope.h"
+#include "kernels/ref/softmax.h"
+#include "kernels/ref/swiglu.h"
+#include "tests/op_harness.h"
+
+namespace minfer::test {
+namespace {
+
+enum class Op {
+  embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store, attention,
+  attention_fused, swiglu, add, softmax, argmax
+};
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::embedding: return "EMBEDDING";
+    case Op::rmsnorm: return "RMS_NORM";
+    case Op::residual_rmsnorm: return "RESIDUAL_RMS_NORM";
+    case Op::matmul: return "MUL_MAT";
+    case Op::rope: return "ROPE";
+    case Op::kv_store: return "KV_STORE";
+    case Op::rope_kv_store: return "ROPE_KV_STORE";
+    case Op::attention: return "ATTENTION";
+    case Op::attention_fused: return "ATTENTION_FUSED";
+    case Op::swiglu: return "SWIGLU";
+    case Op::add: return "ADD";
+    case Op::softmax: return "SOFT_MAX";
+    case Op::argmax: return "ARGMAX";
+  }
+  return "?";
+}
+
+// One case: an op, the rows M, up to three sizes, a dtype (weights, table or KV cache) and
+// whether activations are row-strided views (row stride = cols + 3).
+struct Case {
+  std::string backend;
+  Op op;
+  int64_t M, a, b, c;
+  DType dtype;
+  bool strided;
+};
+
+std::string case_name(const Case& k);
+// Lets gtest print a case by its name (ctest lists tests with their parameter).
+void PrintTo(const Case& k, std::ostream* out) { *out << case_name(k); }
+
+std::string case_name(const Case& k) {
+  std::ostringstream s;
+  std::string backend = k.backend;
+  for (auto& ch : backend)
+    if (ch == '-') ch = '_';
+  s << backend << "_" << op_name(k.op) << "_M" << k.M << "_" << k.a << "x" << k.b;
+  if (k.c) s << "x" << k.c;
+  s << "_" << dtype_name(k.dtype) << (k.strided ? "_strided" : "");
+  return s.str();
+}
+
+class BackendOps : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    backend_ = backend_by_name(GetParam().backend, &reason);
+    if (backend_ == nullptr) GTEST_SKIP() << "skipped: no CUDA device (" << reason << ")";
+  }
+  int64_t ld(int64_t cols) const { return GetParam().strided ? cols + 3 : cols; }
+  // A random activation on the backend as an (M, cols) view with the case's row stride, and the
+  // same values on the host (contiguous) for the reference.
+  std::pair<Tensor, Tensor> activation(int64_t rows, int64_t cols, float lo = -1.0f, float hi = 1.0f) {
+    Tensor host = host_random({rows, cols}, rng_, lo, hi);
+    Tensor wide = backend_->empty({rows, ld(cols)}, DType::f32);
+    Tensor view = wide.slice(1, 0, cols);
+    view.copy_from(host);
+    return {view, host};
+  }
+  Tensor indices(const std::vector<int32_t>& values) {
+    Tensor h = host_tensor({int64_t(values.size())}, DType::i32);
+    std::copy(values.begin(), values.end(), h.data_as<int32_t>());
+    return to_backend(*backend_, h);
+  }
+  double limit_16bit_product() const {
+    return backend_->device() == DeviceKind::cuda && GetParam().dtype != DType::f32 ? 5e-4 : 1e-7;
+  }
+  Backend* backend_ = nullptr;
+  std::mt19937 rng_{12345};
+};
+
+// Distinct (seq, pos) pairs for M rows of a cache of n_seqs x S: what a batch writes in one step.
+void distinct_slots(std::mt19937& rng, int64_t M, int64_t n_seqs, int64_t S,
+                    std::vector<int32_t>* seq, std::vector<int32_t>* pos) {
+  std::vector<int32_t> slots(static_cast<size_t>(n_seqs * S));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  for (int64_t m = 0; m < M; ++m) {
+    seq->push_back(static_cast<int32_t>(slots[m] / S));
+    pos->push_back(static_cast<int32_t>(slots[m] % S));
+  }
+}
+
+TEST_P(BackendOps, MatchesReference) {
+  const Case& k = GetParam();
+  const std::string label = case_name(k);
+  const int64_t M = k.M;
+  switch (k.op) {
+    case Op::embedding: {
+      const int64_t D = k.a, V = k.b;
+      Tensor table = host_random({V, D}, rng_, -1, 1, k.dtype);
+      std::vector<int32_t> ids;
+      for (int64_t m = 0; m < M; ++m) ids.push_back(static_cast<int32_t>(rng_() % V));
+      GuardedOutput out(*backend_, M, D, ld(D));
+      backend_->embedding(out.view(), to_backend(*backend_, table), indices(ids));
+      Tensor expected = host_tensor({M, D}, DType::f32);
+      ref::embedding(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V);
+      expect_close(expected, out.check(label), 0.0, label);
+      break;
+    }
+    case Op::rmsnorm:
+    case Op::residual_rmsnorm: {
+      const int64_t D = k.a;
+      auto [x, x_host] = activation(M, D, -2, 2);
+      Tensor w = host_random({D}, rng_, 0.5f, 1.5f);
+      GuardedOutput out(*backend_, M, D, ld(D));
+      Tensor expected = host_tensor({M, D}, DType::f32);
+      if (k.op == Op::rmsnorm) {
+        backend_->rmsnorm(out.view(), x, to_backend(*backend_, w), 1e-5f);
+      } else {
+        auto [delta, delta_host] = activation(M, D);
+        backend_->residual_rmsnorm(x, delta, out.view(), to_backend(*backend_, w), 1e-5f);
+        ref::add(x_host.data_as<float>(), D, x_host.data_as<float>(), D, delta_host.data_as<float>(),
+                 D, M, D);
+        expect_close(x_host, to_host(x), 1e-7, label + " (x += delta)");
+      }
+      ref::rmsnorm(expected.data_as<float>(), D, x_host.data_as<float>(), D, w.data_as<float>(), M,
+                   D, 1e-5f);
+      expect_close(expected, out.check(label), 1e-7, label);
+      break;
+    }
+    case Op::matmul: {
+      const int64_t N = k.a, K = k.b;
+      auto [x, x_host] = activation(M, K);
+      Tensor w = host_random({N, K}, rng_, -1, 1, k.dtype);
+      GuardedOutput out(*backend_, M, N, ld(N));
+      backend_->matmul(out.view(), x, to_backend(*backend_, w));
+      Tensor expected = host_tensor({M, N}, DType::f32);
+      ref::matmul(expected.data_as<float>(), N, x_host.data_as<float>(), K, w.data(), k.dtype, M, N, K);
+      expect_close(expected, out.check(label), limit_16bit_product(), label);
+      break;
+    }
+    case Op::rope: {
+      const int64_t heads = k.a, head_dim = k.b, positions = 97;
+      Tensor table = host_tensor({positions, head_dim}, DType::f32);
+      ref::rope_table(table.data_as<float>(), positions, head_dim);
+      std::vector<int32_t> pos;
+      for (int64_t m = 0; m < M; ++m) pos.push_back(static_cast<int32_t>(rng_() % positions));
+      auto [x, x_host] = activation(M, heads * head_dim);
+      GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
+      out.fill(x_host);
+      backend_->rope(out.view(), indices(pos), to_backend(*backend_, table), head_dim);
+      ref::rope(x_host.data_as<float>(), heads * head_dim, pos.data(), table.data_as<float>(), M,
+                heads, head_dim);
+      expect_close(x_host, out.check(label), 1e-7, label);
+      break;
+    }
+    case Op::kv_store:
+    case Op::rope_kv_store: {
+      const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3;
+      const int64_t S = std::max<int64_t>(40, (M + n_seqs - 1) / n_seqs);
+      const int64_t kv_dim = kv_heads * head_dim;
+      std::vector<int32_t> seq, pos;
+      distinct_slots(rng_, M, n_seqs, S, &seq, &pos);
+      Tensor k_cache_host = host_random({n_seqs, S, kv_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache_host = host_random({n_seqs, S, kv_dim}, rng_, -1, 1, k.dtype);
+      Tensor k_cache = to_backend(*backend_, k_cache_host), v_cache = to_backend(*backend_, v_cache_host);
+      auto [kx, k_host] = activation(M, kv_dim);
+      auto [vx, v_host] = activation(M, kv_dim);
+      Tensor table = host_tensor({S, head_dim}, DType::f32);
+      ref::rope_table(table.data_as<float>(), S, head_dim);
+      if (k.op == Op::kv_store) {
+        backend_->kv_store(k_cache, v_cache, kx, vx, indices(seq), indices(pos));
+      } else {
+        auto [q, q_host] = activation(M, heads * head_dim);
+        backend_->rope_kv_store(q, kx, vx, k_cache, v_cache, indices(seq), indices(pos),
+                                to_backend(*backend_, table), head_dim);
+        ref::rope(q_host.data_as<float>(), heads * head_dim, pos.data(), table.data_as<float>(), M,
+                  heads, head_dim);
+        ref::rope(k_host.data_as<float>(), kv_dim, pos.data(), table.data_as<float>(), M, kv_heads,
+                  head_dim);
+        expect_close(q_host, to_host(q), 1e-7, label + " (q)");
+        expect_close(k_host, to_host(kx), 1e-7, label + " (k)");
+      }
+      ref::kv_store(k_cache_host.data(), v_cache_host.data(), k.dtype, k_host.data_as<float>(), kv_dim,
+                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_dim, S);
+      Tensor k_expected = host_tensor({n_seqs * S, kv_dim}, DType::f32);
+      Tensor k_actual = host_tensor({n_seqs * S, kv_dim}, DType::f32);
+      k_expected.convert_from(k_cache_host.reshape({n_seqs * S, kv_dim}));
+      k_actual.convert_from(to_host(k_cache).reshape({n_seqs * S, kv_dim}));
+      // Stored keys are exact copies; rotated ones (the fused op) differ by float rounding.
+      expect_close(k_expected, k_actual, k.op == Op::kv_store ? 0.0 : 1e-7, label + " (k cache)");
+      Tensor v_expected = host_tensor({n_seqs * S, kv_dim}, DType::f32);
+      Tensor v_actual = host_tensor({n_seqs * S, kv_dim}, DType::f32);
+      v_expected.convert_from(v_cache_host.reshape({n_seqs * S, kv_dim}));
+      v_actual.convert_from(to_host(v_cache).reshape({n_seqs * S, kv_dim}));
+      expect_close(v_expected, v_actual, 0.0, label + " (v cache)");
+      break;
+    }
+    case Op::attention:
+    case Op::attention_fused: {
+      const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3, S = 300;
+      std::vector<int32_t> seq, pos;
+      for (int64_t m = 0; m < M; ++m) {
+        seq.push_back(static_cast<int32_t>(rng_() % n_seqs));
+        pos.push_back(static_cast<int32_t>(m % 7 == 0 ? S - 1 - rng_() % 3 : rng_() % S));
+      }
+      Tensor k_cache = host_random({n_seqs, S, kv_heads * head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache = host_random({n_seqs, S, kv_heads * head_dim}, rng_, -1, 1, k.dtype);
+      auto [q, q_host] = activation(M, heads * head_dim, -2, 2);
+      GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
+      backend_->attention(out.view(), q, to_backend(*backend_, k_cache), to_backend(*backend_, v_cache),
+                          indices(seq), indices(pos), head_dim, k.op == Op::attention_fused);
+      Tensor expected = host_tensor({M, heads * head_dim}, DType::f32);
+      ref::attention(expected.data_as<float>(), heads * head_dim, q_host.data_as<float>(),
+                     heads * head_dim, k_cache.data(), v_cache.data(), k.dtype, seq.data(), pos.data(),
+                     M, heads, kv_heads, head_dim, S);
+      expect_close(expected, out.check(label), k.dtype == DType::f32 ? 1e-7 : 5e-4, label);
+      break;
+    }
+    case Op::swiglu:
+    case Op::add: {
+      const int64_t F = k.a;
+      auto [a, a_host] = activation(M, F, -4, 4);
+      auto [b, b_host] = activation(M, F, -4, 4);
+      GuardedOutput out(*backend_, M, F, ld(F));
+      Tensor expected = host_tensor({M, F}, DType::f32);
+      if (k.op == Op::swiglu) {
+        backend_->swiglu(out.view(), a, b);
+        ref::swiglu(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(),
+                    F, M, F);
+      } else {
+        backend_->add(out.view(), a, b);
+        ref::add(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(), F,
+                 M, F);
+      }
+      expect_close(expected, out.check(label), 1e-7, label);
+      break;
+    }
+    case Op::softmax: {
+      const int64_t N = k.a;
+      Tensor x_host = host_random({M, N}, rng_, -8, 8);
+      GuardedOutput out(*backend_, M, N, ld(N));
+      out.fill(x_host);
+      backend_->softmax(out.view());
+      ref::softmax(x_host.data_as<float>(), N, M, N);
+      expect_close(x_host, out.check(label), 1e-7, label);
+      break;
+    }
+    case Op::argmax: {
+      const int64_t N = k.a;
+      auto [x, x_host] = activation(M, N);
+      float* xs = x_host.data_as<float>();
+      for (int64_t m = 0; m < M; m += 2) {  // ties in every other row: the first index wins
+        int64_t i = rng_() % N, j = rng_() % N;
+        xs[m * N + i] = xs[m * N + j] = 5.0f;
+      }
+      Tensor(x).copy_from(x_host);
+      GuardedOutput out(*backend_, 1, M, M, DType::i32);
+      backend_->argmax(out.view().reshape({M}), x);
+      std::vector<int32_t> expected(static_cast<size_t>(M));
+      ref::argmax(expected.data(), xs, N, M, N);
+      Tensor actual = out.check(label);
+      for (int64_t m = 0; m < M; ++m)
+        EXPECT_EQ(actual.data_as<int32_t>()[m], expected[m]) << label << " row " << m;
+      break;
+    }
+  }
+  if (backend_ != nullptr) backend_->synchronize();
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 8, 512};
+  for (const std::string backend : {"cpu", "cuda"}) {
+    const bool cuda = backend == "cuda";
+    for (int64_t M : Ms) {
+      bool strided = M == 3 || M == 8;
+      for (DType t : {DType::f32, DType::f16, DType::bf16})
+        cases.push_back({backend, Op::embedding, M, 67, 301, 0, t, strided});
+      cases.push_back({backend, Op::rmsnorm, M, 67, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::rmsnorm, M, 288, 0, 0, DType::f32, !strided});
+      cases.push_back({backend, Op::residual_rmsnorm, M, 100, 0, 0, DType::f32, strided});
+      for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+        cases.push_back({backend, Op::matmul, M, 33, 67, 0, t, strided});
+        cases.push_back({backend, Op::matmul, M, 100, 288, 0, t, !strided});
+      }
+      cases.push_back({backend, Op::rope, M, 5, 18, 0, DType::f32, strided});
+      cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f32, strided});
+      cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f32, strided});
+      for (Op op : {Op::attention, Op::attention_fused}) {
+        cases.push_back({backend, op, M, 4, 2, 16, DType::f32, strided});
+        cases.push_back({backend, op, M, 6, 6, 34, DType::f32, !strided});
+        if (cuda) cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
+      }
+      if (cuda) {
+        cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f16, strided});
+        cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f16, strided});
+      }
+      cases.push_back({backend, Op::swiglu, M, 172, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::add, M, 67, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::softmax, M, 515, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
+    }
+  }
+  // The hand-written CUDA matrix products (mma is f16-only: Tensor Cores).
+  for (const std::string backend : {"cuda-naive", "cuda-tiled", "cuda-mma"})
+    for (int64_t M : Ms)
+      for (DType t : {DType::f32, DType::f16}) {
+        if (backend == "cuda-mma" && t != DType::f16) continue;
+        cases.push_back({backend, Op::matmul, M, 33, 67, 0, t, M == 3});
+        cases.push_back({backend, Op::matmul, M, 100, 288, 0, t, M == 8});
+      }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& param_info) {
+                           return case_name(param_info.param);
+                         });
+
+// The shared shape checks refuse mismatched calls with a message naming the op.
+TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
+  std::string reason;
+  Backend& cpu = *backend_by_name("cpu", &reason);
+  Tensor out = cpu.empty({3, 10}, DType::f32), x = cpu.empty({3, 12}, DType::f32);
+  Tensor w = cpu.empty({10, 11}, DType::f32);
+  try {
+    cpu.matmul(out, x, w);
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul"), std::string::npos) << e.what();
+  }
+  Tensor ids = cpu.empty({3}, DType::i32);
+  ids.data_as<int32_t>()[0] = 0;
+  ids.data_as<int32_t>()[1] = 11;  // out of range for a 10-row table
+  ids.data_as<int32_t>()[2] = 0;
+  Tensor table = cpu.empty({10, 10}, DType::f32);
+  EXPECT_THROW(cpu.embedding(out, table, ids), Error);
+  Tensor cache = cpu.empty({2, 4, 8}, DType::f32);
+  Tensor pos = cpu.empty({3}, DType::i32), seq = cpu.empty({3}, DType::i32);
+  for (int i = 0; i < 3; ++i) {
+    seq.data_as<int32_t>()[i] = 0;
+    pos.data_as<int32_t>()[i] = 4;  // beyond a 4-position cache
+  }
+  Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
+  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, false), Error);
+}
+
+}  // namespace
+}  // namespace minfer::test

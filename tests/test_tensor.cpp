@@ -1,0 +1,124 @@
+// Tensor shapes, strides, views without copies, copies (strided and between devices), and the
+// refusal of sizes that overflow.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace minfer {
+namespace {
+
+CachingPool& host_pool() {
+  static CachingPool pool(std::make_unique<HostUpstream>());
+  return pool;
+}
+
+Tensor iota(const std::vector<int64_t>& shape) {
+  Tensor t = Tensor::empty(shape, DType::f32, DeviceKind::cpu, host_pool());
+  std::iota(t.data_as<float>(), t.data_as<float>() + t.numel(), 0.0f);
+  return t;
+}
+
+TEST(Tensor, ShapeAndStrides) {
+  Tensor t = iota({2, 3, 4});
+  EXPECT_EQ(t.ndim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.nbytes(), 96u);
+  EXPECT_EQ(t.stride(0), 12);
+  EXPECT_EQ(t.stride(1), 4);
+  EXPECT_EQ(t.stride(-1), 1);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.str(), "f32[2, 3, 4] cpu");
+  EXPECT_THROW(t.size(3), Error);
+  EXPECT_THROW(Tensor::empty({1, 2, 3, 4, 5}, DType::f32, DeviceKind::cpu, host_pool()), Error);
+  EXPECT_THROW(Tensor::empty({-1}, DType::f32, DeviceKind::cpu, host_pool()), Error);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = iota({4, 6});
+  Tensor rows = t.slice(0, 1, 3);
+  EXPECT_EQ(rows.data(), t.data_as<float>() + 6);
+  EXPECT_EQ(rows.size(0), 2);
+  EXPECT_TRUE(rows.is_contiguous());
+  Tensor cols = t.slice(1, 2, 5);
+  EXPECT_EQ(cols.size(1), 3);
+  EXPECT_EQ(cols.stride(0), 6);
+  EXPECT_FALSE(cols.is_contiguous());
+  EXPECT_TRUE(cols.rows_dense());
+  EXPECT_EQ(cols.data_as<float>()[6], 8.0f);  // row 1, column 2
+  Tensor row2 = t.select(0, 2);
+  EXPECT_EQ(row2.ndim(), 1);
+  EXPECT_EQ(row2.data_as<float>()[0], 12.0f);
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.size(0), 6);
+  EXPECT_EQ(tr.stride(0), 1);
+  EXPECT_FALSE(tr.rows_dense());
+  Tensor r = t.reshape({2, 12});
+  EXPECT_EQ(r.data(), t.data());
+  EXPECT_THROW(t.reshape({5, 5}), Error);
+  EXPECT_THROW(cols.reshape({12}), Error);
+  EXPECT_THROW(t.slice(0, 3, 5), Error);
+  // A view keeps its storage alive after the original is gone.
+  Tensor view;
+  {
+    Tensor owner = iota({8});
+    view = owner.slice(0, 4, 8);
+  }
+  EXPECT_EQ(view.data_as<float>()[0], 4.0f);
+}
+
+TEST(Tensor, StridedCopies) {
+  Tensor t = iota({4, 6});
+  Tensor dst = Tensor::empty({3, 4}, DType::f32, DeviceKind::cpu, host_pool());
+  dst.copy_from(t.slice(0, 1, 4).slice(1, 1, 5));
+  EXPECT_EQ(dst.data_as<float>()[0], 7.0f);
+  EXPECT_EQ(dst.data_as<float>()[11], 22.0f);
+  Tensor tr = Tensor::empty({6, 4}, DType::f32, DeviceKind::cpu, host_pool());
+  tr.copy_from(t.transpose(0, 1));
+  EXPECT_EQ(tr.data_as<float>()[1], 6.0f);  // tr[0, 1] = t[1, 0]
+  EXPECT_THROW(dst.copy_from(t), Error);
+  Tensor i = Tensor::empty({4, 6}, DType::i32, DeviceKind::cpu, host_pool());
+  EXPECT_THROW(i.copy_from(t), Error);
+  EXPECT_THROW(t.data_as<int32_t>(), Error);
+}
+
+TEST(Tensor, ConvertsBetweenFloatTypes) {
+  Tensor t = iota({3, 5});
+  Tensor h = Tensor::empty({3, 5}, DType::bf16, DeviceKind::cpu, host_pool());
+  h.convert_from(t);
+  Tensor back = Tensor::empty({3, 5}, DType::f32, DeviceKind::cpu, host_pool());
+  back.convert_from(h);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(back.data_as<float>()[i], float(i));
+}
+
+TEST(Tensor, RefusesSizesThatOverflow) {
+  int64_t huge = int64_t(1) << 40;
+  try {
+    Tensor::empty({huge, huge, huge}, DType::f32, DeviceKind::cpu, host_pool());
+    FAIL() << "expected an overflow error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overflow"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor::empty({huge, huge}, DType::f32, DeviceKind::cpu, host_pool()), Error);
+}
+
+TEST(Tensor, CudaTensorsNeedADevice) {
+  std::string reason;
+  if (cuda_device_count(&reason) > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW(make_cuda_device_upstream(), Error);
+  Tensor t = iota({4});
+  float fake_device_memory[4];
+  Tensor d = Tensor::wrap(fake_device_memory, {4}, DType::f32, DeviceKind::cuda);
+  try {
+    d.copy_from(t);
+    FAIL() << "a copy to a CUDA tensor without a device must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace minfer

@@ -1,0 +1,29 @@
+// `minfer devices`: what the engine sees.
+#include <cstdio>
+
+#include "engine/cpu_info.h"
+#include "engine/device.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace minfer::cli {
+
+int cmd_devices(int argc, char** argv) {
+  Args args("devices", "Prints the GPUs and the CPU the engine can use.", {});
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  std::string reason;
+  int n = cuda_device_count(&reason);
+  if (n == 0) std::printf("cuda: no device (%s)\n", reason.c_str());
+  CpuInfo cpu = cpu_info();
+  std::printf("cpu: %s, %d logical cores\n", cpu.model.c_str(), cpu.logical_cores);
+  std::printf("  simd: %s (kernels compiled for %s)\n", cpu.simd.c_str(), cpu.compiled.c_str());
+  std::printf("  caches: L1d %zu KiB, L2 %zu KiB, L3 %zu KiB\n", cpu.l1d_bytes >> 10,
+              cpu.l2_bytes >> 10, cpu.l3_bytes >> 10);
+  return 0;
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,9 @@
+// The minfer subcommands. Each takes the whole argv and parses from argv[2] on; each returns the
+// process exit code and throws minfer::Error for anything the user must fix.
+#pragma once
+
+namespace minfer::cli {
+
+int cmd_devices(int argc, char** argv);
+
+}  // namespace minfer::cli
