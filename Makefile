@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build run test test-normal test-asan clean
+.PHONY: all deps configure build run test test-normal test-asan fuzz clean
 
 all: build
 
@@ -24,7 +24,7 @@ build: configure
 run: build
 	./$(BUILD)/minfer devices
 
-test: test-normal test-asan
+test: test-normal test-asan fuzz
 
 test-normal: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -36,6 +36,25 @@ test-asan: deps
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(SAN_BUILD) --output-on-failure -j $(JOBS)
+
+# libFuzzer (clang, -fsanitize=fuzzer,address,undefined): each target runs FUZZ_SECONDS from the
+# seeds in tests/fuzz/corpus/, then replays everything in its corpus once. Any crash fails.
+FUZZ_TARGETS = checkpoint tokenizer
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_FUZZ=ON \
+	  -DMINFER_CUDA=OFF -DMINFER_TESTS=OFF -DMINFER_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=20 -rss_limit_mb=4096 \
+	    -print_final_stats=1 $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>$(FUZZ_BUILD)/fuzz_$$t.log \
+	    || { tail -40 $(FUZZ_BUILD)/fuzz_$$t.log; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|stat::new_units_added" $(FUZZ_BUILD)/fuzz_$$t.log; \
+	  $(FUZZ_BUILD)/fuzz_$$t -runs=0 $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>$(FUZZ_BUILD)/replay_$$t.log \
+	    || { tail -40 $(FUZZ_BUILD)/replay_$$t.log; exit 1; }; \
+	  echo "fuzz_$$t: replayed $$(find $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t -type f | wc -l) corpus files"; \
+	done
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)

@@ -43,11 +43,17 @@ class Backend {
   virtual DeviceKind device() const = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (2 threads, AVX-512)"
   virtual CachingPool& pool() = 0;       // memory of this device
+  // Host memory for transfers to and from this device (pinned on CUDA, so copies are DMA).
+  virtual CachingPool& host_pool() = 0;
   virtual void synchronize() {}
 
   // Uninitialised memory on this backend's device.
   Tensor empty(const std::vector<int64_t>& shape, DType dtype) {
     return Tensor::empty(shape, dtype, device(), pool());
+  }
+  // Uninitialised host memory from host_pool().
+  Tensor empty_host(const std::vector<int64_t>& shape, DType dtype) {
+    return Tensor::empty(shape, dtype, DeviceKind::cpu, host_pool());
   }
 
   // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
@@ -81,6 +87,9 @@ class Backend {
   virtual void softmax(const Tensor& x) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;
+  // t[i] = uniform value of (seed, i) in [lo, hi), identical on every backend (kernels/ref/fill.h);
+  // t contiguous, f32/f16/bf16. Builds synthetic weights where they will be used.
+  virtual void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;
 };
 
 // The backend for `device`; throws Error("no CUDA device: ...") when CUDA is asked for and absent.

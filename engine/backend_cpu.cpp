@@ -6,6 +6,7 @@
 #include "kernels/cpu/argmax.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/fill.h"
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -127,6 +128,11 @@ void CpuBackend::softmax(const Tensor& x) {
 void CpuBackend::argmax(const Tensor& out, const Tensor& x) {
   checks::argmax(out, x, kCpu);
   cpu::argmax(threads_, out.data_as<int32_t>(), f32(x), ld(x), x.size(0), x.size(1));
+}
+
+void CpuBackend::fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) {
+  checks::fill(t, kCpu);
+  cpu::fill_uniform(threads_, t.data(), t.dtype(), t.numel(), seed, lo, hi);
 }
 
 }  // namespace minfer

@@ -12,6 +12,7 @@ class CpuBackend final : public Backend {
   DeviceKind device() const override { return DeviceKind::cpu; }
   std::string name() const override;
   CachingPool& pool() override { return pool_; }
+  CachingPool& host_pool() override { return pool_; }
   ThreadPool& threads() { return threads_; }
 
   void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
@@ -31,6 +32,7 @@ class CpuBackend final : public Backend {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void softmax(const Tensor& x) override;
   void argmax(const Tensor& out, const Tensor& x) override;
+  void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
 
  private:
   CachingPool pool_;

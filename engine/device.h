@@ -31,4 +31,17 @@ void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind sr
 std::unique_ptr<Upstream> make_cuda_device_upstream();
 std::unique_ptr<Upstream> make_cuda_pinned_upstream();
 
+// Named ranges for profilers (NVTX in a CUDA build, so an Nsight Systems trace reads like the
+// code; nothing otherwise). Use through TraceRange.
+void trace_push(const char* name);
+void trace_pop();
+
+class TraceRange {
+ public:
+  explicit TraceRange(const char* name) { trace_push(name); }
+  ~TraceRange() { trace_pop(); }
+  TraceRange(const TraceRange&) = delete;
+  TraceRange& operator=(const TraceRange&) = delete;
+};
+
 }  // namespace minfer

@@ -1,5 +1,7 @@
 // The CUDA build's answers to engine/device.h: device discovery, copies, and the cudaMalloc and
 // cudaMallocHost upstreams of the caching pools.
+#include <nvtx3/nvToolsExt.h>
+
 #include <cstring>
 #include <string>
 
@@ -86,6 +88,9 @@ class PinnedUpstream final : public Upstream {
 };
 
 }  // namespace
+
+void trace_push(const char* name) { nvtxRangePushA(name); }
+void trace_pop() { nvtxRangePop(); }
 
 std::unique_ptr<Upstream> make_cuda_device_upstream() {
   require_cuda();

@@ -155,4 +155,10 @@ void argmax(const Tensor& out, const Tensor& x, DeviceKind device) {
   index_vector("argmax", "out", out, r.rows, device);
 }
 
+void fill(const Tensor& t, DeviceKind device) {
+  on_device("fill_uniform", "t", t, device);
+  MINFER_CHECK(t.is_contiguous() && t.dtype() != DType::i32,
+               "fill_uniform: needs a contiguous float tensor, got ", t.str());
+}
+
 }  // namespace minfer::op_checks

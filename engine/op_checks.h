@@ -52,5 +52,6 @@ AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cac
 void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                  DeviceKind device);
 void argmax(const Tensor& out, const Tensor& x, DeviceKind device);
+void fill(const Tensor& t, DeviceKind device);
 
 }  // namespace minfer::op_checks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <sys/sysinfo.h>
 #include <vector>
 
@@ -36,6 +37,17 @@ bool HostUpstream::memory_info(size_t* free_bytes, size_t* total_bytes) const {
   if (sysinfo(&info) != 0) return false;
   *total_bytes = static_cast<size_t>(info.totalram) * info.mem_unit;
   *free_bytes = static_cast<size_t>(info.freeram + info.bufferram) * info.mem_unit;
+  // MemAvailable also counts the page cache the kernel can drop: what a new allocation can get.
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") {
+      *free_bytes = kib << 10;
+      break;
+    }
+    meminfo.ignore(64, '\n');
+  }
   return true;
 }
 

@@ -9,12 +9,14 @@
 //   argmax: exact.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "kernels/ref/add.h"
 #include "kernels/ref/argmax.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/embedding.h"
+#include "kernels/ref/fill.h"
 #include "kernels/ref/kv_store.h"
 #include "kernels/ref/matmul.h"
 #include "kernels/ref/rmsnorm.h"
@@ -28,7 +30,7 @@ namespace {
 
 enum class Op {
   embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store, attention,
-  attention_fused, swiglu, add, softmax, argmax
+  attention_fused, swiglu, add, softmax, argmax, fill
 };
 
 const char* op_name(Op op) {
@@ -46,6 +48,7 @@ const char* op_name(Op op) {
     case Op::add: return "ADD";
     case Op::softmax: return "SOFT_MAX";
     case Op::argmax: return "ARGMAX";
+    case Op::fill: return "FILL_UNIFORM";
   }
   return "?";
 }
@@ -290,6 +293,17 @@ TEST_P(BackendOps, MatchesReference) {
         EXPECT_EQ(actual.data_as<int32_t>()[m], expected[m]) << label << " row " << m;
       break;
     }
+    case Op::fill: {
+      // Seeded weights must be bit-for-bit the same on every backend.
+      const int64_t n = M * k.a;
+      Tensor t = backend_->empty({n}, k.dtype);
+      backend_->fill_uniform(t, 0xfeed + uint64_t(M), -0.3f, 0.7f);
+      Tensor expected = host_tensor({n}, k.dtype);
+      ref::fill_uniform(expected.data(), k.dtype, n, 0xfeed + uint64_t(M), -0.3f, 0.7f);
+      Tensor actual = to_host(t);
+      EXPECT_EQ(std::memcmp(expected.data(), actual.data(), expected.nbytes()), 0) << label;
+      break;
+    }
   }
   if (backend_ != nullptr) backend_->synchronize();
 }
@@ -326,6 +340,8 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::add, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::softmax, M, 515, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
+      for (DType t : {DType::f32, DType::f16, DType::bf16})
+        cases.push_back({backend, Op::fill, M, 1000, 0, 0, t, false});
     }
   }
   // The hand-written CUDA matrix products (mma is f16-only: Tensor Cores).
@@ -343,6 +359,42 @@ INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            return case_name(param_info.param);
                          });
+
+// The same inputs give bitwise the same outputs however the thread pool hands out the work: no
+// result may depend on which thread ran a task (e.g. through a scratch buffer's alignment).
+TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
+  std::string reason;
+  Backend& cpu = *backend_by_name("cpu", &reason);
+  std::mt19937 rng(3);
+  const int64_t M = 37, heads = 6, kv_heads = 2, head_dim = 40, S = 200;
+  Tensor q = to_backend(cpu, host_random({M, heads * head_dim}, rng));
+  Tensor k_cache = to_backend(cpu, host_random({2, S, kv_heads * head_dim}, rng));
+  Tensor v_cache = to_backend(cpu, host_random({2, S, kv_heads * head_dim}, rng));
+  Tensor seq = cpu.empty({M}, DType::i32), pos = cpu.empty({M}, DType::i32);
+  for (int64_t m = 0; m < M; ++m) {
+    seq.data_as<int32_t>()[m] = static_cast<int32_t>(m % 2);
+    pos.data_as<int32_t>()[m] = static_cast<int32_t>(S - 1 - m);
+  }
+  Tensor x = to_backend(cpu, host_random({M, 333}, rng));
+  Tensor w = to_backend(cpu, host_random({129, 333}, rng, -1, 1, DType::bf16));
+  auto run = [&](Tensor* att, Tensor* fused, Tensor* product) {
+    *att = cpu.empty({M, heads * head_dim}, DType::f32);
+    *fused = cpu.empty({M, heads * head_dim}, DType::f32);
+    *product = cpu.empty({M, 129}, DType::f32);
+    cpu.attention(*att, q, k_cache, v_cache, seq, pos, head_dim, false);
+    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, head_dim, true);
+    cpu.matmul(*product, x, w);
+  };
+  Tensor att0, fused0, product0;
+  run(&att0, &fused0, &product0);
+  for (int round = 0; round < 30; ++round) {
+    Tensor att, fused, product;
+    run(&att, &fused, &product);
+    ASSERT_EQ(std::memcmp(att.data(), att0.data(), att.nbytes()), 0) << "attention, round " << round;
+    ASSERT_EQ(std::memcmp(fused.data(), fused0.data(), fused.nbytes()), 0) << "fused attention, round " << round;
+    ASSERT_EQ(std::memcmp(product.data(), product0.data(), product.nbytes()), 0) << "matmul, round " << round;
+  }
+}
 
 // The shared shape checks refuse mismatched calls with a message naming the op.
 TEST(BackendOpsChecks, MismatchedShapesAreRefused) {

@@ -17,6 +17,9 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"generate", minfer::cli::cmd_generate, "text from a prompt, for one sequence or a batch"},
+    {"tokenize", minfer::cli::cmd_tokenize, "the token ids of a text"},
+    {"make-model", minfer::cli::cmd_make_model, "write a llama2.c checkpoint with seeded weights"},
     {"devices", minfer::cli::cmd_devices, "what the engine sees: GPUs and the CPU"},
 };
 

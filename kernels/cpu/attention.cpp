@@ -32,7 +32,10 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
     const int64_t offset = int64_t(seq[m]) * S * kv_dim + (h / group) * head_dim;
     ConstVector qh(q + m * ld_q + h * head_dim, head_dim);
     Vector oh(out + m * ld_out + h * head_dim, head_dim);
-    thread_local std::vector<float> scratch;  // grows to the longest context once
+    // note: 64-byte aligned like every other buffer: Eigen's vectorised sums start with a scalar
+    // prologue up to the first aligned element, so a buffer whose alignment differed from thread
+    // to thread would make the result depend on which thread ran the task.
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> scratch;  // grows once
     if (!Online) {
       scratch.resize(static_cast<size_t>(n_keys));
       Vector score(scratch.data(), n_keys);

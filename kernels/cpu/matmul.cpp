@@ -87,7 +87,8 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
       Eigen::Map<RowMajor, 0, Stride> O(out + n0, M, n1 - n0, Stride(ld_out));
       O.noalias() = X * Wt.transpose();
     } else {
-      thread_local std::vector<float> tile;  // grows once, then reused by every call
+      // Grows once, then reused; aligned so that every thread computes with the same alignment.
+      thread_local std::vector<float, Eigen::aligned_allocator<float>> tile;
       tile.resize(static_cast<size_t>(kGemmTileRows * K));
       for (int64_t t0 = n0; t0 < n1; t0 += kGemmTileRows) {
         int64_t rows = std::min(kGemmTileRows, n1 - t0);

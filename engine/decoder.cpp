@@ -1,0 +1,223 @@
+#include "engine/decoder.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/error.h"
+
+namespace minfer {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
+  // The last generated token is never fed back: P prompt tokens and N new ones take P + N - 1
+  // forward positions (exactly what run.c allows).
+  const int64_t needed = prompt_tokens + std::max<int64_t>(n_new, 1) - 1;
+  if (needed > n_ctx)
+    fail("prompt of ", prompt_tokens, " tokens + ", n_new, " new tokens needs ", prompt_tokens, " + ",
+         n_new, " - 1 = ", needed, " tokens > context ", n_ctx);
+}
+
+Decoder::Decoder(Model& model, const DecoderOptions& options)
+    : model_(model), backend_(model.backend()), n_seqs_(options.n_seqs),
+      vocab_(model.info().vocab_size) {
+  const ModelInfo& info = model.info();
+  const int64_t n_ctx = options.n_ctx > 0 ? options.n_ctx : info.context_length;
+  MINFER_CHECK(n_seqs_ >= 1 && n_seqs_ <= 4096, "batch of ", n_seqs_, " sequences: must be in [1, 4096]");
+  MINFER_CHECK(n_ctx <= info.context_length, "context ", n_ctx, " exceeds the model's ",
+               info.context_length, " positions");
+  MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
+  max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
+  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.kv_dim, options.kv_dtype);
+  model_.reserve(max_rows_, n_seqs_);
+  n_past_.assign(static_cast<size_t>(n_seqs_), 0);
+  const int64_t staging = 3 * max_rows_ + n_seqs_;
+  staging_ = backend_.empty_host({staging}, DType::i32);
+  batch_ = backend_.empty({staging}, DType::i32);
+  logits_ = backend_.empty({n_seqs_, vocab_}, DType::f32);
+  host_logits_ = backend_.device() == DeviceKind::cpu ? logits_ : backend_.empty_host({n_seqs_, vocab_}, DType::f32);
+  argmax_ = backend_.empty({n_seqs_}, DType::i32);
+  host_argmax_ = backend_.empty_host({n_seqs_}, DType::i32);
+  next_.resize(static_cast<size_t>(n_seqs_));
+}
+
+void Decoder::reset() {
+  std::fill(n_past_.begin(), n_past_.end(), 0);
+  host_logits_valid_ = false;
+}
+
+void Decoder::check_token(int32_t token) const {
+  MINFER_CHECK(token >= 0 && token < vocab_, "token id ", token, " is outside the vocabulary [0, ",
+               vocab_, ")");
+}
+
+// Runs the first n_rows rows staged in staging_; the last n_logit_rows staged logit rows belong to
+// sequences first_logit_seq, first_logit_seq + 1, ...
+void Decoder::run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows) {
+  int32_t* host = staging_.data_as<int32_t>();
+  // note: rows are staged in four arrays of max_rows_ slots; packing them end to end lets one
+  // copy move everything a forward pass needs to the device. Each array moves left, onto space
+  // already moved out of.
+  std::copy(host + max_rows_, host + max_rows_ + n_rows, host + n_rows);
+  std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + n_rows, host + 2 * n_rows);
+  std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + n_logit_rows, host + 3 * n_rows);
+  batch_.slice(0, 0, 3 * n_rows + n_logit_rows).copy_from(staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
+  ForwardBatch batch;
+  batch.tokens = batch_.slice(0, 0, n_rows);
+  batch.seq = batch_.slice(0, n_rows, 2 * n_rows);
+  batch.pos = batch_.slice(0, 2 * n_rows, 3 * n_rows);
+  batch.logit_rows = batch_.slice(0, 3 * n_rows, 3 * n_rows + n_logit_rows);
+  model_.forward(batch, cache_, logits_.slice(0, first_logit_seq, first_logit_seq + n_logit_rows));
+}
+
+void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
+  TraceRange trace("prefill");
+  MINFER_CHECK(static_cast<int64_t>(prompts.size()) == n_seqs_, "prefill: ", prompts.size(),
+               " prompts for ", n_seqs_, " sequences");
+  for (int64_t s = 0; s < n_seqs_; ++s) {
+    MINFER_CHECK(!prompts[s].empty(), "prefill: the prompt of sequence ", s, " is empty");
+    MINFER_CHECK(n_past_[s] + int64_t(prompts[s].size()) <= cache_.n_ctx(), "prompt of ",
+                 prompts[s].size(), " tokens after ", n_past_[s], " positions: ",
+                 n_past_[s] + int64_t(prompts[s].size()), " tokens > context ", cache_.n_ctx());
+    for (int32_t t : prompts[s]) check_token(t);
+  }
+  int32_t* host = staging_.data_as<int32_t>();
+  int64_t rows = 0, logit_rows = 0, first_logit_seq = 0;
+  auto flush = [&] {
+    if (rows > 0) run_rows(rows, first_logit_seq, logit_rows);
+    first_logit_seq += logit_rows;
+    rows = logit_rows = 0;
+  };
+  // Rows go sequence by sequence in position order, max_rows_ at a time.
+  for (int64_t s = 0; s < n_seqs_; ++s) {
+    const int64_t length = static_cast<int64_t>(prompts[s].size());
+    for (int64_t p = 0; p < length; ++p) {
+      if (rows == max_rows_) flush();
+      host[rows] = prompts[s][p];
+      host[max_rows_ + rows] = static_cast<int32_t>(s);
+      host[2 * max_rows_ + rows] = static_cast<int32_t>(n_past_[s] + p);
+      if (p == length - 1) host[3 * max_rows_ + logit_rows++] = static_cast<int32_t>(rows);
+      ++rows;
+    }
+    n_past_[s] += length;
+  }
+  flush();
+  host_logits_valid_ = false;
+}
+
+void Decoder::decode(const std::vector<int32_t>& tokens) {
+  TraceRange trace("decode step");
+  MINFER_CHECK(static_cast<int64_t>(tokens.size()) == n_seqs_, "decode: ", tokens.size(),
+               " tokens for ", n_seqs_, " sequences");
+  int32_t* host = staging_.data_as<int32_t>();
+  for (int64_t s = 0; s < n_seqs_; ++s) {
+    check_token(tokens[s]);
+    MINFER_CHECK(n_past_[s] < cache_.n_ctx(), "decode: sequence ", s, " is full (", cache_.n_ctx(),
+                 " positions)");
+    host[s] = tokens[s];
+    host[max_rows_ + s] = static_cast<int32_t>(s);
+    host[2 * max_rows_ + s] = static_cast<int32_t>(n_past_[s]++);
+    host[3 * max_rows_ + s] = static_cast<int32_t>(s);
+  }
+  run_rows(n_seqs_, 0, n_seqs_);
+  host_logits_valid_ = false;
+}
+
+float* Decoder::logits(int64_t seq) {
+  MINFER_CHECK(seq >= 0 && seq < n_seqs_, "logits: no sequence ", seq);
+  if (!host_logits_valid_) {
+    if (host_logits_.data() != logits_.data()) host_logits_.copy_from(logits_);
+    backend_.synchronize();
+    host_logits_valid_ = true;
+  }
+  return host_logits_.data_as<float>() + seq * vocab_;
+}
+
+void Decoder::argmax(std::vector<int32_t>* out) {
+  backend_.argmax(argmax_, logits_);
+  host_argmax_.copy_from(argmax_);
+  backend_.synchronize();
+  out->assign(host_argmax_.data_as<int32_t>(), host_argmax_.data_as<int32_t>() + n_seqs_);
+}
+
+GenerateResult Decoder::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& options,
+                                 const std::function<void(int64_t, int32_t)>& on_token) {
+  MINFER_CHECK(static_cast<int64_t>(prompts.size()) == n_seqs_, "generate: ", prompts.size(),
+               " prompts for ", n_seqs_, " sequences");
+  MINFER_CHECK(options.n_new >= 1, "generate: at least one new token, got ", options.n_new);
+  for (const auto& p : prompts) {
+    MINFER_CHECK(!p.empty(), "generate: a prompt needs at least one token (BOS)");
+    check_fits_context(static_cast<int64_t>(p.size()), options.n_new, cache_.n_ctx());
+  }
+  samplers_.clear();
+  for (int64_t s = 0; s < n_seqs_; ++s)
+    samplers_.emplace_back(vocab_, options.temperature, options.top_p, options.seed + uint64_t(s));
+  const bool greedy = options.temperature == 0.0f;
+
+  GenerateResult result;
+  result.tokens.assign(static_cast<size_t>(n_seqs_), {});
+  for (auto& t : result.tokens) t.reserve(static_cast<size_t>(options.n_new));
+  std::vector<bool> done(static_cast<size_t>(n_seqs_), false);
+  reset();
+
+  double t0 = now_seconds();
+  if (options.prefill_one_by_one) {
+    // run.c's way: one forward pass per prompt token. Kept to show what batched prefill saves,
+    // and to test that both give the same tokens.
+    const size_t length = prompts[0].size();
+    MINFER_CHECK(std::all_of(prompts.begin(), prompts.end(), [&](const auto& p) { return p.size() == length; }),
+                 "one-by-one prefill needs prompts of equal length");
+    std::vector<std::vector<int32_t>> first(static_cast<size_t>(n_seqs_));
+    for (int64_t s = 0; s < n_seqs_; ++s) first[s] = {prompts[s][0]};
+    prefill(first);
+    for (size_t i = 1; i < length; ++i) {
+      for (int64_t s = 0; s < n_seqs_; ++s) next_[s] = prompts[s][i];
+      decode(next_);
+    }
+  } else {
+    prefill(prompts);
+  }
+  if (greedy) {
+    argmax(&next_);
+  } else {
+    for (int64_t s = 0; s < n_seqs_; ++s) next_[s] = samplers_[s].sample(logits(s));
+  }
+  result.prefill_seconds = now_seconds() - t0;
+  for (const auto& p : prompts) result.prompt_tokens += static_cast<int64_t>(p.size());
+
+  double decode_time = 0.0;
+  for (int64_t step = 0;; ++step) {
+    int64_t active = 0;
+    for (int64_t s = 0; s < n_seqs_; ++s) {
+      if (done[s]) continue;
+      if (options.stop_at_eos && (next_[s] == 1 || next_[s] == 2)) {
+        done[s] = true;
+        continue;
+      }
+      result.tokens[s].push_back(next_[s]);
+      if (on_token) on_token(s, next_[s]);
+      ++active;
+    }
+    if (active == 0 || step + 1 >= options.n_new) break;
+    // Timed: the forward pass and bringing its result to the host; not the host-side sampling.
+    double t1 = now_seconds();
+    decode(next_);  // finished sequences keep a row, their outputs are ignored
+    if (greedy) argmax(&next_); else logits(0);
+    decode_time += now_seconds() - t1;
+    if (!greedy) {
+      for (int64_t s = 0; s < n_seqs_; ++s)
+        if (!done[s]) next_[s] = samplers_[s].sample(logits(s));
+    }
+    ++result.decode_steps;
+    result.decode_tokens += active;
+  }
+  result.decode_seconds = decode_time;
+  return result;
+}
+
+}  // namespace minfer

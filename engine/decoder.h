@@ -1,0 +1,100 @@
+// The decoder: batched prefill, token-by-token decode, and the generation loop around them.
+//
+// A decoder serves B independent sequences at once. Prefill runs every prompt position of every
+// sequence through the model in one forward pass (matrix-matrix products over all rows, causal
+// attention over the cache), in chunks of at most max_prefill_rows rows, and asks for logits only
+// at each sequence's last prompt position. Decode then feeds one token per sequence per step: one
+// forward pass over B rows, so each weight matrix is read once per step for all B sequences.
+//
+// Everything is allocated when the decoder is created: the KV cache, the model's activations for
+// the largest batch, the logits, and the host/device buffers for token ids and positions. A
+// decode step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+
+namespace minfer {
+
+struct DecoderOptions {
+  int64_t n_seqs = 1;               // B, the sequences decoded together
+  int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
+  int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
+  DType kv_dtype = DType::f32;
+};
+
+struct GenerateOptions {
+  int64_t n_new = 256;         // new tokens per sequence after the prompt
+  float temperature = 0.0f;
+  float top_p = 0.9f;
+  uint64_t seed = 1;           // sequence i samples with seed + i
+  bool stop_at_eos = true;     // stop a sequence when it produces BOS (1) or EOS (2)
+  bool prefill_one_by_one = false;  // feed the prompt a token per forward pass (run.c's way)
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // per sequence, the generated ids (no stop token)
+  int64_t prompt_tokens = 0;    // over all sequences
+  double prefill_seconds = 0.0;
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;    // tokens fed through decode steps, over all sequences
+  double decode_seconds = 0.0;
+};
+
+class Decoder {
+ public:
+  Decoder(Model& model, const DecoderOptions& options);
+
+  int64_t n_seqs() const { return n_seqs_; }
+  int64_t n_ctx() const { return cache_.n_ctx(); }
+  const KvCache& cache() const { return cache_; }
+  int64_t position(int64_t seq) const { return n_past_[seq]; }
+  // Forgets every sequence (positions back to 0); the memory stays.
+  void reset();
+
+  // Appends prompts[s] to sequence s (all B of them) in one batched pass. Afterwards logits(s)
+  // are the next-token logits after the last prompt token.
+  void prefill(const std::vector<std::vector<int32_t>>& prompts);
+  // Appends tokens[s] to sequence s, one forward pass over B rows.
+  void decode(const std::vector<int32_t>& tokens);
+  // The next-token logits of sequence s (vocab floats on the host).
+  float* logits(int64_t seq);
+  // The greedy choice for every sequence, computed on the device (only B ids are copied back).
+  void argmax(std::vector<int32_t>* out);
+
+  // Generates n_new tokens for every sequence after its prompt; on_token(seq, id) is called as
+  // each token is produced. Throws Error before any work if a prompt plus the new tokens need
+  // more positions than the context.
+  GenerateResult generate(const std::vector<std::vector<int32_t>>& prompts,
+                          const GenerateOptions& options,
+                          const std::function<void(int64_t, int32_t)>& on_token = nullptr);
+
+ private:
+  void run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows);
+  void check_token(int32_t token) const;
+
+  Model& model_;
+  Backend& backend_;
+  int64_t n_seqs_, vocab_, max_rows_;
+  KvCache cache_;
+  std::vector<int64_t> n_past_;
+  Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (n_seqs)
+  Tensor batch_;        // the same on the device
+  Tensor logits_;       // (n_seqs, vocab) on the device
+  Tensor host_logits_;  // (n_seqs, vocab) on the host (the same tensor on the CPU backend)
+  Tensor argmax_;       // (n_seqs) i32 on the device
+  Tensor host_argmax_;
+  bool host_logits_valid_ = false;
+  std::vector<Sampler> samplers_;
+  std::vector<int32_t> next_;
+};
+
+// The error for a request that does not fit: "P + N - 1 = X tokens > context C".
+void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx);
+
+}  // namespace minfer

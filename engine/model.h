@@ -1,0 +1,51 @@
+// What the decoder needs from a model: a forward pass over a batch of rows that writes keys and
+// values into a KV cache and produces the logits of selected rows. models/llama.h implements it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/kv_cache.h"
+#include "engine/tensor.h"
+
+namespace minfer {
+
+// Row m of a forward pass is token tokens[m] at position pos[m] of sequence seq[m]. Rows of one
+// sequence are in position order, and a sequence's earlier positions are in the cache already or
+// earlier in the batch. All tensors are i32 on the model's device.
+struct ForwardBatch {
+  Tensor tokens;      // (M)
+  Tensor seq;         // (M)
+  Tensor pos;         // (M)
+  Tensor logit_rows;  // (R): the rows whose logits are wanted, in increasing order
+};
+
+struct ModelInfo {
+  std::string name;            // "preset:stories15M" or the checkpoint's path
+  std::string shape;           // the config in words
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;  // the longest context the model supports
+  int64_t n_layers = 0;
+  int64_t kv_dim = 0;
+  uint64_t n_params = 0;
+  uint64_t weight_bytes = 0;   // every weight as stored on the device
+  DType dtype = DType::f32;    // of the matrices and the embedding table
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual Backend& backend() = 0;
+  virtual const ModelInfo& info() const = 0;
+  // Allocates the activations for batches of up to max_rows rows and max_logit_rows logit rows,
+  // so that forward() with smaller batches allocates nothing.
+  virtual void reserve(int64_t max_rows, int64_t max_logit_rows) = 0;
+  // Writes the logits of batch.logit_rows into `logits` (R, vocab) f32 on the model's device.
+  virtual void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) = 0;
+  // Fused kernels (see docs in models/llama.cpp) or the unfused composition of the same ops.
+  virtual void set_fused(bool fused) = 0;
+  virtual bool fused() const = 0;
+};
+
+}  // namespace minfer

@@ -1,0 +1,95 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.h"
+
+namespace minfer {
+
+uint32_t random_u32(uint64_t* state) {
+  *state ^= *state >> 12;
+  *state ^= *state << 25;
+  *state ^= *state >> 27;
+  return static_cast<uint32_t>((*state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+float random_f32(uint64_t* state) { return static_cast<float>(random_u32(state) >> 8) / 16777216.0f; }
+
+void softmax_in_place(float* x, int64_t n) {
+  float max_value = x[0];
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > max_value) max_value = x[i];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += x[i];
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+Sampler::Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed)
+    : vocab_size_(vocab_size), temperature_(temperature), top_p_(top_p), state_(seed) {
+  MINFER_CHECK(vocab_size > 0, "sampler: vocab_size must be positive");
+  MINFER_CHECK(temperature >= 0.0f && std::isfinite(temperature), "temperature ", temperature,
+               " must be a finite number >= 0");
+  MINFER_CHECK(top_p >= 0.0f && top_p <= 1.0f, "top-p ", top_p, " must be in [0, 1]");
+  MINFER_CHECK(seed != 0, "the seed must not be 0 (xorshift would stay at 0)");
+  candidates_.resize(static_cast<size_t>(vocab_size));
+}
+
+int32_t Sampler::sample_top_p(const float* probabilities, float coin) {
+  // Tokens below the cutoff cannot be part of the nucleus: leave them out before sorting.
+  const float cutoff = (1.0f - top_p_) / static_cast<float>(vocab_size_ - 1);
+  size_t n = 0;
+  for (int64_t i = 0; i < vocab_size_; ++i)
+    if (probabilities[i] >= cutoff) candidates_[n++] = {probabilities[i], static_cast<int32_t>(i)};
+  if (n == 0) return argmax(probabilities);  // a tiny top_p over a tiny vocabulary
+  // run.c sorts with glibc's qsort, a merge sort: stable, so equal probabilities keep index
+  // order. Breaking ties by index gives that order without the merge sort's buffer.
+  std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n),
+            [](const ProbIndex& a, const ProbIndex& b) {
+              return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+            });
+  float cumulative = 0.0f;
+  size_t last = n - 1;
+  for (size_t i = 0; i < n; ++i) {
+    cumulative += candidates_[i].prob;
+    if (cumulative > top_p_) {
+      last = i;
+      break;
+    }
+  }
+  float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (size_t i = 0; i <= last; ++i) {
+    cdf += candidates_[i].prob;
+    if (r < cdf) return candidates_[i].index;
+  }
+  return candidates_[last].index;
+}
+
+int32_t Sampler::argmax(const float* values) const {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab_size_; ++i)
+    if (values[i] > values[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+int32_t Sampler::sample(float* logits) {
+  if (temperature_ == 0.0f) return argmax(logits);
+  for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
+  softmax_in_place(logits, vocab_size_);
+  float coin = random_f32(&state_);
+  if (top_p_ <= 0.0f || top_p_ >= 1.0f) {
+    float cdf = 0.0f;
+    for (int64_t i = 0; i < vocab_size_; ++i) {
+      cdf += logits[i];
+      if (coin < cdf) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(vocab_size_ - 1);
+  }
+  return sample_top_p(logits, coin);
+}
+
+}  // namespace minfer

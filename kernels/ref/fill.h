@@ -1,0 +1,41 @@
+// Seeded uniform values for synthetic weights, the same on every device.
+//
+// The value of element i depends only on (seed, i): a counter-based generator (the splitmix64
+// finaliser over seed and index) instead of a sequential one, so any thread on any device can
+// compute any element, and a preset built on the GPU is bit-for-bit the preset built on the CPU
+// or written to a file by `minfer make-model`. The affine map uses an explicit fused multiply-add
+// in double, which rounds identically on the host and on the GPU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+#if defined(__CUDACC__)
+#define MINFER_HOST_DEVICE __host__ __device__
+#else
+#define MINFER_HOST_DEVICE
+#endif
+
+namespace minfer::ref {
+
+MINFER_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A float in [lo, hi) for element `index` of the stream `seed`.
+MINFER_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t index, float lo, float hi) {
+  uint64_t bits = mix64(mix64(seed) ^ index);
+  double u = static_cast<double>(bits >> 40) * (1.0 / 16777216.0);  // 24 random bits, exact
+  return static_cast<float>(fma(static_cast<double>(hi) - static_cast<double>(lo), u,
+                                static_cast<double>(lo)));
+}
+
+// data[i] = uniform_at(seed, i, lo, hi) for i < n, stored as f32, f16 or bf16.
+void fill_uniform(void* data, DType dtype, int64_t n, uint64_t seed, float lo, float hi);
+
+}  // namespace minfer::ref

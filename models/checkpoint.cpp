@@ -1,0 +1,253 @@
+#include "models/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "engine/checked.h"
+#include "engine/error.h"
+#include "kernels/ref/rope.h"
+
+namespace minfer {
+
+namespace {
+
+constexpr uint32_t kV1Magic = 0x616b3432u;  // "ak42" in little-endian
+constexpr uint64_t kV0HeaderBytes = 7 * 4;
+constexpr uint64_t kV1HeaderBytes = 256;
+
+int32_t read_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The float count of each weight, in file order for the given format.
+struct Sizes {
+  uint64_t embedding, rms, wq, wkv, wo, w13, w2, rms_final, rope, classifier;
+};
+
+Sizes weight_sizes(const LlamaConfig& c) {
+  const char* what = "checkpoint size";
+  uint64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), L = c.n_layers, V = c.vocab_size;
+  Sizes s{};
+  s.embedding = checked_mul(V, d, what);
+  s.rms = checked_mul(L, d, what);
+  s.wq = checked_product({L, d, d}, what);
+  s.wkv = checked_product({L, kv, d}, what);
+  s.wo = s.wq;
+  s.w13 = checked_product({L, h, d}, what);
+  s.w2 = s.w13;
+  s.rms_final = d;
+  s.rope = checked_mul(static_cast<uint64_t>(c.seq_len), static_cast<uint64_t>(c.head_dim()), what);
+  s.classifier = c.shared_classifier ? 0 : s.embedding;
+  return s;
+}
+
+uint64_t total_floats(const Sizes& s, CheckpointFormat format) {
+  const char* what = "checkpoint size";
+  uint64_t n = 0;
+  for (uint64_t part : {s.embedding, s.rms, s.wq, s.wkv, s.wkv, s.wo, s.rms, s.w13, s.w2, s.w13,
+                        s.rms_final, s.classifier})
+    n = checked_add(n, part, what);
+  if (format == CheckpointFormat::v0) n = checked_add(n, s.rope, what);
+  return n;
+}
+
+}  // namespace
+
+CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::string& source) {
+  CheckpointLayout layout;
+  if (size < 4) fail(source, ": file is ", size, " bytes, too short for a checkpoint header");
+  uint32_t magic;
+  std::memcpy(&magic, data, 4);
+  int32_t fields[7];
+  if (magic == kV1Magic) {
+    layout.format = CheckpointFormat::v1;
+    layout.header_bytes = kV1HeaderBytes;
+    if (size < kV1HeaderBytes)
+      fail(source, ": file is ", size, " bytes, shorter than the 256-byte v1 header");
+    int32_t version = read_i32(data + 4);
+    if (version != 1)
+      fail(source, ": checkpoint version = ", version,
+           ", only version 1 (float32) of the magic-numbered format is supported");
+    for (int i = 0; i < 7; ++i) fields[i] = read_i32(data + 8 + 4 * i);
+    uint8_t shared = data[36];
+    if (shared > 1) fail(source, ": shared_classifier = ", int(shared), ", must be 0 or 1");
+    layout.config.shared_classifier = shared == 1;
+  } else {
+    layout.format = CheckpointFormat::v0;
+    layout.header_bytes = kV0HeaderBytes;
+    if (size < kV0HeaderBytes)
+      fail(source, ": file is ", size, " bytes, shorter than the 28-byte v0 header");
+    for (int i = 0; i < 7; ++i) fields[i] = read_i32(data + 4 * i);
+    // A negative vocab_size marks a separate classifier; INT32_MIN has no positive counterpart.
+    if (fields[5] < 0 && fields[5] != INT32_MIN) {
+      fields[5] = -fields[5];
+      layout.config.shared_classifier = false;
+    }
+  }
+  LlamaConfig& c = layout.config;
+  c.dim = fields[0];
+  c.hidden_dim = fields[1];
+  c.n_layers = fields[2];
+  c.n_heads = fields[3];
+  c.n_kv_heads = fields[4];
+  c.vocab_size = fields[5];
+  c.seq_len = fields[6];
+  c.validate(source);
+  uint64_t floats = total_floats(weight_sizes(c), layout.format);
+  layout.file_bytes = checked_add(layout.header_bytes, checked_mul(floats, 4, "checkpoint size"),
+                                  "checkpoint size");
+  if (layout.file_bytes != size)
+    fail(source, ": file is ", size, " bytes but its header (", c.describe(), ") implies ",
+         layout.file_bytes, " bytes");
+  return layout;
+}
+
+LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& layout,
+                                 std::shared_ptr<void> owner) {
+  const LlamaConfig& c = layout.config;
+  const Sizes s = weight_sizes(c);
+  auto* base = reinterpret_cast<float*>(const_cast<uint8_t*>(data) + layout.header_bytes);
+  uint64_t offset = 0;
+  auto next = [&](uint64_t count, std::vector<int64_t> shape) {
+    Tensor t = Tensor::wrap(base + offset, shape, DType::f32, DeviceKind::cpu, owner);
+    offset += count;
+    return t;
+  };
+  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
+  LlamaHostWeights w;
+  w.config = c;
+  if (layout.format == CheckpointFormat::v1) {
+    w.rms_att = next(s.rms, {L, d});
+    w.rms_ffn = next(s.rms, {L, d});
+    w.rms_final = next(s.rms_final, {d});
+    w.token_embedding = next(s.embedding, {V, d});
+  } else {
+    w.token_embedding = next(s.embedding, {V, d});
+    w.rms_att = next(s.rms, {L, d});
+  }
+  w.wq = next(s.wq, {L, d, d});
+  w.wk = next(s.wkv, {L, kv, d});
+  w.wv = next(s.wkv, {L, kv, d});
+  w.wo = next(s.wo, {L, d, d});
+  if (layout.format == CheckpointFormat::v0) w.rms_ffn = next(s.rms, {L, d});
+  w.w1 = next(s.w13, {L, h, d});
+  w.w2 = next(s.w2, {L, d, h});
+  w.w3 = next(s.w13, {L, h, d});
+  if (layout.format == CheckpointFormat::v0) {
+    w.rms_final = next(s.rms_final, {d});
+    offset += s.rope;  // freq_cis_real and freq_cis_imag: minfer computes its own RoPE table
+  }
+  w.classifier = c.shared_classifier ? w.token_embedding : next(s.classifier, {V, d});
+  return w;
+}
+
+LlamaHostWeights load_checkpoint(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(path, ": cannot stat: ", std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file", S_ISDIR(st.st_mode) ? " (it is a directory)" : "");
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    fail(path, ": file is empty");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) fail(path, ": cannot map: ", std::strerror(map_errno));
+  std::shared_ptr<void> owner(map, [size](void* p) { ::munmap(p, size); });
+  CheckpointLayout layout = parse_checkpoint(static_cast<const uint8_t*>(map), size, path);
+  return view_checkpoint(static_cast<const uint8_t*>(map), layout, owner);
+}
+
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "wb")) {
+    if (file_ == nullptr) fail(path, ": cannot create: ", std::strerror(errno));
+  }
+  ~Writer() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  void bytes(const void* data, size_t n) {
+    if (n > 0 && std::fwrite(data, 1, n, file_) != n) fail(path_, ": write failed: ", std::strerror(errno));
+  }
+  void tensor(const Tensor& t) {
+    MINFER_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.device() == DeviceKind::cpu,
+                 "write_checkpoint needs contiguous host f32 tensors, got ", t.str());
+    bytes(t.data(), t.nbytes());
+  }
+  void close() {
+    if (std::fclose(file_) != 0) {
+      file_ = nullptr;
+      fail(path_, ": close failed: ", std::strerror(errno));
+    }
+    file_ = nullptr;
+  }
+
+ private:
+  std::string path_;
+  FILE* file_;
+};
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const LlamaHostWeights& w, CheckpointFormat format) {
+  const LlamaConfig& c = w.config;
+  c.validate("write_checkpoint");
+  Writer out(path);
+  int32_t fields[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers),
+                       int32_t(c.n_heads), int32_t(c.n_kv_heads), int32_t(c.vocab_size),
+                       int32_t(c.seq_len)};
+  if (format == CheckpointFormat::v1) {
+    uint8_t header[kV1HeaderBytes] = {};
+    int32_t version = 1;
+    std::memcpy(header, &kV1Magic, 4);
+    std::memcpy(header + 4, &version, 4);
+    std::memcpy(header + 8, fields, sizeof(fields));
+    header[36] = c.shared_classifier ? 1 : 0;
+    out.bytes(header, sizeof(header));
+    for (const Tensor* t : {&w.rms_att, &w.rms_ffn, &w.rms_final, &w.token_embedding, &w.wq, &w.wk,
+                            &w.wv, &w.wo, &w.w1, &w.w2, &w.w3})
+      out.tensor(*t);
+  } else {
+    if (!c.shared_classifier) fields[5] = -fields[5];
+    out.bytes(fields, sizeof(fields));
+    for (const Tensor* t : {&w.token_embedding, &w.rms_att, &w.wq, &w.wk, &w.wv, &w.wo, &w.rms_ffn,
+                            &w.w1, &w.w2, &w.w3, &w.rms_final})
+      out.tensor(*t);
+    // llama2.c's freq_cis tables: run.c skips them and so does minfer, but they are written with
+    // the values export.py writes so that the file is a faithful v0 checkpoint.
+    const size_t pairs = static_cast<size_t>(c.seq_len * (c.head_dim() / 2));
+    std::vector<float> table(2 * pairs), cos_table(pairs), sin_table(pairs);
+    ref::rope_table(table.data(), c.seq_len, c.head_dim());
+    for (size_t i = 0; i < pairs; ++i) {
+      cos_table[i] = table[2 * i];
+      sin_table[i] = table[2 * i + 1];
+    }
+    out.bytes(cos_table.data(), cos_table.size() * 4);
+    out.bytes(sin_table.data(), sin_table.size() * 4);
+  }
+  if (!c.shared_classifier) out.tensor(w.classifier);
+  out.close();
+}
+
+}  // namespace minfer

@@ -1,0 +1,85 @@
+// A Llama-style decoder written once against the backend interface: the same forward pass runs
+// on the CPU backend and the CUDA backend. See models/llama.cpp for the walk through one layer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "models/checkpoint.h"
+#include "models/llama_config.h"
+#include "models/presets.h"
+
+namespace minfer {
+
+struct LlamaOptions {
+  DType dtype = DType::f32;  // of the weight matrices and the embedding table (f32, f16, bf16)
+  bool fused = true;         // fused kernels (see Model::set_fused)
+  uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
+};
+
+class LlamaModel final : public Model {
+ public:
+  // `spec` is a checkpoint path or "preset:NAME". Refuses, before allocating, a model whose
+  // weights do not fit in the backend's memory, stating the bytes needed and available.
+  static std::unique_ptr<LlamaModel> load(const std::string& spec, Backend& backend,
+                                          const LlamaOptions& options);
+  // Weights from a checkpoint, converted to options.dtype and copied to the backend.
+  LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
+             const LlamaOptions& options);
+  // Synthetic weights generated on the backend (see models/presets.h).
+  LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,
+             const LlamaOptions& options);
+
+  Backend& backend() override { return backend_; }
+  const ModelInfo& info() const override { return info_; }
+  const LlamaConfig& config() const { return config_; }
+  void reserve(int64_t max_rows, int64_t max_logit_rows) override;
+  void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
+  void set_fused(bool fused) override { fused_ = fused; }
+  bool fused() const override { return fused_; }
+
+  // Bytes of weights the model stores on the device for (config, dtype).
+  static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
+
+ private:
+  void allocate(const std::string& name);
+  void forward_layer(int64_t layer, int64_t M, const ForwardBatch& batch, const KvCache& cache);
+
+  Backend& backend_;
+  LlamaConfig config_;
+  DType dtype_;
+  bool fused_;
+  ModelInfo info_;
+  // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
+  // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
+  // unfused path multiplies its row blocks separately; the memory is the same.
+  struct Weights {
+    Tensor token_embedding;  // (vocab, dim)
+    Tensor classifier;       // (vocab, dim), the embedding when shared
+    Tensor rms_att;          // (L, dim) f32
+    Tensor rms_ffn;          // (L, dim) f32
+    Tensor rms_final;        // (dim) f32
+    Tensor wqkv;             // (L, dim + 2 kv_dim, dim)
+    Tensor wo;               // (L, dim, dim)
+    Tensor w13;              // (L, 2 hidden, dim)
+    Tensor w2;               // (L, dim, hidden)
+    Tensor rope;             // (seq_len, head_dim) f32: (cos, sin) pairs per position
+  } w_;
+  // Activations for up to `rows` rows.
+  struct Workspace {
+    int64_t rows = 0, logit_rows = 0;
+    Tensor x;     // (rows, dim): the residual stream
+    Tensor xb;    // (rows, dim): normalised input of a block
+    Tensor qkv;   // (rows, dim + 2 kv_dim): q | k | v
+    Tensor att;   // (rows, dim): attention output
+    Tensor proj;  // (rows, dim): output of wo and w2, added to the residual stream
+    Tensor h13;   // (rows, 2 hidden): w1 x | w3 x
+    Tensor hb;    // (rows, hidden): silu(w1 x) * w3 x
+    Tensor last;  // (logit_rows, dim): the rows whose logits are wanted
+    Tensor last_norm;  // (logit_rows, dim)
+  } ws_;
+};
+
+}  // namespace minfer

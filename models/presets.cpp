@@ -1,0 +1,70 @@
+#include "models/presets.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "kernels/ref/fill.h"
+
+namespace minfer {
+
+namespace {
+LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                  int64_t vocab, int64_t seq_len, bool shared) {
+  LlamaConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.vocab_size = vocab;
+  c.seq_len = seq_len;
+  c.shared_classifier = shared;
+  return c;
+}
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"tiny", shape(64, 172, 5, 8, 4, 512, 512, true), "the shape of llama2.c's stories260K"},
+      {"stories15M", shape(288, 768, 6, 6, 6, 32000, 256, true), "llama2.c's stories15M"},
+      {"stories42M", shape(512, 1376, 8, 8, 8, 32000, 1024, true), "llama2.c's stories42M"},
+      {"stories110M", shape(768, 2048, 12, 12, 12, 32000, 1024, true), "llama2.c's stories110M"},
+      {"llama-1b", shape(2048, 5632, 22, 32, 4, 32000, 2048, false), "TinyLlama 1.1B"},
+      {"llama-7b", shape(4096, 11008, 32, 32, 32, 32000, 4096, false), "Llama 2 7B"},
+  };
+  return all;
+}
+
+const Preset& find_preset(const std::string& name) {
+  std::string names;
+  for (const auto& p : presets()) {
+    if (p.name == name) return p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  fail("unknown preset '", name, "' (presets: ", names, ")");
+}
+
+WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kind, int64_t layer) {
+  uint64_t seed = ref::mix64(model_seed ^ (uint64_t(kind) << 32) ^ uint64_t(layer + 1));
+  auto around = [&](int64_t fan_in) {
+    float a = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    return WeightInit{seed, -a, a};
+  };
+  switch (kind) {
+    case WeightKind::embedding: return {seed, -0.1f, 0.1f};
+    case WeightKind::rms_att:
+    case WeightKind::rms_ffn:
+    case WeightKind::rms_final: return {seed, 1.0f, 1.0f};
+    case WeightKind::w2: return around(c.hidden_dim);
+    case WeightKind::wq:
+    case WeightKind::wk:
+    case WeightKind::wv:
+    case WeightKind::wo:
+    case WeightKind::w1:
+    case WeightKind::w3:
+    case WeightKind::classifier: return around(c.dim);
+  }
+  return {seed, 0.0f, 0.0f};
+}
+
+}  // namespace minfer

@@ -1,0 +1,82 @@
+#include "tests/test_support.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace minfer::test {
+
+std::string golden_path(const std::string& file) {
+  const char* dir = std::getenv("MINFER_GOLDEN_DIR");
+  return std::string(dir != nullptr ? dir : MINFER_SOURCE_DIR "/../shared/golden") + "/" + file;
+}
+
+bool golden_exists(const std::string& file) { return std::filesystem::exists(golden_path(file)); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+CliResult run_cli(const std::vector<std::string>& args) {
+  ScratchDir dir("cli");
+  const std::string out_path = dir.file("stdout"), err_path = dir.file("stderr");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> argv_storage = {MINFER_CLI_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  CliResult result;
+  if (posix_spawn(&pid, MINFER_CLI_PATH, &actions, nullptr, argv.data(), environ) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+ScratchDir::ScratchDir(const std::string& name) {
+  static int counter = 0;
+  path_ = std::filesystem::temp_directory_path().string() + "/minfer-test-" + std::to_string(getpid()) +
+          "-" + name + "-" + std::to_string(counter++);
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    size_t start = part.find_first_not_of(" \n\r\t");
+    if (start == std::string::npos) continue;
+    ids.push_back(std::stoi(part.substr(start)));
+  }
+  return ids;
+}
+
+}  // namespace minfer::test

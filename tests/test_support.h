@@ -1,0 +1,44 @@
+// Shared by the tests that need files or the minfer executable: where the golden data lives,
+// running the CLI as a subprocess, and scratch directories.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace minfer::test {
+
+// ../shared/golden/ beside the project (or $MINFER_GOLDEN_DIR).
+std::string golden_path(const std::string& file);
+bool golden_exists(const std::string& file);
+
+// Skips the current test visibly when a golden file is absent.
+#define SKIP_WITHOUT_GOLDEN(file)                                                        \
+  if (!::minfer::test::golden_exists(file))                                              \
+  GTEST_SKIP() << "skipped: golden file " << ::minfer::test::golden_path(file)           \
+               << " is absent (see ../shared/golden/README.md)"
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+// Runs the minfer executable built with these tests, with these arguments.
+CliResult run_cli(const std::vector<std::string>& args);
+
+// A fresh directory under the system temp directory, removed with its contents at destruction.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name);
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" (whitespace ignored)
+std::string read_file(const std::string& path);
+
+}  // namespace minfer::test

@@ -1,0 +1,73 @@
+#include "tools/cli_common.h"
+
+#include <cstdio>
+
+#include "engine/error.h"
+
+namespace minfer::cli {
+
+std::vector<Option> engine_options() {
+  return {
+      {"-m,--model", "MODEL", "a llama2.c checkpoint (.bin) or preset:NAME (required)"},
+      {"--device", "DEV", "cpu, cuda or auto (default auto: cuda when a GPU is present)"},
+      {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default f32)"},
+      {"--threads", "N", "CPU threads (default: every core)"},
+      {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
+      {"--kernels", "KIND", "fused or unfused (default fused)"},
+      {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
+  };
+}
+
+DeviceKind choose_device(const std::string& name) {
+  if (name == "cpu") return DeviceKind::cpu;
+  std::string reason;
+  if (name == "cuda") {
+    require_cuda();
+    return DeviceKind::cuda;
+  }
+  if (name == "auto") return cuda_device_count(&reason) > 0 ? DeviceKind::cuda : DeviceKind::cpu;
+  fail("--device: '", name, "' is not cpu, cuda or auto");
+}
+
+BackendOptions backend_options(const Args& args) {
+  BackendOptions options;
+  options.threads = static_cast<int>(args.get_int("--threads", 0, 0, 1024));
+  options.spin_us = static_cast<int>(args.get_int("--spin-us", options.spin_us, 0, 1000000));
+  options.gemm = parse_gemm(args.get("--gemm", "cublas"));
+  return options;
+}
+
+LlamaOptions llama_options(const Args& args) {
+  LlamaOptions options;
+  options.dtype = parse_dtype(args.get("--dtype", "f32").c_str());
+  MINFER_CHECK(options.dtype != DType::i32, "--dtype: weights are f32, f16 or bf16");
+  std::string kernels = args.get("--kernels", "fused");
+  MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
+               "' is not fused or unfused");
+  options.fused = kernels == "fused";
+  return options;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (uint64_t(1) << 30))
+    std::snprintf(text, sizeof(text), "%.2f GiB", double(bytes) / double(1 << 30));
+  else
+    std::snprintf(text, sizeof(text), "%.1f MiB", double(bytes) / double(1 << 20));
+  return text;
+}
+
+Engine load_engine(const Args& args, const std::string& model_spec) {
+  MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a .bin checkpoint or preset:NAME)");
+  Engine engine;
+  engine.backend = make_backend(choose_device(args.get("--device", "auto")), backend_options(args));
+  engine.model = LlamaModel::load(model_spec, *engine.backend, llama_options(args));
+  const ModelInfo& info = engine.model->info();
+  std::fprintf(stderr, "minfer: model %s (%s), %.1fM params, %s of %s weights on %s\n",
+               info.name.c_str(), info.shape.c_str(), double(info.n_params) / 1e6,
+               format_bytes(info.weight_bytes).c_str(), dtype_name(info.dtype),
+               engine.backend->name().c_str());
+  return engine;
+}
+
+}  // namespace minfer::cli
