@@ -42,6 +42,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind device() const = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (2 threads, AVX-512)"
+  virtual int cpu_threads() const { return 0; }  // threads of a CPU backend, 0 for a GPU
   virtual CachingPool& pool() = 0;       // memory of this device
   // Host memory for transfers to and from this device (pinned on CUDA, so copies are DMA).
   virtual CachingPool& host_pool() = 0;
@@ -87,6 +88,9 @@ class Backend {
   virtual void softmax(const Tensor& x) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;
+  // out[0] = sum of x                out (1) f32; x (n) f32, contiguous. A pure streaming read,
+  // used to measure the memory bandwidth the roofline compares decode against.
+  virtual void sum(const Tensor& out, const Tensor& x) = 0;
   // t[i] = uniform value of (seed, i) in [lo, hi), identical on every backend (kernels/ref/fill.h);
   // t contiguous, f32/f16/bf16. Builds synthetic weights where they will be used.
   virtual void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;

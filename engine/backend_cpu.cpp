@@ -13,6 +13,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/sum.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace minfer {
@@ -79,7 +80,7 @@ void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Te
   require_f32_cache("kv_store", k_cache);
   checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
   cpu::kv_store(threads_, f32(k_cache), f32(v_cache), f32(k), ld(k), f32(v), ld(v), i32(seq),
-                i32(pos), k.size(0), cache.kv_dim, cache.S);
+                i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.S);
 }
 
 void CpuBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -91,6 +92,8 @@ void CpuBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v
   require_f32_cache("rope_kv_store", k_cache);
   checks::positions("rope_kv_store", i32(seq), i32(pos), k.size(0), cache);
   MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
+  MINFER_CHECK(cache.head_dim == head_dim, "rope_kv_store: the cache holds heads of ", cache.head_dim,
+               ", not ", head_dim);
   MINFER_CHECK(cache.S <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
                " positions, the cache ", cache.S);
   cpu::rope_kv_store(threads_, f32(q), ld(q), f32(k), ld(k), f32(v), ld(v), f32(k_cache),
@@ -128,6 +131,11 @@ void CpuBackend::softmax(const Tensor& x) {
 void CpuBackend::argmax(const Tensor& out, const Tensor& x) {
   checks::argmax(out, x, kCpu);
   cpu::argmax(threads_, out.data_as<int32_t>(), f32(x), ld(x), x.size(0), x.size(1));
+}
+
+void CpuBackend::sum(const Tensor& out, const Tensor& x) {
+  checks::sum(out, x, kCpu);
+  cpu::sum(threads_, f32(out), f32(x), x.numel());
 }
 
 void CpuBackend::fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) {

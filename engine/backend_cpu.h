@@ -11,6 +11,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& options);
   DeviceKind device() const override { return DeviceKind::cpu; }
   std::string name() const override;
+  int cpu_threads() const override { return threads_.size(); }
   CachingPool& pool() override { return pool_; }
   CachingPool& host_pool() override { return pool_; }
   ThreadPool& threads() { return threads_; }
@@ -32,6 +33,7 @@ class CpuBackend final : public Backend {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void softmax(const Tensor& x) override;
   void argmax(const Tensor& out, const Tensor& x) override;
+  void sum(const Tensor& out, const Tensor& x) override;
   void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
 
  private:

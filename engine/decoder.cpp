@@ -32,7 +32,7 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                info.context_length, " positions");
   MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
   max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
-  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.kv_dim, options.kv_dtype);
+  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, options.kv_dtype);
   model_.reserve(max_rows_, n_seqs_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
   const int64_t staging = 3 * max_rows_ + n_seqs_;

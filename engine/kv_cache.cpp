@@ -12,23 +12,19 @@ uint64_t KvCache::bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, 
                          "KV cache size");
 }
 
-KvCache::KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim,
-                 DType dtype)
-    : n_layers_(n_layers), n_seqs_(n_seqs), n_ctx_(n_ctx), kv_dim_(kv_dim) {
-  MINFER_CHECK(n_layers > 0 && n_seqs > 0 && n_ctx > 0 && kv_dim > 0, "KV cache: bad shape ",
-               n_layers, " x ", n_seqs, " x ", n_ctx, " x ", kv_dim);
-  uint64_t bytes = bytes_needed(n_layers, n_seqs, n_ctx, kv_dim, dtype);
+KvCache::KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t n_kv_heads,
+                 int64_t head_dim, DType dtype)
+    : n_layers_(n_layers), n_seqs_(n_seqs), n_ctx_(n_ctx), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {
+  MINFER_CHECK(n_layers > 0 && n_seqs > 0 && n_ctx > 0 && n_kv_heads > 0 && head_dim > 0,
+               "KV cache: bad shape ", n_layers, " layers x ", n_seqs, " sequences x ", n_kv_heads,
+               " heads x ", n_ctx, " positions x ", head_dim);
+  uint64_t bytes = bytes_needed(n_layers, n_seqs, n_ctx, n_kv_heads * head_dim, dtype);
   size_t free_bytes = 0, total_bytes = 0;
   if (backend.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
     fail("the KV cache for ", n_seqs, " sequences of ", n_ctx, " positions needs ", bytes,
          " bytes, ", free_bytes, " of ", total_bytes, " are free on ", device_name(backend.device()));
-  k_ = backend.empty({n_layers, n_seqs, n_ctx, kv_dim}, dtype);
-  v_ = backend.empty({n_layers, n_seqs, n_ctx, kv_dim}, dtype);
-}
-
-uint64_t KvCache::bytes_read(int64_t n_past) const {
-  return uint64_t(2) * uint64_t(n_layers_) * uint64_t(n_past) * uint64_t(kv_dim_) *
-         uint64_t(dtype_size(dtype()));
+  k_ = backend.empty({n_layers, n_seqs * n_kv_heads, n_ctx, head_dim}, dtype);
+  v_ = backend.empty({n_layers, n_seqs * n_kv_heads, n_ctx, head_dim}, dtype);
 }
 
 }  // namespace minfer

@@ -27,7 +27,8 @@ struct ModelInfo {
   int64_t vocab_size = 0;
   int64_t context_length = 0;  // the longest context the model supports
   int64_t n_layers = 0;
-  int64_t kv_dim = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
   uint64_t n_params = 0;
   uint64_t weight_bytes = 0;   // every weight as stored on the device
   DType dtype = DType::f32;    // of the matrices and the embedding table

@@ -45,13 +45,13 @@ CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache
                     DeviceKind device) {
   on_device(op, "k_cache", k_cache, device);
   on_device(op, "v_cache", v_cache, device);
-  MINFER_CHECK(k_cache.ndim() == 3 && k_cache.is_contiguous() && k_cache.dtype() != DType::i32,
-               op, ": k_cache must be a contiguous (sequences, positions, kv_dim) float tensor, got ",
-               k_cache.str());
+  MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() && k_cache.dtype() != DType::i32,
+               op, ": k_cache must be a contiguous (sequences, kv_heads, positions, head_dim) float "
+               "tensor, got ", k_cache.str());
   MINFER_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype() &&
                    v_cache.is_contiguous(),
                op, ": v_cache ", v_cache.str(), " differs from k_cache ", k_cache.str());
-  return {k_cache.size(0), k_cache.size(1), k_cache.size(2)};
+  return {k_cache.size(0), k_cache.size(1), k_cache.size(2), k_cache.size(3)};
 }
 
 void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows,
@@ -117,8 +117,8 @@ CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& 
   CacheShape cache = kv_cache("kv_store", k_cache, v_cache, device);
   Rows kr = activation("kv_store", "k", k, device);
   same_rows("kv_store", kr, "k", activation("kv_store", "v", v, device), "v");
-  MINFER_CHECK(kr.cols == cache.kv_dim, "kv_store: k has ", kr.cols, " features, the cache ",
-               cache.kv_dim);
+  MINFER_CHECK(kr.cols == cache.kv_dim(), "kv_store: k has ", kr.cols, " features, the cache ",
+               cache.kv_dim());
   index_vector("kv_store", "seq", seq, kr.rows, device);
   index_vector("kv_store", "pos", pos, kr.rows, device);
   return cache;
@@ -132,9 +132,9 @@ AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cac
   same_rows("attention", o, "out", qr, "q");
   op_checks::head_dim("attention", qr, head_dim);
   CacheShape cache = kv_cache("attention", k_cache, v_cache, device);
-  MINFER_CHECK(cache.kv_dim % head_dim == 0, "attention: kv_dim ", cache.kv_dim,
-               " is not whole heads of ", head_dim);
-  AttentionShape s{qr.rows, qr.cols / head_dim, cache.kv_dim / head_dim, head_dim, cache};
+  MINFER_CHECK(cache.head_dim == head_dim, "attention: the cache holds heads of ", cache.head_dim,
+               ", q heads of ", head_dim);
+  AttentionShape s{qr.rows, qr.cols / head_dim, cache.n_kv_heads, head_dim, cache};
   MINFER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: ", s.n_heads,
                " query heads cannot share ", s.n_kv_heads, " KV heads");
   index_vector("attention", "seq", seq, qr.rows, device);
@@ -159,6 +159,13 @@ void fill(const Tensor& t, DeviceKind device) {
   on_device("fill_uniform", "t", t, device);
   MINFER_CHECK(t.is_contiguous() && t.dtype() != DType::i32,
                "fill_uniform: needs a contiguous float tensor, got ", t.str());
+}
+
+void sum(const Tensor& out, const Tensor& x, DeviceKind device) {
+  on_device("sum", "x", x, device);
+  on_device("sum", "out", out, device);
+  MINFER_CHECK(x.dtype() == DType::f32 && x.is_contiguous(), "sum: x must be contiguous f32, got ", x.str());
+  MINFER_CHECK(out.dtype() == DType::f32 && out.numel() == 1, "sum: out must be f32[1], got ", out.str());
 }
 
 }  // namespace minfer::op_checks

@@ -23,9 +23,10 @@ void index_vector(const char* op, const char* name, const Tensor& t, int64_t row
 void weight(const char* op, const char* name, const Tensor& t, DeviceKind device);
 
 struct CacheShape {
-  int64_t n_seqs, S, kv_dim;
+  int64_t n_seqs, n_kv_heads, S, head_dim;
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
-// Two same-shaped contiguous (sequences, positions, kv_dim) caches of f32, f16 or bf16.
+// Two same-shaped contiguous (sequences, kv_heads, positions, head_dim) caches of f32, f16 or bf16.
 CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
                     DeviceKind device);
 // Host-side check that every (seq, pos) pair addresses a cache slot.
@@ -53,5 +54,6 @@ void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tenso
                  DeviceKind device);
 void argmax(const Tensor& out, const Tensor& x, DeviceKind device);
 void fill(const Tensor& t, DeviceKind device);
+void sum(const Tensor& out, const Tensor& x, DeviceKind device);
 
 }  // namespace minfer::op_checks

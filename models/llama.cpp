@@ -81,7 +81,8 @@ void LlamaModel::allocate(const std::string& name) {
   info_.vocab_size = V;
   info_.context_length = c.seq_len;
   info_.n_layers = L;
-  info_.kv_dim = kv;
+  info_.n_kv_heads = c.n_kv_heads;
+  info_.head_dim = c.head_dim();
   info_.n_params = c.n_params();
   info_.weight_bytes = weight_bytes(c, dtype_);
   info_.dtype = dtype_;
@@ -221,7 +222,8 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   const int64_t M = b.tokens.size(0), R = b.logit_rows.size(0);
   MINFER_CHECK(M <= ws_.rows && R <= ws_.logit_rows, "forward: a batch of ", M, " rows (", R,
                " logit rows) exceeds the reserved ", ws_.rows, " (", ws_.logit_rows, ")");
-  MINFER_CHECK(cache.n_layers() == config_.n_layers && cache.kv_dim() == config_.kv_dim(),
+  MINFER_CHECK(cache.n_layers() == config_.n_layers && cache.n_kv_heads() == config_.n_kv_heads &&
+                   cache.head_dim() == config_.head_dim(),
                "forward: the KV cache does not match the model");
   Tensor x = ws_.x.slice(0, 0, M);
   backend_.embedding(x, w_.token_embedding, b.tokens);

@@ -22,6 +22,7 @@
 #include "kernels/ref/rmsnorm.h"
 #include "kernels/ref/rope.h"
 #include "kernels/ref/softmax.h"
+#include "kernels/ref/sum.h"
 #include "kernels/ref/swiglu.h"
 #include "tests/op_harness.h"
 
@@ -30,7 +31,7 @@ namespace {
 
 enum class Op {
   embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store, attention,
-  attention_fused, swiglu, add, softmax, argmax, fill
+  attention_fused, swiglu, add, softmax, argmax, fill, sum
 };
 
 const char* op_name(Op op) {
@@ -49,6 +50,7 @@ const char* op_name(Op op) {
     case Op::softmax: return "SOFT_MAX";
     case Op::argmax: return "ARGMAX";
     case Op::fill: return "FILL_UNIFORM";
+    case Op::sum: return "SUM";
   }
   return "?";
 }
@@ -190,8 +192,8 @@ TEST_P(BackendOps, MatchesReference) {
       const int64_t kv_dim = kv_heads * head_dim;
       std::vector<int32_t> seq, pos;
       distinct_slots(rng_, M, n_seqs, S, &seq, &pos);
-      Tensor k_cache_host = host_random({n_seqs, S, kv_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache_host = host_random({n_seqs, S, kv_dim}, rng_, -1, 1, k.dtype);
+      Tensor k_cache_host = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache_host = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
       Tensor k_cache = to_backend(*backend_, k_cache_host), v_cache = to_backend(*backend_, v_cache_host);
       auto [kx, k_host] = activation(M, kv_dim);
       auto [vx, v_host] = activation(M, kv_dim);
@@ -211,7 +213,7 @@ TEST_P(BackendOps, MatchesReference) {
         expect_close(k_host, to_host(kx), 1e-7, label + " (k)");
       }
       ref::kv_store(k_cache_host.data(), v_cache_host.data(), k.dtype, k_host.data_as<float>(), kv_dim,
-                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_dim, S);
+                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_heads, head_dim, S);
       Tensor k_expected = host_tensor({n_seqs * S, kv_dim}, DType::f32);
       Tensor k_actual = host_tensor({n_seqs * S, kv_dim}, DType::f32);
       k_expected.convert_from(k_cache_host.reshape({n_seqs * S, kv_dim}));
@@ -233,8 +235,8 @@ TEST_P(BackendOps, MatchesReference) {
         seq.push_back(static_cast<int32_t>(rng_() % n_seqs));
         pos.push_back(static_cast<int32_t>(m % 7 == 0 ? S - 1 - rng_() % 3 : rng_() % S));
       }
-      Tensor k_cache = host_random({n_seqs, S, kv_heads * head_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache = host_random({n_seqs, S, kv_heads * head_dim}, rng_, -1, 1, k.dtype);
+      Tensor k_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
       auto [q, q_host] = activation(M, heads * head_dim, -2, 2);
       GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
       backend_->attention(out.view(), q, to_backend(*backend_, k_cache), to_backend(*backend_, v_cache),
@@ -293,6 +295,18 @@ TEST_P(BackendOps, MatchesReference) {
         EXPECT_EQ(actual.data_as<int32_t>()[m], expected[m]) << label << " row " << m;
       break;
     }
+    case Op::sum: {
+      const int64_t n = M * k.a;
+      Tensor x_host = host_random({n}, rng_, -1, 1);
+      GuardedOutput out(*backend_, 1, 1, 1);
+      backend_->sum(out.view().reshape({1}), to_backend(*backend_, x_host));
+      Tensor expected = host_tensor({1, 1}, DType::f32);
+      ref::sum(expected.data_as<float>(), x_host.data_as<float>(), n);
+      // A sum of n values loses up to about n * 2^-24 of their magnitudes to rounding.
+      const float got = out.check(label).data_as<float>()[0], want = expected.data_as<float>()[0];
+      EXPECT_NEAR(got, want, 1e-6 * double(n)) << label;
+      break;
+    }
     case Op::fill: {
       // Seeded weights must be bit-for-bit the same on every backend.
       const int64_t n = M * k.a;
@@ -330,6 +344,8 @@ std::vector<Case> all_cases() {
       for (Op op : {Op::attention, Op::attention_fused}) {
         cases.push_back({backend, op, M, 4, 2, 16, DType::f32, strided});
         cases.push_back({backend, op, M, 6, 6, 34, DType::f32, !strided});
+        cases.push_back({backend, op, M, 6, 3, 48, DType::f32, strided});
+        if (M <= 8) cases.push_back({backend, op, M, 4, 4, 128, DType::f32, !strided});
         if (cuda) cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
       }
       if (cuda) {
@@ -342,6 +358,7 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
       for (DType t : {DType::f32, DType::f16, DType::bf16})
         cases.push_back({backend, Op::fill, M, 1000, 0, 0, t, false});
+      cases.push_back({backend, Op::sum, M, 70001, 0, 0, DType::f32, false});
     }
   }
   // The hand-written CUDA matrix products (mma is f16-only: Tensor Cores).
@@ -368,8 +385,8 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
   std::mt19937 rng(3);
   const int64_t M = 37, heads = 6, kv_heads = 2, head_dim = 40, S = 200;
   Tensor q = to_backend(cpu, host_random({M, heads * head_dim}, rng));
-  Tensor k_cache = to_backend(cpu, host_random({2, S, kv_heads * head_dim}, rng));
-  Tensor v_cache = to_backend(cpu, host_random({2, S, kv_heads * head_dim}, rng));
+  Tensor k_cache = to_backend(cpu, host_random({2, kv_heads, S, head_dim}, rng));
+  Tensor v_cache = to_backend(cpu, host_random({2, kv_heads, S, head_dim}, rng));
   Tensor seq = cpu.empty({M}, DType::i32), pos = cpu.empty({M}, DType::i32);
   for (int64_t m = 0; m < M; ++m) {
     seq.data_as<int32_t>()[m] = static_cast<int32_t>(m % 2);
@@ -414,7 +431,7 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   ids.data_as<int32_t>()[2] = 0;
   Tensor table = cpu.empty({10, 10}, DType::f32);
   EXPECT_THROW(cpu.embedding(out, table, ids), Error);
-  Tensor cache = cpu.empty({2, 4, 8}, DType::f32);
+  Tensor cache = cpu.empty({2, 1, 4, 8}, DType::f32);
   Tensor pos = cpu.empty({3}, DType::i32), seq = cpu.empty({3}, DType::i32);
   for (int i = 0; i < 3; ++i) {
     seq.data_as<int32_t>()[i] = 0;

@@ -75,7 +75,8 @@ TEST(Golden, FirstLogitsMatchRunC) {
     check_row(decoder.logits(0), row, "decode");
   }
   // One forward pass over all 8 rows, logits for every row.
-  KvCache cache(*backend, model->info().n_layers, 1, 8, model->info().kv_dim, DType::f32);
+  KvCache cache(*backend, model->info().n_layers, 1, 8, model->info().n_kv_heads, model->info().head_dim,
+                DType::f32);
   model->reserve(8, 8);
   Tensor ids = backend->empty({4, 8}, DType::i32);
   for (int i = 0; i < 8; ++i) {

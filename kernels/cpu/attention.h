@@ -15,7 +15,7 @@ template <bool Online>
 void attention(ThreadPool& pool,
                float* out, int64_t ld_out,               // (M, n_heads * head_dim)
                const float* q, int64_t ld_q,             // (M, n_heads * head_dim)
-               const float* k_cache, const float* v_cache,  // (B, S, n_kv_heads * head_dim)
+               const float* k_cache, const float* v_cache,  // (B, n_kv_heads, S, head_dim)
                const int32_t* seq, const int32_t* pos,    // (M)
                int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S);
 

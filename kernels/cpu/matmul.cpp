@@ -27,50 +27,99 @@ namespace {
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Stride = Eigen::OuterStride<>;
 
-// out[m, n] for m < MR and n in [n0, n1): each weight row is loaded once and multiplied with all
-// MR activation rows. U independent accumulators per row hide the FMA latency.
+// note: the small-M kernel works on the weights in their stored layout ([N, K], one output
+// feature per row), as dot products along K. A tile is 4 weight rows x MR activation rows: each
+// weight vector loaded from memory feeds MR FMAs, each activation vector (from L1) feeds 4, and
+// the 4 x MR accumulators are independent FMA chains. The horizontal sums at the end of a tile
+// (simd::sum4) are paid once per 16 outputs. No packing: every weight is read exactly once per
+// call, which is what decode needs.
+
+// out[m, n0 .. n0+3] for m < MR, from weight rows w[0 .. 3] (row stride K). With `next` set,
+// the next tile's rows are prefetched on the way: four rows of a few hundred bytes each are too
+// short a stream for the hardware prefetcher to ramp up on.
 template <int MR, class W>
-void gemv_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x,
-               const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
-  constexpr int U = MR == 1 ? 4 : 2;
+inline void tile4(float* out, int64_t ld_out, const float* x, int64_t ld_x,
+                  const typename W::Stored* w, int64_t K, const typename W::Stored* next) {
   constexpr int VW = simd::kWidth;
-  for (int64_t n = n0; n < n1; ++n) {
-    const typename W::Stored* row = w + n * K;
-    simd::Vec acc[MR][U];
-    for (int m = 0; m < MR; ++m)
-      for (int u = 0; u < U; ++u) acc[m][u] = simd::zero();
-    int64_t k = 0;
-    for (; k + U * VW <= K; k += U * VW)
-      for (int u = 0; u < U; ++u) {
-        simd::Vec wv = W::load(row + k + u * VW);
-        for (int m = 0; m < MR; ++m)
-          acc[m][u] = simd::fma(wv, simd::load(x + m * ld_x + k + u * VW), acc[m][u]);
-      }
-    for (; k + VW <= K; k += VW) {
-      simd::Vec wv = W::load(row + k);
-      for (int m = 0; m < MR; ++m) acc[m][0] = simd::fma(wv, simd::load(x + m * ld_x + k), acc[m][0]);
+  simd::Vec acc[MR][4];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < 4; ++r) acc[m][r] = simd::zero();
+  int64_t k = 0;
+  for (; k + VW <= K; k += VW) {
+    if (next != nullptr)
+      for (int r = 0; r < 4; ++r) __builtin_prefetch(next + r * K + k);
+    simd::Vec wv[4];
+    for (int r = 0; r < 4; ++r) {
+      wv[r] = W::load(w + r * K + k);
+      simd::keep_in_register(wv[r]);
     }
     for (int m = 0; m < MR; ++m) {
-      simd::Vec total = acc[m][0];
-      for (int u = 1; u < U; ++u) total = simd::add(total, acc[m][u]);
-      float s = simd::sum(total);
-      for (int64_t t = k; t < K; ++t) s += W::scalar(row + t) * x[m * ld_x + t];
-      out[m * ld_out + n] = s;
+      simd::Vec xv = simd::load(x + m * ld_x + k);
+      simd::keep_in_register(xv);
+      for (int r = 0; r < 4; ++r) acc[m][r] = simd::fma(wv[r], xv, acc[m][r]);
     }
+  }
+  for (int m = 0; m < MR; ++m) {
+    float sums[4];
+    simd::sum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], sums);
+    for (int64_t t = k; t < K; ++t)
+      for (int r = 0; r < 4; ++r) sums[r] += W::scalar(w + r * K + t) * x[m * ld_x + t];
+    for (int r = 0; r < 4; ++r) out[m * ld_out + r] = sums[r];
+  }
+}
+
+// out[m, n0] for m < MR, from one weight row (the last N % 4 rows).
+template <int MR, class W>
+inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
+                  const typename W::Stored* w, int64_t K) {
+  constexpr int VW = simd::kWidth;
+  simd::Vec acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = simd::zero();
+  int64_t k = 0;
+  for (; k + VW <= K; k += VW) {
+    simd::Vec wv = W::load(w + k);
+    for (int m = 0; m < MR; ++m) acc[m] = simd::fma(wv, simd::load(x + m * ld_x + k), acc[m]);
+  }
+  for (int m = 0; m < MR; ++m) {
+    float s = simd::sum(acc[m]);
+    for (int64_t t = k; t < K; ++t) s += W::scalar(w + t) * x[m * ld_x + t];
+    out[m * ld_out] = s;
+  }
+}
+
+// Every activation row against weight rows [n0, n1): the weight tile stays in L1 while all M
+// rows pass over it.
+template <class W>
+void small_m_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x,
+                  const typename W::Stored* w, int64_t M, int64_t n0, int64_t n1, int64_t K) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const typename W::Stored* rows = w + n * K;
+    // The first pass over this tile (rows 0..3 of x) prefetches the next tile.
+    const typename W::Stored* next = n + 8 <= n1 ? rows + 4 * K : nullptr;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4, next = nullptr)
+      tile4<4, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next);
+    switch (M - m) {
+      case 3: tile4<3, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
+      case 2: tile4<2, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
+      case 1: tile4<1, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
+      default: break;
+    }
+  }
+  for (; n < n1; ++n) {
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) tile1<4, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, w + n * K, K);
+    for (; m < M; ++m) tile1<1, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, w + n * K, K);
   }
 }
 
 template <class W>
-void gemv(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
-          const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
+void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
+             const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
   // note: 16-row grains keep each thread's block of weights a contiguous stream.
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    switch (M) {
-      case 1: gemv_rows<1, W>(out, ld_out, x, ld_x, w, n0, n1, K); break;
-      case 2: gemv_rows<2, W>(out, ld_out, x, ld_x, w, n0, n1, K); break;
-      case 3: gemv_rows<3, W>(out, ld_out, x, ld_x, w, n0, n1, K); break;
-      default: gemv_rows<4, W>(out, ld_out, x, ld_x, w, n0, n1, K); break;
-    }
+    small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K);
   });
 }
 
@@ -110,8 +159,8 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
   simd::dispatch_weight_type(w_dtype, [&](auto type) {
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);
-    if (M <= kGemvMaxRows)
-      gemv<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
+    if (M <= kSmallMaxRows)
+      small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
     else
       gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
   });

@@ -7,12 +7,13 @@
 
 namespace minfer::cpu {
 
-// Up to this many rows of activations, a product is a matrix-vector product per row: the weight
-// rows are split across the threads, read once, and each row of weights is multiplied with every
-// activation row while it sits in registers. Memory bandwidth is the limit there, so a hand-written
-// kernel that streams the weights (widening f16/bf16 in registers) beats a GEMM that packs them.
-// Above it, Eigen's cache-blocked GEMM (compute-bound) runs on each thread's slice of the weights.
-constexpr int64_t kGemvMaxRows = 4;
+// Up to this many rows of activations (decode of a batch of sequences), a hand-written kernel
+// streams the weight rows once, split across the threads, and multiplies each small tile of them
+// with every activation row while it sits in registers and L1, widening f16/bf16 in registers.
+// At one row memory bandwidth is the limit; at a few dozen the FMA units are, and the kernel
+// still beats a GEMM that must first pack the weights. Above it, Eigen's cache-blocked GEMM runs
+// on each thread's slice of the weights (prefill).
+constexpr int64_t kSmallMaxRows = 32;
 
 // out = x * w^T (see kernels/ref/matmul.h); w in f32, bf16 or f16.
 void matmul(ThreadPool& pool,

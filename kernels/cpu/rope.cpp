@@ -1,7 +1,6 @@
 #include "kernels/cpu/rope.h"
 
-#include <cstring>
-
+#include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/parallel.h"
 
 namespace minfer::cpu {
@@ -35,15 +34,12 @@ void rope_kv_store(ThreadPool& pool, float* q, int64_t ld_q, float* k, int64_t l
                    const float* v, int64_t ld_v, float* k_cache, float* v_cache,
                    const int32_t* seq, const int32_t* pos, const float* table, int64_t M,
                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S) {
-  const int64_t kv_dim = n_kv_heads * head_dim;
   for_rows(pool, M, (n_heads + 2 * n_kv_heads) * head_dim, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* angles = table + int64_t(pos[m]) * head_dim;
       rotate_row(q + m * ld_q, angles, n_heads, head_dim);
       rotate_row(k + m * ld_k, angles, n_kv_heads, head_dim);
-      int64_t slot = (int64_t(seq[m]) * S + pos[m]) * kv_dim;
-      std::memcpy(k_cache + slot, k + m * ld_k, static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(v_cache + slot, v + m * ld_v, static_cast<size_t>(kv_dim) * sizeof(float));
+      store_row(k_cache, v_cache, k + m * ld_k, v + m * ld_v, seq[m], pos[m], n_kv_heads, head_dim, S);
     }
   });
 }

@@ -19,7 +19,7 @@ void rope_kv_store(ThreadPool& pool,
                    float* q, int64_t ld_q,                 // (M, n_heads * head_dim), in place
                    float* k, int64_t ld_k,                 // (M, n_kv_heads * head_dim), in place
                    const float* v, int64_t ld_v,           // (M, n_kv_heads * head_dim)
-                   float* k_cache, float* v_cache,         // (B, S, n_kv_heads * head_dim)
+                   float* k_cache, float* v_cache,         // (B, n_kv_heads, S, head_dim)
                    const int32_t* seq, const int32_t* pos,  // (M)
                    const float* table,                     // (n_positions, head_dim / 2, 2)
                    int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S);

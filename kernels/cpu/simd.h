@@ -37,6 +37,36 @@ inline Vec set1(float v) { return _mm512_set1_ps(v); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline float sum(Vec v) { return _mm512_reduce_add_ps(v); }
+// out[i] = sum of the lanes of v_i, for four vectors at once: 128-bit lanes are paired across the
+// vectors first, so the four horizontal sums share their shuffles.
+inline void sum4(Vec v0, Vec v1, Vec v2, Vec v3, float* out) {
+  __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+  __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+  // 128-bit lane i of t holds four partial sums of v_i
+  __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
+  t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
+  __m512 firsts = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t);
+  _mm_storeu_ps(out, _mm512_castps512_ps128(firsts));
+}
+// out[i] = sum of the lanes of v[i] for 16 vectors: one transpose-and-add tree whose shuffles
+// are shared by all 16 sums (about 3 instructions per sum instead of 8 for separate ones).
+inline Vec sum16(const Vec* v) {
+  __m512 half[8], quarter[4];
+  for (int i = 0; i < 8; ++i)  // 128-bit lanes 0,1 | 2,3 of v[2i] and v[2i+1], added
+    half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                            _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)  // 128-bit lane j of quarter[i] holds 4 partial sums of v[4i + j]
+    quarter[i] = _mm512_add_ps(_mm512_shuffle_f32x4(half[2 * i], half[2 * i + 1], 0x88),
+                               _mm512_shuffle_f32x4(half[2 * i], half[2 * i + 1], 0xDD));
+  // Within each 128-bit lane j: a 4 x 4 transpose-add of quarter[0..3] gives the sums of
+  // v[j], v[4 + j], v[8 + j], v[12 + j].
+  __m512 a01 = _mm512_add_ps(_mm512_unpacklo_ps(quarter[0], quarter[1]), _mm512_unpackhi_ps(quarter[0], quarter[1]));
+  __m512 a23 = _mm512_add_ps(_mm512_unpacklo_ps(quarter[2], quarter[3]), _mm512_unpackhi_ps(quarter[2], quarter[3]));
+  __m512 r = _mm512_add_ps(_mm512_shuffle_ps(a01, a23, 0x44), _mm512_shuffle_ps(a01, a23, 0xEE));
+  // r holds sum(v[4k + j]) at 4j + k: put it in order.
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
 inline const char* name() { return "AVX-512"; }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kWidth = 8;
@@ -67,6 +97,11 @@ inline float sum(Vec v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+inline void sum4(Vec v0, Vec v1, Vec v2, Vec v3, float* out) {
+  __m256 h01 = _mm256_hadd_ps(v0, v1), h23 = _mm256_hadd_ps(v2, v3);
+  __m256 h = _mm256_hadd_ps(h01, h23);  // per 128-bit half: [v0, v1, v2, v3] partial sums
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
 inline const char* name() { return "AVX2+FMA"; }
 #else
 constexpr int kWidth = 1;
@@ -81,8 +116,24 @@ inline Vec set1(float v) { return v; }
 inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
 inline Vec add(Vec a, Vec b) { return a + b; }
 inline float sum(Vec v) { return v; }
+inline void sum4(Vec v0, Vec v1, Vec v2, Vec v3, float* out) {
+  out[0] = v0;
+  out[1] = v1;
+  out[2] = v2;
+  out[3] = v3;
+}
 inline const char* name() { return "scalar"; }
 #endif
+
+// Keeps v in a register: without it, GCC folds a vector used by several FMAs back into each FMA as
+// a memory operand, and a kernel meant to load each activation once loads it four times.
+inline void keep_in_register(Vec& v) {
+#if defined(__x86_64__) && (defined(__AVX512F__) || defined(__AVX2__))
+  __asm__("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
 
 // Weight formats as types, so a kernel templated on one has no dtype branch in its inner loop.
 struct F32 {

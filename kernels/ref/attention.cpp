@@ -10,22 +10,20 @@ namespace minfer::ref {
 void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const void* k_cache,
                const void* v_cache, DType cache_dtype, const int32_t* seq, const int32_t* pos,
                int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S) {
-  const int64_t kv_dim = n_kv_heads * head_dim;
   const int64_t group = n_heads / n_kv_heads;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   std::vector<double> score;
   for (int64_t m = 0; m < M; ++m) {
     const int64_t n_keys = int64_t(pos[m]) + 1;
-    const int64_t base = int64_t(seq[m]) * S * kv_dim;
     score.assign(static_cast<size_t>(n_keys), 0.0);
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* qh = q + m * ld_q + h * head_dim;
-      const int64_t kv_offset = (h / group) * head_dim;
+      const int64_t base = (int64_t(seq[m]) * n_kv_heads + h / group) * S * head_dim;
       double max_score = -INFINITY;
       for (int64_t t = 0; t < n_keys; ++t) {
         double dot = 0.0;
         for (int64_t i = 0; i < head_dim; ++i)
-          dot += double(qh[i]) * load_element(k_cache, cache_dtype, base + t * kv_dim + kv_offset + i);
+          dot += double(qh[i]) * load_element(k_cache, cache_dtype, base + t * head_dim + i);
         score[t] = dot * scale;
         if (score[t] > max_score) max_score = score[t];
       }
@@ -34,7 +32,7 @@ void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const v
       for (int64_t i = 0; i < head_dim; ++i) {
         double acc = 0.0;
         for (int64_t t = 0; t < n_keys; ++t)
-          acc += score[t] * load_element(v_cache, cache_dtype, base + t * kv_dim + kv_offset + i);
+          acc += score[t] * load_element(v_cache, cache_dtype, base + t * head_dim + i);
         out[m * ld_out + h * head_dim + i] = static_cast<float>(acc / total);
       }
     }

@@ -1,0 +1,130 @@
+#include "tools/bench_report.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace minfer::cli {
+
+namespace {
+
+std::string human_count(uint64_t n) {
+  char text[32];
+  if (n >= 1000000000ull) std::snprintf(text, sizeof(text), "%.2fB", double(n) / 1e9);
+  else if (n >= 1000000ull) std::snprintf(text, sizeof(text), "%.2fM", double(n) / 1e6);
+  else std::snprintf(text, sizeof(text), "%.1fK", double(n) / 1e3);
+  return text;
+}
+
+std::string human_bytes(uint64_t n) {
+  char text[32];
+  if (n >= (1ull << 30)) std::snprintf(text, sizeof(text), "%.2f GiB", double(n) / double(1ull << 30));
+  else std::snprintf(text, sizeof(text), "%.2f MiB", double(n) / double(1ull << 20));
+  return text;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.6g", v);
+  return text;
+}
+
+}  // namespace
+
+void mean_stddev(const std::vector<double>& samples, double* mean, double* stddev) {
+  double sum = 0.0;
+  for (double s : samples) sum += s;
+  *mean = samples.empty() ? 0.0 : sum / double(samples.size());
+  double squares = 0.0;
+  for (double s : samples) squares += (s - *mean) * (s - *mean);
+  *stddev = samples.size() > 1 ? std::sqrt(squares / double(samples.size() - 1)) : 0.0;
+}
+
+double BenchRow::roofline_fraction() const {
+  if (decode()) return roofline_gbps > 0 ? gbps / roofline_gbps : 0.0;
+  return roofline_gflops > 0 ? gflops / roofline_gflops : 0.0;
+}
+
+std::string BenchRow::limit() const {
+  char text[96];
+  const double value = decode() ? gbps : gflops;
+  const double ceiling = decode() ? roofline_gbps : roofline_gflops;
+  const char* unit = decode() ? "GB/s" : "GFLOP/s";
+  if (ceiling > 0)
+    std::snprintf(text, sizeof(text), "%.1f %s = %.0f%% of %.1f", value, unit, 100.0 * value / ceiling, ceiling);
+  else
+    std::snprintf(text, sizeof(text), "%.1f %s", value, unit);
+  return text;
+}
+
+void print_markdown_header(FILE* out) {
+  std::fprintf(out, "| model | params | size | device | dtype | threads | kernels | B | test | t/s | limit |\n");
+  std::fprintf(out, "| ----- | -----: | ---: | ------ | ----- | ------: | ------- | -: | ---- | --: | ----- |\n");
+}
+
+void print_markdown_row(FILE* out, const BenchRow& r) {
+  std::string kernels = r.kernels + (r.graphs.empty() ? "" : ", graphs " + r.graphs);
+  if (r.device == "cuda" && r.gemm != "cublas") kernels += ", gemm " + r.gemm;
+  std::fprintf(out, "| %s | %s | %s | %s | %s | %d | %s | %lld | %s | %.2f ± %.2f | %s |\n", r.model.c_str(),
+               human_count(r.n_params).c_str(), human_bytes(r.model_bytes).c_str(), r.device.c_str(),
+               r.dtype.c_str(), r.threads, kernels.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
+               r.avg_ts, r.stddev_ts, r.limit().c_str());
+  std::fflush(out);
+}
+
+void print_csv_header(FILE* out) {
+  std::fprintf(out, "model,n_params,model_bytes,device,dtype,threads,kernels,gemm,graphs,batch,test,n_prompt,"
+                    "n_gen,avg_ts,stddev_ts,bytes_per_step,gbps,gflops,roofline_gbps,roofline_gflops,build_commit\n");
+}
+
+void print_csv_row(FILE* out, const BenchRow& r) {
+  std::fprintf(out, "%s,%llu,%llu,%s,%s,%d,%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%llu,%.4f,%.4f,%.4f,%.4f,%s\n",
+               r.model.c_str(), static_cast<unsigned long long>(r.n_params),
+               static_cast<unsigned long long>(r.model_bytes), r.device.c_str(), r.dtype.c_str(), r.threads,
+               r.kernels.c_str(), r.gemm.c_str(), r.graphs.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
+               static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.avg_ts, r.stddev_ts,
+               static_cast<unsigned long long>(r.bytes_per_step), r.gbps, r.gflops, r.roofline_gbps,
+               r.roofline_gflops, r.build_commit.c_str());
+  std::fflush(out);
+}
+
+std::string to_json(const std::vector<BenchRow>& rows) {
+  std::ostringstream out;
+  out << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const BenchRow& r = rows[i];
+    out << "  {\"model\": " << json_string(r.model) << ", \"n_params\": " << r.n_params
+        << ", \"model_bytes\": " << r.model_bytes << ", \"device\": " << json_string(r.device)
+        << ", \"device_name\": " << json_string(r.device_name) << ", \"dtype\": " << json_string(r.dtype)
+        << ", \"threads\": " << r.threads << ", \"kernels\": " << json_string(r.kernels)
+        << ", \"gemm\": " << json_string(r.gemm) << ", \"graphs\": " << json_string(r.graphs)
+        << ", \"batch\": " << r.batch << ", \"test\": " << json_string(r.test) << ", \"n_prompt\": " << r.n_prompt
+        << ", \"n_gen\": " << r.n_gen << ", \"avg_ts\": " << number(r.avg_ts)
+        << ", \"stddev_ts\": " << number(r.stddev_ts) << ", \"samples_ts\": [";
+    for (size_t s = 0; s < r.samples_ts.size(); ++s) out << (s ? ", " : "") << number(r.samples_ts[s]);
+    out << "], \"bytes_per_step\": " << r.bytes_per_step << ", \"gbps\": " << number(r.gbps)
+        << ", \"gflops\": " << number(r.gflops) << ", \"roofline_gbps\": " << number(r.roofline_gbps)
+        << ", \"roofline_gflops\": " << number(r.roofline_gflops)
+        << ", \"roofline_fraction\": " << number(r.roofline_fraction())
+        << ", \"build_commit\": " << json_string(r.build_commit) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  out << "]\n";
+  return out.str();
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,52 @@
+// Rows of `minfer bench` and their three output formats: a markdown table (llama-bench's
+// columns plus the roofline), CSV, and JSON records for tools/plot_bench.py.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace minfer::cli {
+
+struct BenchRow {
+  std::string model;
+  uint64_t n_params = 0;
+  uint64_t model_bytes = 0;
+  std::string device;   // "cpu" or "cuda"
+  std::string device_name;
+  std::string dtype;
+  int threads = 0;
+  int64_t batch = 1;
+  std::string test;     // "pp512", "tg128"
+  int64_t n_prompt = 0;
+  int64_t n_gen = 0;
+  std::string kernels;  // "fused" or "unfused"
+  std::string gemm;
+  std::string graphs;   // "on", "off" or "" where it does not apply
+  std::vector<double> samples_ts;
+  double avg_ts = 0.0, stddev_ts = 0.0;
+  uint64_t bytes_per_step = 0;  // tg: average over the steps; pp: one pass over the weights + cache
+  double gbps = 0.0;            // bytes_per_step x steps per second
+  double gflops = 0.0;
+  double roofline_gbps = 0.0;   // measured ceilings, 0 when not measured (--roofline)
+  double roofline_gflops = 0.0;
+  std::string build_commit;
+
+  bool decode() const { return n_gen > 0; }
+  // The figure that matters for the row and its fraction of the ceiling, e.g.
+  // "71.3 GB/s = 87% of 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill).
+  std::string limit() const;
+  double roofline_fraction() const;  // 0 when no roofline was measured
+};
+
+// Mean and sample standard deviation.
+void mean_stddev(const std::vector<double>& samples, double* mean, double* stddev);
+
+void print_markdown_header(FILE* out);
+void print_markdown_row(FILE* out, const BenchRow& row);
+void print_csv_header(FILE* out);
+void print_csv_row(FILE* out, const BenchRow& row);
+std::string to_json(const std::vector<BenchRow>& rows);
+
+}  // namespace minfer::cli
