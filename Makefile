@@ -21,8 +21,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: prefill and decode of stories15M's shape at batch 1 and 8 on the best device,
+# against the measured roofline of this machine.
 run: build
-	./$(BUILD)/minfer devices
+	./$(BUILD)/minfer bench -m preset:stories15M -B 1,8 --roofline
 
 test: test-normal test-asan fuzz
 

@@ -5,11 +5,15 @@
 // OS has descheduled simply claims nothing: the others, the caller included, take its share. The
 // caller never waits for a worker to wake up, only for tasks that are already running.
 //
-// note: idle workers spin for `spin_us` microseconds before they sleep on a condition variable.
-// A decode step runs about ten parallel regions per layer a few microseconds apart: waking a
-// sleeping thread costs tens of microseconds each time, so the workers spin between regions and
-// sleep only when the engine is idle. On a machine shared with other work, spinning threads steal
-// cycles from it; spin_us = 0 gives the pure sleeping policy (`minfer bench --spin-us`).
+// note: idle workers spin for `spin_us` microseconds before they sleep on a condition variable,
+// but only while the process has the cores to itself. A decode step runs about ten parallel
+// regions per layer a few microseconds apart, and waking a sleeping thread each time costs 10-15%
+// of decode speed on an idle machine. On a machine shared with other work the opposite holds: a
+// spinning worker is a runnable thread the scheduler shares the cores with, and decode lost 40%
+// (measured: 2 threads, one competing busy process, 685 vs 410 tokens/s). So the pool watches
+// its own involuntary context switches (getrusage, every 128 regions): while the scheduler is
+// preempting it, workers sleep as soon as they run out of work; when it stops, they spin again.
+// spin_us = 0 gives the pure sleeping policy (`minfer bench --spin-us 0`).
 #pragma once
 
 #include <atomic>
@@ -65,6 +69,7 @@ class ThreadPool {
  private:
   void worker_loop();
   bool claim_and_run(uint32_t generation);
+  void watch_contention();
 
   int n_threads_;
   int spin_us_;
@@ -78,6 +83,10 @@ class ThreadPool {
   std::atomic<const FunctionRef<void(int)>*> task_{nullptr};
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};
+  std::atomic<bool> contended_{false};  // preempted lately: workers should not spin
+  uint32_t runs_since_check_ = 0;
+  int quiet_checks_left_ = 0;
+  long last_involuntary_switches_ = 0;
   std::mutex mutex_;
   std::condition_variable wake_;
 };

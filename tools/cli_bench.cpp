@@ -19,6 +19,7 @@
 
 #include "engine/decoder.h"
 #include "engine/error.h"
+#include "engine/profiler.h"
 #include "engine/roofline.h"
 #include "models/llama_cost.h"
 #include "tools/bench_report.h"
@@ -58,6 +59,7 @@ struct Settings {
   std::string output;
   bool roofline = false;
   bool explicit_prompt = false;  // -p given: a prompt longer than a model's context is an error
+  bool profile = false;          // time every op and print where each test spent its time
   BackendOptions backend;
 };
 
@@ -102,7 +104,10 @@ class Bench {
     }
     LlamaOptions model_options;
     model_options.dtype = dtype;
-    auto model = LlamaModel::load(spec, *backend, model_options);
+    std::unique_ptr<ProfilingBackend> profiler;
+    if (s_.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
+    Backend& runner = profiler ? static_cast<Backend&>(*profiler) : *backend;
+    auto model = LlamaModel::load(spec, runner, model_options);
     const LlamaConfig& config = model->config();
     std::vector<int64_t> prompts = s_.prompts;
     for (auto& p : prompts) {
@@ -142,10 +147,16 @@ class Bench {
         base.roofline_gbps = roofline.read_gbps;
         base.roofline_gflops = roofline.peak_gflops;
         base.build_commit = build_commit();
-        for (int64_t p : prompts)
-          if (p > 0) finish(prefill_row(base, *backend, decoder, config, p));
-        for (int64_t n : s_.gens)
-          if (n > 0) finish(decode_row(base, *backend, decoder, config, dtype, n));
+        for (int64_t p : prompts) {
+          if (p <= 0) continue;
+          if (profiler) profiler->reset();
+          finish(prefill_row(base, *backend, decoder, config, p), profiler.get());
+        }
+        for (int64_t n : s_.gens) {
+          if (n <= 0) continue;
+          if (profiler) profiler->reset();
+          finish(decode_row(base, *backend, decoder, config, dtype, n), profiler.get());
+        }
       }
     }
   }
@@ -196,9 +207,12 @@ class Bench {
     return row;
   }
 
-  void finish(BenchRow row) {
+  void finish(BenchRow row, const ProfilingBackend* profiler) {
     if (s_.output == "md") print_markdown_row(stdout, row);
     if (s_.output == "csv") print_csv_row(stdout, row);
+    if (profiler != nullptr)
+      std::fprintf(stderr, "\nminfer: where %s at B=%lld spent its time (warm-up and repetitions):\n%s\n",
+                   row.test.c_str(), static_cast<long long>(row.batch), profiler->report().c_str());
     rows_.push_back(std::move(row));
   }
 
@@ -223,6 +237,7 @@ int cmd_bench(int argc, char** argv) {
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
              {"--roofline", "", "measure read bandwidth and matmul peak first; rows show % of them"},
+             {"--profile", "", "time every op (serialising the device) and print a table per test"},
              {"-o,--output", "FMT", "md, csv or json (default md)"},
              {"--save-json", "PATH", "also write the JSON records to PATH"}});
   args.parse(argc, argv, 2);
@@ -249,6 +264,7 @@ int cmd_bench(int argc, char** argv) {
   s.backend.gemm = parse_gemm(args.get("--gemm", "cublas"));
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
   s.explicit_prompt = args.has("-p");
+  s.profile = args.has("--profile");
   Bench bench(s);
   std::vector<BenchRow> rows = bench.run();
   std::string json = to_json(rows);

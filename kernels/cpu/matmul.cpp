@@ -59,12 +59,20 @@ inline void tile4(float* out, int64_t ld_out, const float* x, int64_t ld_x,
       for (int r = 0; r < 4; ++r) acc[m][r] = simd::fma(wv[r], xv, acc[m][r]);
     }
   }
+  float sums[MR][4];
+#if defined(__AVX512F__)
+  if constexpr (MR == 4) {
+    // All 16 sums of the tile in one shared reduction tree; sums[m][r] = acc[m][r] in order.
+    simd::store(&sums[0][0], simd::sum16(&acc[0][0]));
+  } else
+#endif
+  {
+    for (int m = 0; m < MR; ++m) simd::sum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], sums[m]);
+  }
   for (int m = 0; m < MR; ++m) {
-    float sums[4];
-    simd::sum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], sums);
     for (int64_t t = k; t < K; ++t)
-      for (int r = 0; r < 4; ++r) sums[r] += W::scalar(w + r * K + t) * x[m * ld_x + t];
-    for (int r = 0; r < 4; ++r) out[m * ld_out + r] = sums[r];
+      for (int r = 0; r < 4; ++r) sums[m][r] += W::scalar(w + r * K + t) * x[m * ld_x + t];
+    for (int r = 0; r < 4; ++r) out[m * ld_out + r] = sums[m][r];
   }
 }
 
