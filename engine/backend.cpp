@@ -21,10 +21,18 @@ GemmKind parse_gemm(const std::string& name) {
   fail("unknown --gemm '", name, "' (expected naive, tiled, mma or cublas)");
 }
 
+#if MINFER_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend_cuda.cu
+#endif
+
 std::unique_ptr<Backend> make_backend(DeviceKind device, const BackendOptions& options) {
   if (device == DeviceKind::cpu) return std::make_unique<CpuBackend>(options);
   require_cuda();
-  fail("the CUDA backend is not implemented yet");
+#if MINFER_HAVE_CUDA
+  return make_cuda_backend(options);
+#else
+  fail("no CUDA device: this build has no CUDA backend");
+#endif
 }
 
 }  // namespace minfer

@@ -35,6 +35,7 @@ struct BackendOptions {
   int threads = 0;                             // CPU threads, 0 = every core
   int spin_us = ThreadPool::kDefaultSpinMicros;  // how long idle CPU workers spin before sleeping
   GemmKind gemm = GemmKind::cublas;            // CUDA matrix products
+  bool graphs = true;                          // CUDA: record decode steps as CUDA Graphs
 };
 
 class Backend {
@@ -56,6 +57,22 @@ class Backend {
   Tensor empty_host(const std::vector<int64_t>& shape, DType dtype) {
     return Tensor::empty(shape, dtype, DeviceKind::cpu, host_pool());
   }
+
+  // A copy queued behind the ops already enqueued (dense rows on both sides); synchronize()
+  // before reading a host destination.
+  virtual void copy_async(const Tensor& dst, const Tensor& src) { dst.copy_from(src); }
+  // Runs `body`, which must enqueue exactly the same work on the same memory every time it runs
+  // under `key`. A backend that can record work (CUDA Graphs) runs it normally once, records it
+  // the second time and from then on replays the recording: one launch instead of hundreds.
+  virtual void run_recorded(const std::string& key, FunctionRef<void()> body) {
+    (void)key;
+    body();
+  }
+  // Drops the recordings whose key starts with `prefix` (their memory is about to be freed).
+  virtual void forget_recordings(const std::string& prefix) { (void)prefix; }
+  // Whether run_recorded records (CUDA Graphs); false where the backend cannot.
+  virtual bool recording() const { return false; }
+  virtual void set_recording(bool on) { (void)on; }
 
   // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
   virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;

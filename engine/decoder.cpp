@@ -1,6 +1,7 @@
 #include "engine/decoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "engine/error.h"
@@ -32,7 +33,10 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                info.context_length, " positions");
   MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
   max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
-  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, options.kv_dtype);
+  const DType kv_dtype = options.kv_dtype ? *options.kv_dtype
+                         : backend_.device() == DeviceKind::cuda ? info.dtype
+                                                                  : DType::f32;
+  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
   model_.reserve(max_rows_, n_seqs_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
   const int64_t staging = 3 * max_rows_ + n_seqs_;
@@ -43,6 +47,13 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   argmax_ = backend_.empty({n_seqs_}, DType::i32);
   host_argmax_ = backend_.empty_host({n_seqs_}, DType::i32);
   next_.resize(static_cast<size_t>(n_seqs_));
+  static std::atomic<uint64_t> decoders{0};
+  recording_prefix_ = "decoder " + std::to_string(decoders++) + "/";
+}
+
+Decoder::~Decoder() {
+  backend_.synchronize();
+  backend_.forget_recordings(recording_prefix_);
 }
 
 void Decoder::reset() {
@@ -55,17 +66,13 @@ void Decoder::check_token(int32_t token) const {
                vocab_, ")");
 }
 
-// Runs the first n_rows rows staged in staging_; the last n_logit_rows staged logit rows belong to
-// sequences first_logit_seq, first_logit_seq + 1, ...
+// note: the staging buffer holds a batch packed end to end, tokens (n_rows), sequences (n_rows),
+// positions (n_rows), logit rows: one copy moves everything a forward pass needs to the device.
+// Runs such a packed batch; its logit rows belong to sequences first_logit_seq, +1, ...
+// Everything here is device work (it may be recorded and replayed); the host fills the staging
+// buffer before.
 void Decoder::run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows) {
-  int32_t* host = staging_.data_as<int32_t>();
-  // note: rows are staged in four arrays of max_rows_ slots; packing them end to end lets one
-  // copy move everything a forward pass needs to the device. Each array moves left, onto space
-  // already moved out of.
-  std::copy(host + max_rows_, host + max_rows_ + n_rows, host + n_rows);
-  std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + n_rows, host + 2 * n_rows);
-  std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + n_logit_rows, host + 3 * n_rows);
-  batch_.slice(0, 0, 3 * n_rows + n_logit_rows).copy_from(staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
+  backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
   ForwardBatch batch;
   batch.tokens = batch_.slice(0, 0, n_rows);
   batch.seq = batch_.slice(0, n_rows, 2 * n_rows);
@@ -87,8 +94,15 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   }
   int32_t* host = staging_.data_as<int32_t>();
   int64_t rows = 0, logit_rows = 0, first_logit_seq = 0;
+  // Prefill stages rows in four arrays of max_rows_ slots (the chunk's length is known only at
+  // its end), then packs them left before running the chunk.
   auto flush = [&] {
-    if (rows > 0) run_rows(rows, first_logit_seq, logit_rows);
+    if (rows > 0) {
+      std::copy(host + max_rows_, host + max_rows_ + rows, host + rows);
+      std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + rows, host + 2 * rows);
+      std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + logit_rows, host + 3 * rows);
+      run_rows(rows, first_logit_seq, logit_rows);
+    }
     first_logit_seq += logit_rows;
     rows = logit_rows = 0;
   };
@@ -114,23 +128,25 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   MINFER_CHECK(static_cast<int64_t>(tokens.size()) == n_seqs_, "decode: ", tokens.size(),
                " tokens for ", n_seqs_, " sequences");
   int32_t* host = staging_.data_as<int32_t>();
-  for (int64_t s = 0; s < n_seqs_; ++s) {
+  const int64_t B = n_seqs_;
+  for (int64_t s = 0; s < B; ++s) {  // packed directly: B rows, logits for every one
     check_token(tokens[s]);
     MINFER_CHECK(n_past_[s] < cache_.n_ctx(), "decode: sequence ", s, " is full (", cache_.n_ctx(),
                  " positions)");
     host[s] = tokens[s];
-    host[max_rows_ + s] = static_cast<int32_t>(s);
-    host[2 * max_rows_ + s] = static_cast<int32_t>(n_past_[s]++);
-    host[3 * max_rows_ + s] = static_cast<int32_t>(s);
+    host[B + s] = static_cast<int32_t>(s);
+    host[2 * B + s] = static_cast<int32_t>(n_past_[s]++);
+    host[3 * B + s] = static_cast<int32_t>(s);
   }
-  run_rows(n_seqs_, 0, n_seqs_);
+  backend_.run_recorded(recording_prefix_ + "decode@" + std::to_string(model_.generation()),
+                        [&] { run_rows(n_seqs_, 0, n_seqs_); });
   host_logits_valid_ = false;
 }
 
 float* Decoder::logits(int64_t seq) {
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "logits: no sequence ", seq);
   if (!host_logits_valid_) {
-    if (host_logits_.data() != logits_.data()) host_logits_.copy_from(logits_);
+    if (host_logits_.data() != logits_.data()) backend_.copy_async(host_logits_, logits_);
     backend_.synchronize();
     host_logits_valid_ = true;
   }
@@ -139,7 +155,7 @@ float* Decoder::logits(int64_t seq) {
 
 void Decoder::argmax(std::vector<int32_t>* out) {
   backend_.argmax(argmax_, logits_);
-  host_argmax_.copy_from(argmax_);
+  backend_.copy_async(host_argmax_, argmax_);
   backend_.synchronize();
   out->assign(host_argmax_.data_as<int32_t>(), host_argmax_.data_as<int32_t>() + n_seqs_);
 }

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/kv_cache.h"
@@ -25,7 +27,9 @@ struct DecoderOptions {
   int64_t n_seqs = 1;               // B, the sequences decoded together
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
   int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
-  DType kv_dtype = DType::f32;
+  // The KV cache's type. Unset: f32 on the CPU; on CUDA the weights' type (an f16 model keeps
+  // f16 keys and values, halving the cache's bytes), f32 for an f32 model.
+  std::optional<DType> kv_dtype;
 };
 
 struct GenerateOptions {
@@ -49,6 +53,9 @@ struct GenerateResult {
 class Decoder {
  public:
   Decoder(Model& model, const DecoderOptions& options);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
 
   int64_t n_seqs() const { return n_seqs_; }
   int64_t n_ctx() const { return cache_.n_ctx(); }
@@ -77,6 +84,11 @@ class Decoder {
  private:
   void run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows);
   void check_token(int32_t token) const;
+
+  // note: a decode step's work is the same at every position (positions live on the device), so
+  // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches
+  // become one graph launch. Keys carry this decoder's id and the model's generation.
+  std::string recording_prefix_;
 
   Model& model_;
   Backend& backend_;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/pool.h"
 
@@ -22,6 +23,19 @@ bool cuda_compiled();
 int cuda_device_count(std::string* reason);
 // Throws Error("no CUDA device: <reason>") unless a device is usable.
 void require_cuda();
+
+// What `minfer devices` reports about a GPU.
+struct CudaDeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;        // compute capability
+  int sms = 0;
+  size_t memory_bytes = 0, free_bytes = 0;
+  int l2_bytes = 0;
+  double bandwidth_gbps = 0.0;     // theoretical: 2 x memory clock x bus width
+  bool f16_tensor_cores = false;
+  std::string tensor_core_note;    // which instructions, or why there are none
+};
+std::vector<CudaDeviceInfo> cuda_devices();  // empty without a usable device
 
 // Copies `bytes` bytes; either side may be on either device. Synchronous.
 void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind src_device,

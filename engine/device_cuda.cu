@@ -37,6 +37,41 @@ int cuda_device_count(std::string* reason) {
   return count;
 }
 
+std::vector<CudaDeviceInfo> cuda_devices() {
+  std::vector<CudaDeviceInfo> devices;
+  std::string reason;
+  const int count = cuda_device_count(&reason);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+    CudaDeviceInfo info;
+    info.name = prop.name;
+    info.major = prop.major;
+    info.minor = prop.minor;
+    info.sms = prop.multiProcessorCount;
+    info.memory_bytes = prop.totalGlobalMem;
+    info.l2_bytes = prop.l2CacheSize;
+    int clock_khz = 0, bus_bits = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, d));
+    info.bandwidth_gbps = 2.0 * double(clock_khz) * 1e3 * double(bus_bits) / 8.0 / 1e9;
+    int previous = 0;
+    CUDA_CHECK(cudaGetDevice(&previous));
+    CUDA_CHECK(cudaSetDevice(d));
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    CUDA_CHECK(cudaSetDevice(previous));
+    info.free_bytes = free_bytes;
+    info.f16_tensor_cores = prop.major >= 7;
+    info.tensor_core_note = prop.major >= 9   ? "f16/bf16 Tensor Cores (mma.sync, wgmma)"
+                            : prop.major >= 8 ? "f16/bf16 Tensor Cores (mma.sync)"
+                            : prop.major == 7 ? "f16 Tensor Cores (mma.sync)"
+                                              : "no f16 Tensor Cores: they arrived with compute capability 7.0";
+    devices.push_back(info);
+  }
+  return devices;
+}
+
 void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind src_device,
                 size_t bytes) {
   if (bytes == 0) return;

@@ -9,6 +9,8 @@ namespace minfer {
 
 bool cuda_compiled() { return false; }
 
+std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
+
 int cuda_device_count(std::string* reason) {
   if (reason != nullptr) *reason = "this build of minfer has no CUDA backend (built without nvcc)";
   return 0;

@@ -47,6 +47,9 @@ class Model {
   // Fused kernels (see docs in models/llama.cpp) or the unfused composition of the same ops.
   virtual void set_fused(bool fused) = 0;
   virtual bool fused() const = 0;
+  // Changes whenever reserve() moves the activations or set_fused() changes the work a forward
+  // pass enqueues: a recorded forward pass (a CUDA Graph) is only valid for one generation.
+  virtual uint64_t generation() const = 0;
 };
 
 }  // namespace minfer

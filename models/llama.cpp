@@ -160,6 +160,7 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   const int64_t rows = std::max(max_rows, ws_.rows), logit_rows = std::max(max_logit_rows, ws_.logit_rows);
   const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
   ws_ = Workspace();  // give the old buffers back to the pool first
+  ++generation_;
   ws_.rows = rows;
   ws_.logit_rows = logit_rows;
   ws_.x = backend_.empty({rows, d}, DType::f32);

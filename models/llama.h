@@ -37,8 +37,12 @@ class LlamaModel final : public Model {
   const LlamaConfig& config() const { return config_; }
   void reserve(int64_t max_rows, int64_t max_logit_rows) override;
   void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
-  void set_fused(bool fused) override { fused_ = fused; }
+  void set_fused(bool fused) override {
+    if (fused != fused_) ++generation_;
+    fused_ = fused;
+  }
   bool fused() const override { return fused_; }
+  uint64_t generation() const override { return generation_; }
 
   // Bytes of weights the model stores on the device for (config, dtype).
   static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
@@ -51,6 +55,7 @@ class LlamaModel final : public Model {
   LlamaConfig config_;
   DType dtype_;
   bool fused_;
+  uint64_t generation_ = 0;
   ModelInfo info_;
   // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the

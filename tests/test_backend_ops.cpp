@@ -5,7 +5,8 @@
 // Limits (NMSE = sum((ref - out)^2) / sum(ref^2)):
 //   f32 everywhere, and 16-bit weights on the CPU (widened exactly, f32 arithmetic):   1e-7
 //   f16 or bf16 products on CUDA (activations rounded to 16 bits, f32 accumulation):  5e-4
-//   f16 KV cache on CUDA (keys and values rounded to f16):                            5e-4
+//   f16 KV cache on CUDA (keys, values, and on Tensor Cores q and p, rounded to f16):  5e-4
+//   bf16 KV cache on CUDA (the same with 8-bit mantissas):                            2e-3
 //   argmax: exact.
 #include <gtest/gtest.h>
 
@@ -31,7 +32,7 @@ namespace {
 
 enum class Op {
   embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store, attention,
-  attention_fused, swiglu, add, softmax, argmax, fill, sum
+  attention_fused, attention_prefill, swiglu, add, softmax, argmax, fill, sum
 };
 
 const char* op_name(Op op) {
@@ -45,6 +46,7 @@ const char* op_name(Op op) {
     case Op::rope_kv_store: return "ROPE_KV_STORE";
     case Op::attention: return "ATTENTION";
     case Op::attention_fused: return "ATTENTION_FUSED";
+    case Op::attention_prefill: return "ATTENTION_PREFILL";
     case Op::swiglu: return "SWIGLU";
     case Op::add: return "ADD";
     case Op::softmax: return "SOFT_MAX";
@@ -228,12 +230,19 @@ TEST_P(BackendOps, MatchesReference) {
       break;
     }
     case Op::attention:
-    case Op::attention_fused: {
-      const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3, S = 300;
+    case Op::attention_fused:
+    case Op::attention_prefill: {
+      const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3;
+      const int64_t S = k.op == Op::attention_prefill ? M + 70 : 300;
       std::vector<int32_t> seq, pos;
       for (int64_t m = 0; m < M; ++m) {
-        seq.push_back(static_cast<int32_t>(rng_() % n_seqs));
-        pos.push_back(static_cast<int32_t>(m % 7 == 0 ? S - 1 - rng_() % 3 : rng_() % S));
+        if (k.op == Op::attention_prefill) {  // a prompt: consecutive positions of one sequence
+          seq.push_back(1);
+          pos.push_back(static_cast<int32_t>(37 + m));
+        } else {
+          seq.push_back(static_cast<int32_t>(rng_() % n_seqs));
+          pos.push_back(static_cast<int32_t>(m % 7 == 0 ? S - 1 - rng_() % 3 : rng_() % S));
+        }
       }
       Tensor k_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
       Tensor v_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
@@ -245,7 +254,10 @@ TEST_P(BackendOps, MatchesReference) {
       ref::attention(expected.data_as<float>(), heads * head_dim, q_host.data_as<float>(),
                      heads * head_dim, k_cache.data(), v_cache.data(), k.dtype, seq.data(), pos.data(),
                      M, heads, kv_heads, head_dim, S);
-      expect_close(expected, out.check(label), k.dtype == DType::f32 ? 1e-7 : 5e-4, label);
+      // f16/bf16 caches: keys and values were rounded on the way in, and the prefill Tensor Core
+      // path also rounds q and the probabilities to 16 bits.
+      const double limit = k.dtype == DType::f32 ? 1e-7 : k.dtype == DType::f16 ? 5e-4 : 2e-3;
+      expect_close(expected, out.check(label), limit, label);
       break;
     }
     case Op::swiglu:
@@ -361,6 +373,16 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::sum, M, 70001, 0, 0, DType::f32, false});
     }
   }
+  // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
+  // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
+  // exact path for f32 caches.
+  for (const std::string backend : {"cpu", "cuda"})
+    for (int64_t M : {8, 100, 130, 512}) {
+      cases.push_back({backend, Op::attention_prefill, M, 8, 2, 64, DType::f32, false});
+      if (backend == "cuda")
+        for (DType t : {DType::f16, DType::bf16})
+          for (int64_t hd : {64, 128}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, hd, t, false});
+    }
   // The hand-written CUDA matrix products (mma is f16-only: Tensor Cores).
   for (const std::string backend : {"cuda-naive", "cuda-tiled", "cuda-mma"})
     for (int64_t M : Ms)

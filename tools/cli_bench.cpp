@@ -125,39 +125,52 @@ class Bench {
     for (int64_t p : prompts) n_ctx = std::max(n_ctx, p);
     for (int64_t n : s_.gens) n_ctx = std::max(n_ctx, n);
 
+    // CUDA Graphs apply to CUDA decode only; CPU rows carry an empty "graphs".
+    const std::vector<std::string> graph_modes =
+        device == DeviceKind::cuda ? s_.graphs : std::vector<std::string>{""};
+    BenchRow base;
+    base.model = spec;
+    base.n_params = config.n_params();
+    base.model_bytes = model->info().weight_bytes;
+    base.device = device_name(device);
+    base.device_name = backend->name();
+    base.dtype = dtype_name(dtype);
+    base.threads = backend->cpu_threads();
+    base.gemm = gemm_name(options.gemm);
+    base.roofline_gbps = roofline.read_gbps;
+    base.roofline_gflops = roofline.peak_gflops;
+    base.build_commit = build_commit();
     for (const std::string& kernels : s_.kernels) {
-      model->set_fused(kernels == "fused");
-      for (int64_t B : s_.batches) {
-        DecoderOptions dec;
-        dec.n_seqs = B;
-        dec.n_ctx = n_ctx;
-        dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
-        Decoder decoder(*model, dec);
-        BenchRow base;
-        base.model = spec;
-        base.n_params = config.n_params();
-        base.model_bytes = model->info().weight_bytes;
-        base.device = device_name(device);
-        base.device_name = backend->name();
-        base.dtype = dtype_name(dtype);
-        base.threads = backend->cpu_threads();
-        base.batch = B;
+      for (const std::string& graphs : graph_modes) {
+        model->set_fused(kernels == "fused");
+        if (!graphs.empty()) backend->set_recording(graphs == "on");
         base.kernels = kernels;
-        base.gemm = gemm_name(options.gemm);
-        base.roofline_gbps = roofline.read_gbps;
-        base.roofline_gflops = roofline.peak_gflops;
-        base.build_commit = build_commit();
-        for (int64_t p : prompts) {
-          if (p <= 0) continue;
-          if (profiler) profiler->reset();
-          finish(prefill_row(base, *backend, decoder, config, p), profiler.get());
-        }
-        for (int64_t n : s_.gens) {
-          if (n <= 0) continue;
-          if (profiler) profiler->reset();
-          finish(decode_row(base, *backend, decoder, config, dtype, n), profiler.get());
+        base.graphs = graphs;
+        for (int64_t B : s_.batches) {
+          base.batch = B;
+          run_batch(base, *backend, *model, prompts, n_ctx, profiler.get());
         }
       }
+    }
+  }
+
+  void run_batch(const BenchRow& base, Backend& backend, LlamaModel& model, const std::vector<int64_t>& prompts,
+                 int64_t n_ctx, ProfilingBackend* profiler) {
+    const int64_t B = base.batch;
+    DecoderOptions dec;
+    dec.n_seqs = B;
+    dec.n_ctx = n_ctx;
+    dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
+    Decoder decoder(model, dec);
+    for (int64_t p : prompts) {
+      if (p <= 0) continue;
+      if (profiler) profiler->reset();
+      finish(prefill_row(base, backend, decoder, model.config(), p), profiler);
+    }
+    for (int64_t n : s_.gens) {
+      if (n <= 0) continue;
+      if (profiler) profiler->reset();
+      finish(decode_row(base, backend, decoder, model.config(), model.info().dtype, n), profiler);
     }
   }
 
@@ -235,6 +248,7 @@ int cmd_bench(int argc, char** argv) {
              {"--dtype", "LIST", "weights: f32, f16, bf16 (default f32)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
+             {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
              {"--roofline", "", "measure read bandwidth and matmul peak first; rows show % of them"},
              {"--profile", "", "time every op (serialising the device) and print a table per test"},
@@ -262,6 +276,8 @@ int cmd_bench(int argc, char** argv) {
   MINFER_CHECK(s.output == "md" || s.output == "csv" || s.output == "json", "-o: '", s.output, "' is not md, csv or json");
   s.roofline = args.has("--roofline");
   s.backend.gemm = parse_gemm(args.get("--gemm", "cublas"));
+  s.graphs = split_list(args.get("--graphs", "on"));
+  for (const auto& g : s.graphs) parse_on_off(g, "--graphs");
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
   s.explicit_prompt = args.has("-p");
   s.profile = args.has("--profile");

@@ -15,7 +15,13 @@ std::vector<Option> engine_options() {
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
       {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
+      {"--graphs", "ON|OFF", "CUDA: replay decode steps as CUDA Graphs (default on)"},
   };
+}
+
+bool parse_on_off(const std::string& value, const std::string& option) {
+  MINFER_CHECK(value == "on" || value == "off", option, ": '", value, "' is not on or off");
+  return value == "on";
 }
 
 DeviceKind choose_device(const std::string& name) {
@@ -34,6 +40,7 @@ BackendOptions backend_options(const Args& args) {
   options.threads = static_cast<int>(args.get_int("--threads", 0, 0, 1024));
   options.spin_us = static_cast<int>(args.get_int("--spin-us", options.spin_us, 0, 1000000));
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
+  options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
   return options;
 }
 

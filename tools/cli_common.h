@@ -19,6 +19,7 @@ std::vector<Option> engine_options();
 // ("no CUDA device: <reason>").
 DeviceKind choose_device(const std::string& name);
 BackendOptions backend_options(const Args& args);
+bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
 
 // Loads -m MODEL on a new backend and prints a line about it (and its memory) on stderr.

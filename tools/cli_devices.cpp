@@ -18,6 +18,14 @@ int cmd_devices(int argc, char** argv) {
   std::string reason;
   int n = cuda_device_count(&reason);
   if (n == 0) std::printf("cuda: no device (%s)\n", reason.c_str());
+  int index = 0;
+  for (const CudaDeviceInfo& d : cuda_devices()) {
+    std::printf("cuda:%d: %s, compute capability %d.%d, %d SMs\n", index++, d.name.c_str(), d.major, d.minor, d.sms);
+    std::printf("  memory: %.1f GiB (%.1f GiB free), L2 %.1f MiB, theoretical bandwidth %.0f GB/s\n",
+                double(d.memory_bytes) / double(1ull << 30), double(d.free_bytes) / double(1ull << 30),
+                double(d.l2_bytes) / double(1 << 20), d.bandwidth_gbps);
+    std::printf("  tensor cores: %s\n", d.tensor_core_note.c_str());
+  }
   CpuInfo cpu = cpu_info();
   std::printf("cpu: %s, %d logical cores\n", cpu.model.c_str(), cpu.logical_cores);
   std::printf("  simd: %s (kernels compiled for %s)\n", cpu.simd.c_str(), cpu.compiled.c_str());

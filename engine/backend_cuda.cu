@@ -1,0 +1,310 @@
+// The CUDA backend: every op on one stream, memory from caching pools over cudaMalloc (device)
+// and cudaMallocHost (pinned host memory for transfers), kernels from kernels/cuda/, matrix
+// products through the kernels or cuBLAS/cuBLASLt, and decode steps recorded as CUDA Graphs.
+//
+// Scratch buffers (f16 copies of activations, attention scores and partial states) grow on first
+// use and are then reused; the first run of a recorded step is a normal run precisely so that
+// this growth, and cuBLASLt's algorithm queries, happen before anything is captured.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/cuda_check.cuh"
+#include "engine/error.h"
+#include "engine/op_checks.h"
+#include "kernels/cuda/add.cuh"
+#include "kernels/cuda/argmax.cuh"
+#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/fill.cuh"
+#include "kernels/cuda/gemm_cublas.cuh"
+#include "kernels/cuda/gemm_mma.cuh"
+#include "kernels/cuda/gemm_naive.cuh"
+#include "kernels/cuda/gemm_tiled.cuh"
+#include "kernels/cuda/kv_store.cuh"
+#include "kernels/cuda/matvec.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/softmax.cuh"
+#include "kernels/cuda/sum.cuh"
+#include "kernels/cuda/swiglu.cuh"
+
+namespace minfer {
+
+namespace checks = op_checks;
+constexpr DeviceKind kCuda = DeviceKind::cuda;
+
+namespace {
+
+float* f32(const Tensor& t) { return t.data_as<float>(); }
+const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
+int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
+
+// Above this many rows attention runs the prefill kernel (tiles of 64 rows); at or below it the
+// decode kernels, which parallelise over (row, head) and, fused, over chunks of keys.
+constexpr int64_t kDecodeAttentionRows = 64;
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+
+int select_device() {
+  require_cuda();
+  CUDA_CHECK(cudaSetDevice(0));
+  return 0;
+}
+
+}  // namespace
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options)
+      : device_(select_device()),
+        options_(options),
+        pool_(make_cuda_device_upstream()),
+        pinned_(make_cuda_pinned_upstream()) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    workspace_ = pool_.allocate(kBlasWorkspaceBytes);
+    blas_ = std::make_unique<cuda::BlasGemm>(stream_, workspace_.data(), workspace_.size());
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    device_name_ = detail::concat(prop.name, ", sm_", prop.major, prop.minor);
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, recording] : recordings_)
+      if (recording.exec != nullptr) cudaGraphExecDestroy(recording.exec);
+    scratch_.clear();
+    blas_.reset();
+    workspace_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind device() const override { return kCuda; }
+  std::string name() const override {
+    return detail::concat("cuda (", device_name_, ", gemm ", gemm_name(options_.gemm),
+                          options_.graphs ? ", graphs" : "", ")");
+  }
+  CachingPool& pool() override { return pool_; }
+  CachingPool& host_pool() override { return pinned_; }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void copy_async(const Tensor& dst, const Tensor& src) override {
+    MINFER_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() &&
+                     src.is_contiguous(),
+                 "copy_async: ", src.str(), " into ", dst.str(), " needs equal contiguous tensors");
+    if (dst.nbytes() > 0)
+      CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), dst.nbytes(), cudaMemcpyDefault, stream_));
+  }
+
+  void run_recorded(const std::string& key, FunctionRef<void()> body) override {
+    if (!options_.graphs) {
+      body();
+      return;
+    }
+    Recording& r = recordings_[key];
+    if (r.exec != nullptr) {
+      CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
+      return;
+    }
+    if (r.runs++ == 0) {  // a normal run first: scratch buffers grow, cuBLASLt picks algorithms
+      body();
+      return;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaError_t status = cudaGraphInstantiate(&r.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(status);
+    CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
+  }
+
+  bool recording() const override { return options_.graphs; }
+  void set_recording(bool on) override { options_.graphs = on; }
+
+  void forget_recordings(const std::string& prefix) override {
+    for (auto it = recordings_.begin(); it != recordings_.end();) {
+      if (it->first.rfind(prefix, 0) == 0) {
+        if (it->second.exec != nullptr) cudaGraphExecDestroy(it->second.exec);
+        it = recordings_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override {
+    checks::embedding(out, table, ids, kCuda);
+    cuda::embedding(stream_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1));
+  }
+
+  void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
+    checks::rmsnorm(out, x, weight, kCuda);
+    cuda::rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+  }
+
+  void residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out, const Tensor& weight,
+                        float eps) override {
+    checks::rmsnorm(out, x, weight, kCuda);
+    checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCuda), "x",
+                      checks::activation("residual_rmsnorm", "delta", delta, kCuda), "delta");
+    cuda::residual_rmsnorm(stream_, f32(x), ld(x), f32(delta), ld(delta), f32(out), ld(out), f32(weight), x.size(0),
+                           x.size(1), eps);
+  }
+
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
+    checks::matmul(out, x, w, kCuda);
+    const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
+    switch (options_.gemm) {
+      case GemmKind::cublas:
+        if (M <= cuda::kMatvecMaxRows) {
+          cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
+        } else if (w.dtype() == DType::f32) {
+          blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
+        } else {
+          const Tensor& x16 = half_activations(x, w.dtype());
+          blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
+        }
+        return;
+      case GemmKind::naive:
+        cuda::gemm_naive(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
+        return;
+      case GemmKind::tiled:
+        cuda::gemm_tiled(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
+        return;
+      case GemmKind::mma: {
+        MINFER_CHECK(w.dtype() == DType::f16, "--gemm mma multiplies f16 weights on Tensor Cores; the weights are ",
+                     dtype_name(w.dtype()), " (use --dtype f16)");
+        const Tensor& x16 = half_activations(x, DType::f16);
+        cuda::gemm_mma(stream_, f32(out), ld(out), static_cast<const __half*>(x16.data()),
+                       static_cast<const __half*>(w.data()), M, N, K);
+        return;
+      }
+    }
+  }
+
+  void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) override {
+    checks::rope(x, pos, table, head_dim, kCuda);
+    cuda::rope(stream_, f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim, head_dim);
+  }
+
+  void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& seq,
+                const Tensor& pos) override {
+    auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
+    cuda::kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v), i32(seq),
+                   i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.S);
+  }
+
+  void rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& seq, const Tensor& pos, const Tensor& table, int64_t head_dim) override {
+    checks::rope(q, pos, table, head_dim, kCuda);
+    checks::rope(k, pos, table, head_dim, kCuda);
+    auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
+    MINFER_CHECK(q.size(0) == k.size(0) && cache.head_dim == head_dim, "rope_kv_store: q ", q.str(), ", k ", k.str(),
+                 " and a cache of head_dim ", cache.head_dim, " do not match");
+    cuda::rope_kv_store(stream_, f32(q), ld(q), f32(k), ld(k), f32(v), ld(v), k_cache.data(), v_cache.data(),
+                        k_cache.dtype(), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
+                        cache.n_kv_heads, head_dim, cache.S);
+  }
+
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
+                 const Tensor& pos, int64_t head_dim, bool fused) override {
+    auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCuda);
+    cuda::AttentionArgs a{f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
+                          i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.S};
+    if (s.M > kDecodeAttentionRows) {
+      cuda::attention_prefill(stream_, a);
+    } else if (fused) {
+      cuda::attention_flash_decode(stream_, a, scratch("flash-decoding partials", cuda::flash_decode_floats(
+                                                           s.M, s.n_heads, s.head_dim, s.cache.S)));
+    } else {
+      cuda::attention_unfused(stream_, a, scratch("attention scores", cuda::attention_scores_floats(
+                                                      s.M, s.n_heads, s.cache.S)));
+    }
+  }
+
+  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override {
+    checks::elementwise("swiglu", out, gate, up, kCuda);
+    cuda::swiglu(stream_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1));
+  }
+
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
+    checks::elementwise("add", out, a, b, kCuda);
+    cuda::add(stream_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+  }
+
+  void softmax(const Tensor& x) override {
+    checks::activation("softmax", "x", x, kCuda);
+    cuda::softmax(stream_, f32(x), ld(x), x.size(0), x.size(1));
+  }
+
+  void argmax(const Tensor& out, const Tensor& x) override {
+    checks::argmax(out, x, kCuda);
+    cuda::argmax(stream_, out.data_as<int32_t>(), f32(x), ld(x), x.size(0), x.size(1));
+  }
+
+  void sum(const Tensor& out, const Tensor& x) override {
+    checks::sum(out, x, kCuda);
+    cuda::sum(stream_, f32(out), f32(x), x.numel(), scratch("sum partials", cuda::sum_partials_needed()));
+  }
+
+  void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override {
+    checks::fill(t, kCuda);
+    cuda::fill_uniform(stream_, t.data(), t.dtype(), t.numel(), seed, lo, hi);
+  }
+
+ private:
+  struct Recording {
+    int runs = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  // A device buffer of at least `floats` floats, kept (and grown) under `name`.
+  float* scratch(const std::string& name, int64_t floats) {
+    Tensor& t = scratch_[name];
+    if (!t.defined() || t.numel() < floats) {
+      t = Tensor();  // back to the pool before the larger request
+      t = empty({floats}, DType::f32);
+    }
+    return f32(t);
+  }
+
+  // x (M, K) f32 converted to a dense f16/bf16 copy for the Tensor Core products.
+  const Tensor& half_activations(const Tensor& x, DType dtype) {
+    const int64_t M = x.size(0), K = x.size(1);
+    Tensor& t = scratch_half_[dtype == DType::bf16 ? 1 : 0];
+    if (!t.defined() || t.numel() < M * K) {
+      t = Tensor();
+      t = empty({M * K}, dtype);
+    }
+    cuda::cast_rows(stream_, t.data(), dtype, f32(x), ld(x), M, K);
+    return t;
+  }
+
+  int device_;
+  BackendOptions options_;
+  CachingPool pool_;
+  CachingPool pinned_;
+  cudaStream_t stream_ = nullptr;
+  PoolBlock workspace_;
+  std::unique_ptr<cuda::BlasGemm> blas_;
+  std::string device_name_;
+  std::map<std::string, Tensor> scratch_;
+  Tensor scratch_half_[2];
+  std::map<std::string, Recording> recordings_;
+};
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace minfer

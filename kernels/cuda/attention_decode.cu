@@ -1,0 +1,189 @@
+#include <cmath>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace minfer::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+
+// Keys and values of (row m, head h): (positions, head_dim).
+template <class T>
+__device__ __forceinline__ int64_t cache_offset(const AttentionArgs& a, int64_t m, int64_t h) {
+  const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
+  return ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.S) * a.head_dim;
+}
+
+template <class T>
+__global__ void scores_kernel(AttentionArgs a, float* scores) {
+  const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
+  const int64_t n_keys = int64_t(a.pos[m]) + 1;
+  const T* keys = static_cast<const T*>(a.k_cache) + cache_offset<T>(a, m, h);
+  const float scale = rsqrtf(static_cast<float>(a.head_dim));
+  float q_scaled[kDimsPerLane];
+  load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float* row = scores + blockIdx.x * a.S;
+  for (int64_t t = warp; t < n_keys; t += kWarps) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kDimsPerLane; ++j) {
+      const int d = lane + kWarpSize * j;
+      if (d < a.head_dim) s += q_scaled[j] * to_float(keys[t * a.head_dim + d]);
+    }
+    s = warp_sum(s);
+    if (lane == 0) row[t] = s;
+  }
+}
+
+__global__ void softmax_prefix_kernel(AttentionArgs a, float* scores) {
+  __shared__ float shared[32];
+  const int64_t m = blockIdx.x / a.n_heads;
+  const int64_t n = int64_t(a.pos[m]) + 1;
+  float* row = scores + blockIdx.x * a.S;
+  float local_max = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
+  const float row_max = block_max(local_max, shared);
+  float local_sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    row[i] = expf(row[i] - row_max);
+    local_sum += row[i];
+  }
+  const float inverse = 1.0f / block_sum(local_sum, shared);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] *= inverse;
+}
+
+template <class T>
+__global__ void weighted_sum_kernel(AttentionArgs a, const float* scores) {
+  const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
+  const int64_t n_keys = int64_t(a.pos[m]) + 1;
+  const T* values = static_cast<const T*>(a.v_cache) + cache_offset<T>(a, m, h);
+  const float* p = scores + blockIdx.x * a.S;
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t t = 0; t < n_keys; ++t) acc += p[t] * to_float(values[t * a.head_dim + d]);
+    a.out[m * a.ld_out + h * a.head_dim + d] = acc;
+  }
+}
+
+// Partial state of one chunk: [max, sum, weighted sum (head_dim)].
+__device__ __forceinline__ float* partial_at(float* partials, const AttentionArgs& a, int64_t row_head, int64_t split,
+                                             int64_t n_splits) {
+  return partials + (row_head * n_splits + split) * (a.head_dim + 2);
+}
+
+template <class T>
+__global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_splits) {
+  __shared__ float warp_m[kWarps], warp_l[kWarps];
+  __shared__ float warp_acc[kWarps][kMaxHeadDim];
+  const int64_t row_head = blockIdx.x, split = blockIdx.y;
+  const int64_t m = row_head / a.n_heads, h = row_head % a.n_heads;
+  const int64_t n_keys = int64_t(a.pos[m]) + 1;
+  const int64_t first = split * kSplitKeys, end = min(first + kSplitKeys, n_keys);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float* partial = partial_at(partials, a, row_head, split, n_splits);
+  WarpAttention state;
+  if (first < n_keys) {
+    const int64_t offset = cache_offset<T>(a, m, h);
+    float q_scaled[kDimsPerLane];
+    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim),
+               rsqrtf(static_cast<float>(a.head_dim)));
+    warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
+                static_cast<int>(a.head_dim), first + warp, end, kWarps);
+  }
+  if (lane == 0) {
+    warp_m[warp] = state.m;
+    warp_l[warp] = state.l;
+  }
+#pragma unroll
+  for (int j = 0; j < kDimsPerLane; ++j) {
+    const int d = lane + kWarpSize * j;
+    if (d < a.head_dim) warp_acc[warp][d] = state.acc[j];
+  }
+  __syncthreads();
+  float block_m = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) block_m = fmaxf(block_m, warp_m[w]);
+  // A warp (or the whole chunk) that saw no key has m = -inf and weight 0.
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (warp_m[w] > -INFINITY) acc += warp_acc[w][d] * expf(warp_m[w] - block_m);
+    partial[2 + d] = acc;
+  }
+  if (threadIdx.x == 0) {
+    float l = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (warp_m[w] > -INFINITY) l += warp_l[w] * expf(warp_m[w] - block_m);
+    partial[0] = block_m;
+    partial[1] = l;
+  }
+}
+
+__global__ void flash_reduce_kernel(AttentionArgs a, const float* partials, int64_t n_splits) {
+  const int64_t row_head = blockIdx.x;
+  const int64_t m = row_head / a.n_heads, h = row_head % a.n_heads;
+  const float* first = partials + row_head * n_splits * (a.head_dim + 2);
+  float global_m = -INFINITY;
+  for (int64_t s = 0; s < n_splits; ++s) global_m = fmaxf(global_m, first[s * (a.head_dim + 2)]);
+  float l = 0.0f;
+  for (int64_t s = 0; s < n_splits; ++s) {
+    const float* p = first + s * (a.head_dim + 2);
+    if (p[0] > -INFINITY) l += p[1] * expf(p[0] - global_m);
+  }
+  for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const float* p = first + s * (a.head_dim + 2);
+      if (p[0] > -INFINITY) acc += p[2 + d] * expf(p[0] - global_m);
+    }
+    a.out[m * a.ld_out + h * a.head_dim + d] = acc / l;
+  }
+}
+
+int64_t splits_for(int64_t S) { return (S + kSplitKeys - 1) / kSplitKeys; }
+
+void check_head_dim(int64_t head_dim) {
+  MINFER_CHECK(head_dim <= kMaxHeadDim, "CUDA attention supports head_dim up to ", kMaxHeadDim, ", got ", head_dim);
+}
+
+}  // namespace
+
+int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t S) { return M * n_heads * S; }
+
+int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t S) {
+  return M * n_heads * splits_for(S) * (head_dim + 2);
+}
+
+void attention_unfused(cudaStream_t stream, const AttentionArgs& a, float* scores) {
+  if (a.M == 0) return;
+  check_head_dim(a.head_dim);
+  const unsigned blocks = static_cast<unsigned>(a.M * a.n_heads);
+  dispatch_float_type(a.cache_dtype, [&](auto type) {
+    using T = decltype(type);
+    scores_kernel<T><<<blocks, kWarps * kWarpSize, 0, stream>>>(a, scores);
+    CUDA_CHECK_LAUNCH();
+    softmax_prefix_kernel<<<blocks, 256, 0, stream>>>(a, scores);
+    CUDA_CHECK_LAUNCH();
+    weighted_sum_kernel<T><<<blocks, 128, 0, stream>>>(a, scores);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, float* partials) {
+  if (a.M == 0) return;
+  check_head_dim(a.head_dim);
+  const int64_t n_splits = splits_for(a.S);
+  dispatch_float_type(a.cache_dtype, [&](auto type) {
+    using T = decltype(type);
+    flash_split_kernel<T><<<dim3(static_cast<unsigned>(a.M * a.n_heads), static_cast<unsigned>(n_splits)),
+                            kWarps * kWarpSize, 0, stream>>>(a, partials, n_splits);
+    CUDA_CHECK_LAUNCH();
+    flash_reduce_kernel<<<static_cast<unsigned>(a.M * a.n_heads), 128, 0, stream>>>(a, partials, n_splits);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace minfer::cuda

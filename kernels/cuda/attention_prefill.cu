@@ -1,0 +1,218 @@
+#include <mma.h>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/common.cuh"
+
+namespace minfer::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kRows = 64;    // query rows per block
+constexpr int kKeys = 64;    // keys per tile
+constexpr int kWarps = 4;    // warp w owns rows 16 w .. 16 w + 15
+constexpr int kThreads = kWarps * kWarpSize;
+
+// One warp per row, exact f32: rows m0 + warp, m0 + warp + 4, ...
+template <class T>
+__device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int64_t h) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const float scale = rsqrtf(static_cast<float>(a.head_dim));
+  for (int64_t r = warp; r < rows; r += kWarps) {
+    const int64_t m = m0 + r;
+    const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
+    const int64_t offset = ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.S) * a.head_dim;
+    float q_scaled[kDimsPerLane];
+    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
+    WarpAttention state;
+    warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
+                static_cast<int>(a.head_dim), 0, int64_t(a.pos[m]) + 1, 1);
+#pragma unroll
+    for (int j = 0; j < kDimsPerLane; ++j) {
+      const int d = lane + kWarpSize * j;
+      if (d < a.head_dim) a.out[m * a.ld_out + h * a.head_dim + d] = state.acc[j] / state.l;
+    }
+  }
+}
+
+template <class T>
+__global__ void prefill_exact_kernel(AttentionArgs a) {
+  const int64_t m0 = blockIdx.x * int64_t(kRows);
+  rows_exact<T>(a, m0, min(int64_t(kRows), a.M - m0), blockIdx.y);
+}
+
+// Shared memory of the Tensor Core path, in elements; every row is padded (ldm) so that WMMA
+// pointers stay 32-byte aligned and rows do not all start on the same bank.
+template <int D>
+struct Layout {
+  static constexpr int ld_qkv = D + 8;     // halves
+  static constexpr int ld_s = kKeys + 4;   // floats
+  static constexpr int ld_p = kKeys + 8;   // halves
+  static constexpr int ld_o = D + 4;       // floats
+  static constexpr size_t q = 0;
+  static constexpr size_t k = q + size_t(kRows) * ld_qkv * 2;
+  static constexpr size_t v = k + size_t(kKeys) * ld_qkv * 2;
+  static constexpr size_t s = v + size_t(kKeys) * ld_qkv * 2;
+  static constexpr size_t p = s + size_t(kRows) * ld_s * 4;
+  static constexpr size_t o = p + size_t(kRows) * ld_p * 2;
+  static constexpr size_t stats = o + size_t(kRows) * ld_o * 4;  // max, sum, correction per row
+  static constexpr size_t bytes = stats + size_t(3 * kRows) * 4;
+};
+
+// T is __half or __nv_bfloat16: the cache's type and the Tensor Cores' input type.
+template <class T, int D>
+__global__ void prefill_tensor_core_kernel(AttentionArgs a) {
+  using L = Layout<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem + L::q);
+  T* k_s = reinterpret_cast<T*>(smem + L::k);
+  T* v_s = reinterpret_cast<T*>(smem + L::v);
+  float* s_s = reinterpret_cast<float*>(smem + L::s);
+  T* p_s = reinterpret_cast<T*>(smem + L::p);
+  float* o_s = reinterpret_cast<float*>(smem + L::o);
+  float* row_max = reinterpret_cast<float*>(smem + L::stats);
+  float* row_sum = row_max + kRows;
+  float* row_corr = row_sum + kRows;
+
+  const int64_t m0 = blockIdx.x * int64_t(kRows), h = blockIdx.y;
+  const int64_t rows = min(int64_t(kRows), a.M - m0);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+
+  // Are these rows consecutive positions of one sequence?
+  const int32_t seq0 = a.seq[m0], pos0 = a.pos[m0];
+  bool uniform = true;
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
+    uniform = uniform && a.seq[m0 + r] == seq0 && a.pos[m0 + r] == pos0 + r;
+  if (!__syncthreads_and(uniform)) {
+    rows_exact<T>(a, m0, rows, h);
+    return;
+  }
+
+  const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
+  const int64_t offset = ((int64_t(seq0) * a.n_kv_heads + kv_head) * a.S) * D;
+  const T* keys = static_cast<const T*>(a.k_cache) + offset;
+  const T* values = static_cast<const T*>(a.v_cache) + offset;
+  const int64_t last_key = pos0 + rows - 1;
+  const float scale = rsqrtf(static_cast<float>(D));
+
+  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    const float value = r < rows ? a.q[(m0 + r) * a.ld_q + h * D + d] * scale : 0.0f;
+    q_s[r * L::ld_qkv + d] = from_float<T>(value);
+    o_s[r * L::ld_o + d] = 0.0f;
+  }
+  for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+
+  for (int64_t tile = 0; tile * kKeys <= last_key; ++tile) {
+    __syncthreads();  // the previous tile's K and V are no longer read
+    for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
+      const int r = i / D, d = i % D;
+      const int64_t t = tile * kKeys + r;
+      const T zero = from_float<T>(0.0f);
+      k_s[r * L::ld_qkv + d] = t <= last_key ? keys[t * D + d] : zero;
+      v_s[r * L::ld_qkv + d] = t <= last_key ? values[t * D + d] : zero;
+    }
+    __syncthreads();
+
+    // S (16 rows of this warp x 64 keys) = Q K^T. K is stored (key, d), which read column-major
+    // is the (d, key) matrix B the product needs.
+    for (int c = 0; c < kKeys / 16; ++c) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_frag;
+      wmma::fill_fragment(s_frag, 0.0f);
+      for (int kk = 0; kk < D; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_frag;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> k_frag;
+        wmma::load_matrix_sync(q_frag, q_s + (16 * warp) * L::ld_qkv + kk, L::ld_qkv);
+        wmma::load_matrix_sync(k_frag, k_s + (16 * c) * L::ld_qkv + kk, L::ld_qkv);
+        wmma::mma_sync(s_frag, q_frag, k_frag, s_frag);
+      }
+      wmma::store_matrix_sync(s_s + (16 * warp) * L::ld_s + 16 * c, s_frag, L::ld_s, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Causal mask and online softmax, one row at a time; lane covers keys lane and lane + 32.
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = 16 * warp + rr;
+      const int64_t query_pos = pos0 + r;
+      float s[2];
+      for (int u = 0; u < 2; ++u) {
+        const int c = lane + kWarpSize * u;
+        const int64_t t = tile * kKeys + c;
+        s[u] = (r < rows && t <= query_pos) ? s_s[r * L::ld_s + c] : -INFINITY;
+      }
+      const float m_old = row_max[r];
+      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
+      float p[2] = {0.0f, 0.0f}, correction = 1.0f;
+      if (m_new > -INFINITY) {  // a row with no key yet (or a padding row) stays empty
+        p[0] = expf(s[0] - m_new);
+        p[1] = expf(s[1] - m_new);
+        correction = expf(m_old - m_new);
+      }
+      const float tile_sum = warp_sum(p[0] + p[1]);
+      for (int u = 0; u < 2; ++u) p_s[r * L::ld_p + lane + kWarpSize * u] = from_float<T>(p[u]);
+      if (lane == 0) {
+        row_sum[r] = row_sum[r] * correction + tile_sum;
+        row_max[r] = m_new;
+        row_corr[r] = correction;
+      }
+    }
+    __syncwarp();
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = 16 * warp + rr;
+      for (int d = lane; d < D; d += kWarpSize) o_s[r * L::ld_o + d] *= row_corr[r];
+    }
+    __syncwarp();
+
+    // O (16 rows x D) += P (16 x 64 keys) V (64 keys x D).
+    for (int c = 0; c < D / 16; ++c) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
+      wmma::load_matrix_sync(o_frag, o_s + (16 * warp) * L::ld_o + 16 * c, L::ld_o, wmma::mem_row_major);
+      for (int kk = 0; kk < kKeys; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_frag;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_frag;
+        wmma::load_matrix_sync(p_frag, p_s + (16 * warp) * L::ld_p + kk, L::ld_p);
+        wmma::load_matrix_sync(v_frag, v_s + kk * L::ld_qkv + 16 * c, L::ld_qkv);
+        wmma::mma_sync(o_frag, p_frag, v_frag, o_frag);
+      }
+      wmma::store_matrix_sync(o_s + (16 * warp) * L::ld_o + 16 * c, o_frag, L::ld_o, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    a.out[(m0 + r) * a.ld_out + h * D + d] = o_s[r * L::ld_o + d] / row_sum[r];
+  }
+}
+
+template <class T, int D>
+void launch_tensor_cores(cudaStream_t stream, const AttentionArgs& a, dim3 grid) {
+  auto kernel = prefill_tensor_core_kernel<T, D>;
+  constexpr size_t bytes = Layout<D>::bytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<grid, kThreads, bytes, stream>>>(a);
+}
+
+}  // namespace
+
+void attention_prefill(cudaStream_t stream, const AttentionArgs& a) {
+  if (a.M == 0) return;
+  MINFER_CHECK(a.head_dim <= kMaxHeadDim, "CUDA attention supports head_dim up to ", kMaxHeadDim, ", got ", a.head_dim);
+  const dim3 grid(static_cast<unsigned>((a.M + kRows - 1) / kRows), static_cast<unsigned>(a.n_heads));
+  if (a.cache_dtype == DType::f16 && a.head_dim == 64) launch_tensor_cores<__half, 64>(stream, a, grid);
+  else if (a.cache_dtype == DType::f16 && a.head_dim == 128) launch_tensor_cores<__half, 128>(stream, a, grid);
+  else if (a.cache_dtype == DType::bf16 && a.head_dim == 64) launch_tensor_cores<__nv_bfloat16, 64>(stream, a, grid);
+  else if (a.cache_dtype == DType::bf16 && a.head_dim == 128) launch_tensor_cores<__nv_bfloat16, 128>(stream, a, grid);
+  else
+    dispatch_float_type(a.cache_dtype, [&](auto type) {
+      using T = decltype(type);
+      prefill_exact_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+    });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace minfer::cuda

@@ -1,0 +1,19 @@
+// Embedding lookup, also used as a row gather of activations: out[m, :] = table[ids[m], :].
+// One block per row; consecutive threads read consecutive elements (coalesced).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+namespace minfer::cuda {
+
+void embedding(cudaStream_t stream,
+               float* out, int64_t ld_out,            // (M, D)
+               const void* table, DType table_dtype,  // (V, D), dense
+               const int32_t* ids,                    // (M)
+               int64_t M, int64_t D);
+
+}  // namespace minfer::cuda

@@ -1,0 +1,16 @@
+// Seeded uniform values (kernels/ref/fill.h): element i depends only on (seed, i), so the GPU
+// fills a preset's weights with exactly the values the CPU or `minfer make-model` would.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+namespace minfer::cuda {
+
+void fill_uniform(cudaStream_t stream, void* t, DType dtype,  // (n)
+                  int64_t n, uint64_t seed, float lo, float hi);
+
+}  // namespace minfer::cuda

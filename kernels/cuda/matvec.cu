@@ -1,0 +1,113 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matvec.cuh"
+
+namespace minfer::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// Eight weights as floats from one 16-byte (f16/bf16) or two 16-byte (f32) loads.
+template <class T>
+__device__ __forceinline__ void load8(float (&v)[8], const T* p);
+template <>
+__device__ __forceinline__ void load8<float>(float (&v)[8], const float* p) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+  v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+template <>
+__device__ __forceinline__ void load8<__half>(float (&v)[8], const __half* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+template <>
+__device__ __forceinline__ void load8<__nv_bfloat16>(float (&v)[8], const __nv_bfloat16* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// kVector: rows and x are 16-byte aligned with K a multiple of 8, so 8-wide loads are legal.
+template <class T, int MR, bool kVector>
+__global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
+                              int64_t K) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const T* row = w + n * K;
+  float acc[MR];
+#pragma unroll
+  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
+  if constexpr (kVector) {
+    for (int64_t k = 8 * lane; k < K; k += 8 * kWarpSize) {
+      float wv[8];
+      load8<T>(wv, row + k);
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        float xv[8];
+        load8<float>(xv, x + m * ld_x + k);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[m] += wv[i] * xv[i];
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += kWarpSize) {
+      const float wv = to_float(row[k]);
+#pragma unroll
+      for (int m = 0; m < MR; ++m) acc[m] += wv * x[m * ld_x + k];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    const float s = warp_sum(acc[m]);
+    if (lane == 0) out[m * ld_out + n] = s;
+  }
+}
+
+template <class T, int MR>
+void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
+            int64_t K, bool vector) {
+  const unsigned blocks = blocks_for(N, kWarpsPerBlock);
+  if (vector)
+    matvec_kernel<T, MR, true><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+  else
+    matvec_kernel<T, MR, false><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void matvec(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+            DType w_dtype, int64_t M, int64_t N, int64_t K) {
+  MINFER_CHECK(M >= 1 && M <= kMatvecMaxRows, "matvec takes 1 to ", kMatvecMaxRows, " rows, got ", M);
+  if (N == 0) return;
+  const bool vector = K % 8 == 0 && ld_x % 4 == 0 && aligned16(x) && aligned16(w);
+  dispatch_float_type(w_dtype, [&](auto type) {
+    using T = decltype(type);
+    const T* weights = static_cast<const T*>(w);
+    switch (M) {
+      case 1: launch<T, 1>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 2: launch<T, 2>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 3: launch<T, 3>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 4: launch<T, 4>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 5: launch<T, 5>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 6: launch<T, 6>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      case 7: launch<T, 7>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+      default: launch<T, 8>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace minfer::cuda

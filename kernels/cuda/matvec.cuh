@@ -1,0 +1,30 @@
+// The decode product: out (M, N) = x (M, K) * w (N, K)^T for a handful of rows M.
+//
+// With M rows each weight is used M times: at M = 1 the product reads every weight once and does
+// 2 FLOPs with it, so HBM bandwidth decides its speed and a GEMM library's tiling only adds
+// overhead. One warp owns one weight row: its 32 lanes read the row in 16-byte vectors (8 f16 or
+// 4 f32 weights per load) so each warp-wide load moves 512 contiguous bytes, multiply them with
+// all M activation rows (which stay in L1/L2), and a warp sum gives M outputs. Eight warps per
+// block and enough blocks keep tens of kilobytes of loads in flight per SM, which is what it
+// takes to approach peak bandwidth. Weights may be f32, f16 or bf16, activations are f32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+
+namespace minfer::cuda {
+
+// Up to this many rows the CUDA backend uses this kernel rather than cuBLAS: beyond it the
+// product stops being purely bandwidth-bound and a Tensor Core GEMM wins.
+constexpr int64_t kMatvecMaxRows = 8;
+
+void matvec(cudaStream_t stream,
+            float* out, int64_t ld_out,    // (M, N)
+            const float* x, int64_t ld_x,  // (M, K)
+            const void* w, DType w_dtype,  // (N, K), dense
+            int64_t M, int64_t N, int64_t K);
+
+}  // namespace minfer::cuda

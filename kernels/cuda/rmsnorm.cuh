@@ -1,0 +1,28 @@
+// RMSNorm, out = weight * x / sqrt(mean(x^2) + eps), and its fused variant that first adds the
+// residual (x += delta, written back) in the same pass.
+// One block per row: every thread accumulates squares over a strided slice of the row, the block
+// reduces with warp shuffles (kernels/cuda/common.cuh), then every thread scales its slice.
+// The fused variant is the same kernel with a compile-time flag (kResidual); the op harness
+// checks it equals add() followed by rmsnorm().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace minfer::cuda {
+
+void rmsnorm(cudaStream_t stream,
+             float* out, int64_t ld_out,    // (M, D)
+             const float* x, int64_t ld_x,  // (M, D)
+             const float* weight,           // (D)
+             int64_t M, int64_t D, float eps);
+
+void residual_rmsnorm(cudaStream_t stream,
+                      float* x, int64_t ld_x,                // (M, D), += delta
+                      const float* delta, int64_t ld_delta,  // (M, D)
+                      float* out, int64_t ld_out,            // (M, D)
+                      const float* weight,                   // (D)
+                      int64_t M, int64_t D, float eps);
+
+}  // namespace minfer::cuda
