@@ -77,6 +77,12 @@ void ProfilingBackend::fill_uniform(const Tensor& t, uint64_t seed, float lo, fl
   timed("fill_uniform", [&] { inner_.fill_uniform(t, seed, lo, hi); });
 }
 
+int64_t ProfilingBackend::calls() const {
+  int64_t n = 0;
+  for (const auto& [op, t] : totals_) n += t.calls;
+  return n;
+}
+
 std::string ProfilingBackend::report() const {
   std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });

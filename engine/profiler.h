@@ -43,6 +43,7 @@ class ProfilingBackend final : public Backend {
   void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override;
 
   void reset() { totals_.clear(); }
+  int64_t calls() const;  // ops run since the last reset
   // A table of op, calls, total ms and share of the total, largest first.
   std::string report() const;
 

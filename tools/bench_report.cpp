@@ -1,5 +1,7 @@
 #include "tools/bench_report.h"
 
+#include "tools/json.h"
+
 #include <cmath>
 #include <sstream>
 
@@ -19,28 +21,6 @@ std::string human_bytes(uint64_t n) {
   char text[32];
   if (n >= (1ull << 30)) std::snprintf(text, sizeof(text), "%.2f GiB", double(n) / double(1ull << 30));
   else std::snprintf(text, sizeof(text), "%.2f MiB", double(n) / double(1ull << 20));
-  return text;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
-      out += escaped;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char text[40];
-  std::snprintf(text, sizeof(text), "%.6g", v);
   return text;
 }
 
@@ -114,13 +94,13 @@ std::string to_json(const std::vector<BenchRow>& rows) {
         << ", \"threads\": " << r.threads << ", \"kernels\": " << json_string(r.kernels)
         << ", \"gemm\": " << json_string(r.gemm) << ", \"graphs\": " << json_string(r.graphs)
         << ", \"batch\": " << r.batch << ", \"test\": " << json_string(r.test) << ", \"n_prompt\": " << r.n_prompt
-        << ", \"n_gen\": " << r.n_gen << ", \"avg_ts\": " << number(r.avg_ts)
-        << ", \"stddev_ts\": " << number(r.stddev_ts) << ", \"samples_ts\": [";
-    for (size_t s = 0; s < r.samples_ts.size(); ++s) out << (s ? ", " : "") << number(r.samples_ts[s]);
-    out << "], \"bytes_per_step\": " << r.bytes_per_step << ", \"gbps\": " << number(r.gbps)
-        << ", \"gflops\": " << number(r.gflops) << ", \"roofline_gbps\": " << number(r.roofline_gbps)
-        << ", \"roofline_gflops\": " << number(r.roofline_gflops)
-        << ", \"roofline_fraction\": " << number(r.roofline_fraction())
+        << ", \"n_gen\": " << r.n_gen << ", \"avg_ts\": " << json_number(r.avg_ts)
+        << ", \"stddev_ts\": " << json_number(r.stddev_ts) << ", \"samples_ts\": [";
+    for (size_t s = 0; s < r.samples_ts.size(); ++s) out << (s ? ", " : "") << json_number(r.samples_ts[s]);
+    out << "], \"bytes_per_step\": " << r.bytes_per_step << ", \"gbps\": " << json_number(r.gbps)
+        << ", \"gflops\": " << json_number(r.gflops) << ", \"roofline_gbps\": " << json_number(r.roofline_gbps)
+        << ", \"roofline_gflops\": " << json_number(r.roofline_gflops)
+        << ", \"roofline_fraction\": " << json_number(r.roofline_fraction())
         << ", \"build_commit\": " << json_string(r.build_commit) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   out << "]\n";

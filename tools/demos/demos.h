@@ -1,0 +1,18 @@
+// The lessons of `minfer demo`: each runs its CPU half everywhere and its CUDA half where a GPU
+// is present, prints tables and the conclusion the numbers support, and writes NAME.json.
+#pragma once
+
+#include "tools/demos/report.h"
+
+namespace minfer::demo {
+
+void divergence(const Options& o);
+void sequential(const Options& o);
+void crossover(const Options& o);
+void transfer(const Options& o);
+void roofline(const Options& o);
+void tensor_cores(const Options& o);
+void launch(const Options& o);
+void batching(const Options& o);
+
+}  // namespace minfer::demo
