@@ -70,7 +70,9 @@ void Decoder::check_token(int32_t token) const {
 // positions (n_rows), logit rows: one copy moves everything a forward pass needs to the device.
 // Runs such a packed batch; its logit rows belong to sequences first_logit_seq, +1, ...
 // Everything here is device work (it may be recorded and replayed); the host fills the staging
-// buffer before.
+// buffer before, and must not touch it again until the device has copied it: every writer of
+// the staging buffer first waits for the device (synchronize()), so a copy still in flight is
+// never overwritten.
 void Decoder::run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows) {
   backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
   ForwardBatch batch;
@@ -92,6 +94,7 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
                  n_past_[s] + int64_t(prompts[s].size()), " tokens > context ", cache_.n_ctx());
     for (int32_t t : prompts[s]) check_token(t);
   }
+  backend_.synchronize();  // the staging buffer is free once the device is idle
   int32_t* host = staging_.data_as<int32_t>();
   int64_t rows = 0, logit_rows = 0, first_logit_seq = 0;
   // Prefill stages rows in four arrays of max_rows_ slots (the chunk's length is known only at
@@ -102,6 +105,7 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
       std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + rows, host + 2 * rows);
       std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + logit_rows, host + 3 * rows);
       run_rows(rows, first_logit_seq, logit_rows);
+      backend_.synchronize();  // before the next chunk is staged
     }
     first_logit_seq += logit_rows;
     rows = logit_rows = 0;
@@ -127,6 +131,7 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   TraceRange trace("decode step");
   MINFER_CHECK(static_cast<int64_t>(tokens.size()) == n_seqs_, "decode: ", tokens.size(),
                " tokens for ", n_seqs_, " sequences");
+  backend_.synchronize();  // the previous step's copy of the staging buffer has happened
   int32_t* host = staging_.data_as<int32_t>();
   const int64_t B = n_seqs_;
   for (int64_t s = 0; s < B; ++s) {  // packed directly: B rows, logits for every one

@@ -37,7 +37,8 @@ struct CudaDeviceInfo {
 };
 std::vector<CudaDeviceInfo> cuda_devices();  // empty without a usable device
 
-// Copies `bytes` bytes; either side may be on either device. Synchronous.
+// Copies `bytes` bytes; either side may be on either device. Synchronous with respect to all
+// device work: ordered after every kernel enqueued so far, complete when it returns.
 void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind src_device,
                 size_t bytes);
 

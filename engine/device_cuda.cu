@@ -80,8 +80,14 @@ void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind sr
     return;
   }
   require_cuda();
+  // note: backends run their kernels on non-blocking streams, which the legacy stream that
+  // cudaMemcpy uses does not wait for, and a pageable host-to-device cudaMemcpy may return before
+  // its DMA ends. Synchronising the device on both sides makes this copy what it says: ordered
+  // after all work so far and finished when it returns. Hot paths use Backend::copy_async.
+  CUDA_CHECK(cudaDeviceSynchronize());
   // cudaMemcpyDefault lets unified addressing work out the direction from the pointers.
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 namespace {
