@@ -17,8 +17,8 @@
 namespace minfer {
 
 namespace {
-uint64_t pack(uint32_t generation, uint32_t task) {
-  return (static_cast<uint64_t>(generation) << 32) | task;
+uint64_t pack(uint32_t generation, uint32_t n_tasks, uint32_t next) {
+  return (static_cast<uint64_t>(generation) << 32) | (static_cast<uint64_t>(n_tasks) << 16) | next;
 }
 }  // namespace
 
@@ -49,10 +49,11 @@ bool ThreadPool::claim_and_run(uint32_t generation) {
   uint64_t word = task_word_.load(std::memory_order_acquire);
   for (;;) {
     if (static_cast<uint32_t>(word >> 32) != generation) return ran;
-    uint32_t task = static_cast<uint32_t>(word);
-    if (static_cast<int>(task) >= n_tasks_.load(std::memory_order_relaxed)) return ran;
+    const uint32_t n_tasks = static_cast<uint32_t>(word >> 16) & 0xffffu, task = static_cast<uint32_t>(word) & 0xffffu;
+    if (task >= n_tasks) return ran;
     if (!task_word_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel)) continue;
-    (*task_.load(std::memory_order_relaxed))(static_cast<int>(task));
+    // The round cannot end before this task does, so task_ still holds this round's function.
+    (*task_.load(std::memory_order_acquire))(static_cast<int>(task));
     done_tasks_.fetch_add(1, std::memory_order_acq_rel);
     ran = true;
     word = task_word_.load(std::memory_order_acquire);
@@ -109,12 +110,23 @@ void ThreadPool::run(int n_tasks, FunctionRef<void(int)> task) {
     for (int i = 0; i < n_tasks; ++i) task(i);
     return;
   }
+  // A round holds at most kMaxTasksPerRound tasks (16 bits of the task word).
+  for (int first = 0; first < n_tasks; first += kMaxTasksPerRound) {
+    const int count = std::min(kMaxTasksPerRound, n_tasks - first);
+    if (first == 0 && count == n_tasks) {
+      run_round(count, task);
+    } else {
+      run_round(count, [&](int i) { task(first + i); });
+    }
+  }
+}
+
+void ThreadPool::run_round(int n_tasks, FunctionRef<void(int)> task) {
   watch_contention();
   uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
-  task_.store(&task, std::memory_order_relaxed);
-  n_tasks_.store(n_tasks, std::memory_order_relaxed);
+  task_.store(&task, std::memory_order_release);
   done_tasks_.store(0, std::memory_order_relaxed);
-  task_word_.store(pack(generation, 0), std::memory_order_release);
+  task_word_.store(pack(generation, static_cast<uint32_t>(n_tasks), 0), std::memory_order_release);
   {
     // Publishing under the mutex means a worker that is about to sleep cannot miss the change.
     std::lock_guard<std::mutex> lock(mutex_);

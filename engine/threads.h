@@ -69,17 +69,21 @@ class ThreadPool {
  private:
   void worker_loop();
   bool claim_and_run(uint32_t generation);
+  void run_round(int n_tasks, FunctionRef<void(int)> task);
   void watch_contention();
 
   int n_threads_;
   int spin_us_;
   std::vector<std::thread> workers_;
-  // note: the generation and the next task index share one 64-bit word, so a worker that wakes
-  // late for an old generation cannot claim a task of the new one.
+  // note: the generation, the round's task count and the next task index share one 64-bit word
+  // (32 | 16 | 16 bits), claimed with compare-and-swap. A worker that wakes late for an old round
+  // therefore never pairs an old index with a new count: its claim fails as soon as the word has
+  // moved on. (With the count in a separate variable, a late worker could read the next round's
+  // larger count and claim index n of the old round, a task that then ran twice.)
+  static constexpr int kMaxTasksPerRound = 0xffff;
   std::atomic<uint64_t> task_word_{0};
   std::atomic<uint32_t> generation_{0};
   std::atomic<int> done_tasks_{0};
-  std::atomic<int> n_tasks_{0};
   std::atomic<const FunctionRef<void(int)>*> task_{nullptr};
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};

@@ -38,6 +38,15 @@ TEST_P(ThreadPoolTest, ParallelForCoversTheRangeInGrains) {
   }
 }
 
+TEST_P(ThreadPoolTest, MoreTasksThanOneRoundHolds) {
+  auto [threads, spin] = GetParam();
+  ThreadPool pool(threads, spin);
+  const int n = 3 * 65535 + 17;  // a round holds 65535 tasks: this takes four
+  std::vector<std::atomic<int>> hits(n);
+  pool.run(n, [&](int task) { hits[task].fetch_add(1); });
+  for (int i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "task " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, ThreadPoolTest,
                          ::testing::Values(std::make_pair(1, 0), std::make_pair(2, 0),
                                            std::make_pair(2, 200), std::make_pair(4, 50)),
