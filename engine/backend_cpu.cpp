@@ -19,12 +19,12 @@
 namespace minfer {
 
 namespace checks = op_checks;
+using op_checks::f32;
+using op_checks::i32;
+using op_checks::ld;
 constexpr DeviceKind kCpu = DeviceKind::cpu;
 
 namespace {
-float* f32(const Tensor& t) { return t.data_as<float>(); }
-const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
-int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
 
 void require_f32_cache(const char* op, const Tensor& cache) {
   MINFER_CHECK(cache.dtype() == DType::f32, op, ": the CPU backend keeps an f32 KV cache, got ",

@@ -35,13 +35,12 @@
 namespace minfer {
 
 namespace checks = op_checks;
+using op_checks::f32;
+using op_checks::i32;
+using op_checks::ld;
 constexpr DeviceKind kCuda = DeviceKind::cuda;
 
 namespace {
-
-float* f32(const Tensor& t) { return t.data_as<float>(); }
-const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
-int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
 
 // Above this many rows attention runs the prefill kernel (tiles of 64 rows); at or below it the
 // decode kernels, which parallelise over (row, head) and, fused, over chunks of keys.

@@ -54,6 +54,12 @@ void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tenso
                  DeviceKind device);
 void argmax(const Tensor& out, const Tensor& x, DeviceKind device);
 void fill(const Tensor& t, DeviceKind device);
+
+// Unpacking a checked tensor into the raw arguments the kernels take.
+inline float* f32(const Tensor& t) { return t.data_as<float>(); }
+inline const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
+// The row stride of a 2-D activation (its width when there is a single row).
+inline int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
 void sum(const Tensor& out, const Tensor& x, DeviceKind device);
 
 }  // namespace minfer::op_checks
