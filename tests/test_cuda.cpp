@@ -82,12 +82,13 @@ TEST(Cuda, PresetGivesTheCpuTokens) {
 
 TEST(Cuda, LongPromptPrefillOnTensorCoresMatchesOneByOne) {
   SKIP_WITHOUT_CUDA();
-  // 300 prompt tokens: prefill attention runs the 64-row Tensor Core tiles (f16 cache), one-by-one
-  // decode the flash-decoding kernel; the continuations must agree.
+  // 300 prompt tokens: prefill attention runs the 64-row Tensor Core tiles (an f16 cache, and
+  // stories42M's head_dim of 64), one-by-one decode the flash-decoding kernel; the continuations
+  // must agree.
   std::string prompt = "1";
   for (int i = 0; i < 299; ++i) prompt += "," + std::to_string(3 + (i * 37) % 500);
   auto run = [&](const char* prefill) {
-    CliResult r = run_cli({"generate", "-m", "preset:tiny", "--prompt-ids", prompt, "-n", "32", "--temp", "0",
+    CliResult r = run_cli({"generate", "-m", "preset:stories42M", "--prompt-ids", prompt, "-n", "32", "--temp", "0",
                            "--print-ids", "--device", "cuda", "--dtype", "f16", "--prefill", prefill, "--ignore-eos"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return parse_ids(r.out);
