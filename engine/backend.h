@@ -70,8 +70,7 @@ class Backend {
   }
   // Drops the recordings whose key starts with `prefix` (their memory is about to be freed).
   virtual void forget_recordings(const std::string& prefix) { (void)prefix; }
-  // Whether run_recorded records (CUDA Graphs); false where the backend cannot.
-  virtual bool recording() const { return false; }
+  // Turns recording (CUDA Graphs) on or off where the backend can record.
   virtual void set_recording(bool on) { (void)on; }
 
   // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32

@@ -127,7 +127,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
   }
 
-  bool recording() const override { return options_.graphs; }
   void set_recording(bool on) override { options_.graphs = on; }
 
   void forget_recordings(const std::string& prefix) override {

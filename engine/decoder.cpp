@@ -143,8 +143,11 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
     host[2 * B + s] = static_cast<int32_t>(n_past_[s]++);
     host[3 * B + s] = static_cast<int32_t>(s);
   }
-  backend_.run_recorded(recording_prefix_ + "decode@" + std::to_string(model_.generation()),
-                        [&] { run_rows(n_seqs_, 0, n_seqs_); });
+  if (decode_key_generation_ != model_.generation()) {  // not per step: no allocation in the loop
+    decode_key_generation_ = model_.generation();
+    decode_key_ = recording_prefix_ + "decode@" + std::to_string(decode_key_generation_);
+  }
+  backend_.run_recorded(decode_key_, [&] { run_rows(n_seqs_, 0, n_seqs_); });
   host_logits_valid_ = false;
 }
 

@@ -89,6 +89,8 @@ class Decoder {
   // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches
   // become one graph launch. Keys carry this decoder's id and the model's generation.
   std::string recording_prefix_;
+  std::string decode_key_;  // recording_prefix_ + "decode@" + generation, rebuilt when it changes
+  uint64_t decode_key_generation_ = ~uint64_t(0);
 
   Model& model_;
   Backend& backend_;

@@ -16,8 +16,6 @@ namespace minfer {
 enum class DeviceKind { cpu, cuda };
 const char* device_name(DeviceKind d);
 
-// True when this binary was built with the CUDA backend.
-bool cuda_compiled();
 // Number of usable CUDA devices; 0 with `reason` set when there are none. Any error from the
 // runtime (no driver, driver too old, no device) counts as "no GPU" and is cleared.
 int cuda_device_count(std::string* reason);

@@ -23,8 +23,6 @@ void fail_cublas(cublasStatus_t status, const char* call, const char* file, int 
 
 }  // namespace cuda
 
-bool cuda_compiled() { return true; }
-
 int cuda_device_count(std::string* reason) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);

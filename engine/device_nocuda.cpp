@@ -7,8 +7,6 @@
 
 namespace minfer {
 
-bool cuda_compiled() { return false; }
-
 std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
 
 int cuda_device_count(std::string* reason) {

@@ -210,12 +210,6 @@ PoolStats CachingPool::stats() const {
   return stats_;
 }
 
-void CachingPool::reset_peaks() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  stats_.peak_reserved_bytes = stats_.reserved_bytes;
-}
-
 void CachingPool::fail_out_of_memory(size_t requested) const {
   std::string message = detail::concat(
       "out of memory in the ", upstream_->name(), " pool: requested ", requested, " bytes, ",

@@ -107,7 +107,6 @@ class CachingPool {
   // Gives every entirely free segment back to the upstream.
   void release_cached();
   PoolStats stats() const;
-  void reset_peaks();
   const Upstream& upstream() const { return *upstream_; }
   // Walks every segment and throws Error describing the first broken invariant: blocks tile each
   // segment exactly, are aligned and rounded, free neighbours are merged, the free index and the

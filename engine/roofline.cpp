@@ -15,13 +15,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 }  // namespace
 
-double median(std::vector<double> samples) {
-  MINFER_CHECK(!samples.empty(), "median of no samples");
-  std::sort(samples.begin(), samples.end());
-  size_t n = samples.size();
-  return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-}
-
 double measure_read_bandwidth(Backend& backend, uint64_t bytes, int reps) {
   const int64_t n = static_cast<int64_t>(bytes / 4);
   Tensor buffer = backend.empty({n}, DType::f32);

@@ -32,7 +32,4 @@ double measure_matmul_gflops(Backend& backend, int64_t n, DType dtype, int reps)
 // Both, with sizes chosen for the device (CPU: 1 GiB and n = 2048; CUDA: 2 GiB and n = 8192).
 Roofline measure_roofline(Backend& backend, DType dtype);
 
-// Median of a list of samples (copies them).
-double median(std::vector<double> samples);
-
 }  // namespace minfer

@@ -11,7 +11,6 @@ namespace {
 constexpr int kWarps = 4;
 
 // Keys and values of (row m, head h): (positions, head_dim).
-template <class T>
 __device__ __forceinline__ int64_t cache_offset(const AttentionArgs& a, int64_t m, int64_t h) {
   const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
   return ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.S) * a.head_dim;
@@ -21,7 +20,7 @@ template <class T>
 __global__ void scores_kernel(AttentionArgs a, float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
-  const T* keys = static_cast<const T*>(a.k_cache) + cache_offset<T>(a, m, h);
+  const T* keys = static_cast<const T*>(a.k_cache) + cache_offset(a, m, h);
   const float scale = rsqrtf(static_cast<float>(a.head_dim));
   float q_scaled[kDimsPerLane];
   load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
@@ -60,7 +59,7 @@ template <class T>
 __global__ void weighted_sum_kernel(AttentionArgs a, const float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
-  const T* values = static_cast<const T*>(a.v_cache) + cache_offset<T>(a, m, h);
+  const T* values = static_cast<const T*>(a.v_cache) + cache_offset(a, m, h);
   const float* p = scores + blockIdx.x * a.S;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
@@ -87,7 +86,7 @@ __global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_s
   float* partial = partial_at(partials, a, row_head, split, n_splits);
   WarpAttention state;
   if (first < n_keys) {
-    const int64_t offset = cache_offset<T>(a, m, h);
+    const int64_t offset = cache_offset(a, m, h);
     float q_scaled[kDimsPerLane];
     load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim),
                rsqrtf(static_cast<float>(a.head_dim)));
