@@ -4,8 +4,10 @@
 //   ./build/bench/minfer_microbench --benchmark_filter=Matmul
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "engine/backend_cpu.h"
 
@@ -65,6 +67,32 @@ BENCHMARK(BM_Matmul)
     ->Args({256, 1536, 288, int(DType::f32), 1})
     ->Unit(benchmark::kMicrosecond);
 
+// The same products with the weights coming from DRAM, as in a decode step: enough copies of the
+// weight matrix (128 MiB in all) are cycled through that none is still in the last-level cache.
+void BM_MatmulFromDram(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const int64_t copies = std::max<int64_t>(2, (int64_t(128) << 20) / (N * K * 4));
+  Tensor x = random({M, K}), out = backend().empty({M, N}, DType::f32);
+  std::vector<Tensor> w;
+  for (int64_t c = 0; c < copies; ++c) w.push_back(random({N, K}, DType::f32, 2 + c));
+  int64_t c = 0;
+  for (auto _ : state) {
+    backend().matmul(out, x, w[c]);
+    c = (c + 1) % copies;
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight B/s"] = benchmark::Counter(double(N * K * 4), benchmark::Counter::kIsIterationInvariantRate,
+                                                    benchmark::Counter::kIs1024);
+}
+BENCHMARK(BM_MatmulFromDram)
+    ->ArgNames({"M", "N", "K"})
+    ->ArgsProduct({{1, 16}, {864, 1536}, {288}})
+    ->Args({1, 288, 768})
+    ->Args({16, 288, 768})
+    ->Args({1, 32000, 288})
+    ->Args({16, 32000, 288})
+    ->Unit(benchmark::kMicrosecond);
+
 // Causal attention of M rows of one sequence at context length T over an f32 cache.
 void BM_Attention(benchmark::State& state) {
   const int64_t T = state.range(0), M = state.range(1), heads = 12, head_dim = 64;
@@ -86,6 +114,39 @@ BENCHMARK(BM_Attention)
     ->ArgNames({"ctx", "rows", "fused"})
     ->ArgsProduct({{128, 512, 1024}, {1}, {0, 1}})
     ->Args({256, 16, 1})
+    ->Unit(benchmark::kMicrosecond);
+
+// One decode step's attention for a batch of B sequences (one row each, all at position T - 1)
+// in stories15M's shape: 6 heads of 48. `layers` separate caches are cycled through, as the
+// layers of a model do, so that with several layers the cache comes from DRAM, not L3.
+void BM_AttentionBatch(benchmark::State& state) {
+  const int64_t T = state.range(0), B = state.range(1), layers = state.range(2), S = 256;
+  const bool fused = state.range(3) != 0;
+  const int64_t heads = 6, head_dim = 48;
+  Tensor q = random({B, heads * head_dim}), out = backend().empty({B, heads * head_dim}, DType::f32);
+  std::vector<Tensor> k, v;
+  for (int64_t l = 0; l < layers; ++l) {
+    k.push_back(random({B, heads, S, head_dim}, DType::f32, 3 + 2 * l));
+    v.push_back(random({B, heads, S, head_dim}, DType::f32, 4 + 2 * l));
+  }
+  Tensor seq = backend().empty({B}, DType::i32), pos = backend().empty({B}, DType::i32);
+  for (int64_t m = 0; m < B; ++m) {
+    seq.data_as<int32_t>()[m] = static_cast<int32_t>(m);
+    pos.data_as<int32_t>()[m] = static_cast<int32_t>(T - 1);
+  }
+  int64_t layer = 0;
+  for (auto _ : state) {
+    backend().attention(out, q, k[layer], v[layer], seq, pos, head_dim, fused);
+    layer = (layer + 1) % layers;
+  }
+  state.counters["KV B/s"] = benchmark::Counter(double(2 * B * T * heads * head_dim * 4),
+                                                benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1024);
+  state.SetLabel(fused ? "online softmax" : "three passes");
+}
+BENCHMARK(BM_AttentionBatch)
+    ->ArgNames({"ctx", "batch", "layers", "fused"})
+    ->ArgsProduct({{64, 128}, {16}, {1, 24}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_RmsNorm(benchmark::State& state) {

@@ -48,6 +48,7 @@ class Upstream {
 // swap or tripping a sanitizer's allocation limit.
 class HostUpstream final : public Upstream {
  public:
+  static constexpr size_t kHugePage = size_t(2) << 20;
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
   std::string name() const override { return "host"; }

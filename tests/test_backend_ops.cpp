@@ -373,6 +373,14 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::sum, M, 70001, 0, 0, DType::f32, false});
     }
   }
+  // Batched decode sizes (16 sequences and around it): the CPU's outer-product kernel, with
+  // partial row groups and weight rows left over after the tiles of 16.
+  for (const std::string backend : {"cpu", "cuda"})
+    for (int64_t M : {16, 17, 32}) {
+      cases.push_back({backend, Op::matmul, M, 33, 67, 0, DType::f32, M == 17});
+      cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::f32, M != 17});
+      cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
+    }
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
   // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
   // exact path for f32 caches.

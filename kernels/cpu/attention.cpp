@@ -18,7 +18,7 @@ using Vector = Eigen::Map<Eigen::VectorXf>;
 using ConstVector = Eigen::Map<const Eigen::VectorXf>;
 
 // Keys per block of the online variant: 64 scores live in registers and L1.
-constexpr int64_t kKeyBlock = 64;
+constexpr int64_t kKeyBlock = 256;
 
 #if defined(__AVX512F__)
 // note: with AVX-512 and head_dim a multiple of 16 the two inner loops are hand-vectorised: q sits
@@ -26,13 +26,29 @@ constexpr int64_t kKeyBlock = 64;
 // reduced to 16 scores by one shared transpose (simd::sum16) instead of 16 horizontal sums.
 // Eigen's general matrix-vector product spends most of its time on setup at these tiny sizes.
 
-// score[t] = scale * q . keys[t] for t < n (keys at row stride `stride`).
+// Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of 16 * HV floats) into the cache.
+// note: the keys and values of one head are short contiguous blocks (a few KB at the context
+// lengths of decode), too short for the hardware prefetcher to ramp up on, and a decode step
+// for a batch reads one block per (sequence, head). So each head's kernels request the next
+// head's block alongside the rows they are reading of their own: block t0 of the next head while
+// computing block t0 of this one, a whole head's time ahead of its use.
 template <int HV>
-void scores(float* score, const float* q, const float* keys, int64_t stride, int64_t n, float scale) {
+inline void prefetch_rows(const float* rows, int64_t n_rows, int64_t t0) {
+  if (rows == nullptr) return;
+  const int64_t end = std::min(n_rows, t0 + 16) * 16 * HV;
+  for (int64_t i = t0 * 16 * HV; i < end; i += 16) __builtin_prefetch(rows + i);
+}
+
+// score[t] = scale * q . keys[t] for t < n (keys at row stride `stride`, which is 16 * HV); the
+// rows of next_keys (n_next of them) are prefetched on the way.
+template <int HV>
+void scores(float* score, const float* q, const float* keys, int64_t stride, int64_t n, float scale,
+            const float* next_keys, int64_t n_next) {
   simd::Vec qv[HV];
   for (int j = 0; j < HV; ++j) qv[j] = simd::load(q + 16 * j);
   const simd::Vec scale_v = simd::set1(scale);
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
+    prefetch_rows<HV>(next_keys, n_next, t0);
     const int64_t count = std::min<int64_t>(16, n - t0);
     simd::Vec acc[16];
     for (int i = 0; i < 16; ++i) acc[i] = simd::zero();
@@ -53,21 +69,27 @@ void scores(float* score, const float* q, const float* keys, int64_t stride, int
       std::copy(tail, tail + count, score + t0);
     }
   }
+  for (int64_t t0 = (n + 15) / 16 * 16; t0 < n_next; t0 += 16) prefetch_rows<HV>(next_keys, n_next, t0);
 }
 
-// out (+)= sum_t p[t] * values[t] for t < n; `accumulate` adds to out instead of overwriting.
+// out (+)= sum_t p[t] * values[t] for t < n; `accumulate` adds to out instead of overwriting. The
+// rows of next_values (n_next of them) are prefetched on the way.
 template <int HV>
-void weighted_sum(float* out, const float* p, const float* values, int64_t stride, int64_t n, bool accumulate) {
+void weighted_sum(float* out, const float* p, const float* values, int64_t stride, int64_t n, bool accumulate,
+                  const float* next_values, int64_t n_next) {
   constexpr int U = 4;  // sets of accumulators: keys t, t+1, t+2, t+3 feed independent FMA chains
   simd::Vec o[U][HV];
   for (int u = 0; u < U; ++u)
     for (int j = 0; j < HV; ++j) o[u][j] = u == 0 && accumulate ? simd::load(out + 16 * j) : simd::zero();
   int64_t t = 0;
-  for (; t + U <= n; t += U)
+  for (; t + U <= n; t += U) {
+    if (t % 16 == 0) prefetch_rows<HV>(next_values, n_next, t);
     for (int u = 0; u < U; ++u) {
       const simd::Vec pt = simd::set1(p[t + u]);
       for (int j = 0; j < HV; ++j) o[u][j] = simd::fma(pt, simd::load(values + (t + u) * stride + 16 * j), o[u][j]);
     }
+  }
+  for (int64_t t0 = (t + 15) / 16 * 16; t0 < n_next; t0 += 16) prefetch_rows<HV>(next_values, n_next, t0);
   for (; t < n; ++t) {
     const simd::Vec pt = simd::set1(p[t]);
     for (int j = 0; j < HV; ++j) o[0][j] = simd::fma(pt, simd::load(values + t * stride + 16 * j), o[0][j]);
@@ -76,8 +98,8 @@ void weighted_sum(float* out, const float* p, const float* values, int64_t strid
     simd::store(out + 16 * j, simd::add(simd::add(o[0][j], o[1][j]), simd::add(o[2][j], o[3][j])));
 }
 
-using ScoresFn = void (*)(float*, const float*, const float*, int64_t, int64_t, float);
-using WeightedSumFn = void (*)(float*, const float*, const float*, int64_t, int64_t, bool);
+using ScoresFn = void (*)(float*, const float*, const float*, int64_t, int64_t, float, const float*, int64_t);
+using WeightedSumFn = void (*)(float*, const float*, const float*, int64_t, int64_t, bool, const float*, int64_t);
 
 template <int HV>
 constexpr std::pair<ScoresFn, WeightedSumFn> kernels_for() {
@@ -113,10 +135,20 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const auto simd = simd_kernels(head_dim);
-  auto one_head = [&](int64_t task) {
+  // Where task (row m, head h) finds its keys and values in the caches, and how many there are.
+  auto block_of = [&](int64_t task, int64_t* n_keys) {
     const int64_t m = task / n_heads, h = task % n_heads;
-    const int64_t n_keys = int64_t(pos[m]) + 1;
-    const int64_t offset = (int64_t(seq[m]) * n_kv_heads + h / group) * S * head_dim;
+    *n_keys = int64_t(pos[m]) + 1;
+    return (int64_t(seq[m]) * n_kv_heads + h / group) * S * head_dim;
+  };
+  // `next`: the task this thread runs after this one, whose block is prefetched; -1 for none.
+  auto one_head = [&](int64_t task, int64_t next) {
+    const int64_t m = task / n_heads, h = task % n_heads;
+    int64_t n_keys = 0, n_next = 0;
+    const int64_t offset = block_of(task, &n_keys);
+    const int64_t next_offset = next >= 0 ? block_of(next, &n_next) : 0;
+    const float* next_keys = next >= 0 ? k_cache + next_offset : nullptr;
+    const float* next_values = next >= 0 ? v_cache + next_offset : nullptr;
     ConstVector qh(q + m * ld_q + h * head_dim, head_dim);
     Vector oh(out + m * ld_out + h * head_dim, head_dim);
     // note: 64-byte aligned like every other buffer: Eigen's vectorised sums start with a scalar
@@ -129,7 +161,7 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
       Rows keys(k_cache + offset, n_keys, head_dim, Eigen::OuterStride<>(stride));
       Rows values(v_cache + offset, n_keys, head_dim, Eigen::OuterStride<>(stride));
       if (simd.first) {
-        simd.first(score.data(), qh.data(), k_cache + offset, stride, n_keys, scale);
+        simd.first(score.data(), qh.data(), k_cache + offset, stride, n_keys, scale, next_keys, n_next);
       } else {
         score.noalias() = (keys * qh) * scale;
       }
@@ -137,7 +169,7 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
       score = (score.array() - max_score).exp().matrix();
       score /= score.sum();
       if (simd.second) {
-        simd.second(oh.data(), score.data(), v_cache + offset, stride, n_keys, false);
+        simd.second(oh.data(), score.data(), v_cache + offset, stride, n_keys, false, next_values, n_next);
       } else {
         oh.noalias() = values.transpose() * score;
       }
@@ -147,11 +179,16 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
       oh.setZero();
       for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, n_keys - t0);
+        // The same block of the next head, or all that is left of it after the last block.
+        const int64_t n_next_block = std::max<int64_t>(0, t0 + n < n_keys ? std::min(n, n_next - t0) : n_next - t0);
+        const float* next_key_block = n_next_block > 0 ? next_keys + t0 * stride : nullptr;
+        const float* next_value_block = n_next_block > 0 ? next_values + t0 * stride : nullptr;
         Vector score(scratch.data(), n);
         Rows keys(k_cache + offset + t0 * stride, n, head_dim, Eigen::OuterStride<>(stride));
         Rows values(v_cache + offset + t0 * stride, n, head_dim, Eigen::OuterStride<>(stride));
         if (simd.first) {
-          simd.first(score.data(), qh.data(), k_cache + offset + t0 * stride, stride, n, scale);
+          simd.first(score.data(), qh.data(), k_cache + offset + t0 * stride, stride, n, scale, next_key_block,
+                     n_next_block);
         } else {
           score.noalias() = (keys * qh) * scale;
         }
@@ -161,7 +198,8 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
         running_sum = running_sum * correction + score.sum();
         oh = oh * correction;
         if (simd.second) {
-          simd.second(oh.data(), score.data(), v_cache + offset + t0 * stride, stride, n, true);
+          simd.second(oh.data(), score.data(), v_cache + offset + t0 * stride, stride, n, true, next_value_block,
+                      n_next_block);
         } else {
           oh.noalias() += values.transpose() * score;
         }
@@ -172,10 +210,10 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
   };
   const int64_t tasks = M * n_heads;
   if (pool.size() == 1 || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) one_head(t);
+    for (int64_t t = 0; t < tasks; ++t) one_head(t, t + 1 < tasks ? t + 1 : -1);
   } else {
     pool.parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) one_head(t);
+      for (int64_t t = t0; t < t1; ++t) one_head(t, t + 1 < t1 ? t + 1 : -1);
     });
   }
 }

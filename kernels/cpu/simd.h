@@ -67,6 +67,31 @@ inline Vec sum16(const Vec* v) {
   // r holds sum(v[4k + j]) at 4j + k: put it in order.
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
+// In place: v[j] lane i <- v[i] lane j, a 16 x 16 transpose in 64 shuffles (pairs of floats,
+// then quadruples, then 128-bit lanes twice).
+inline void transpose16(Vec* v) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4q + c], 128-bit lane L: rows 4q .. 4q+3 of column 4L + c
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q + 0], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q + 0], t[4 * q + 2], 0xEE);
+    u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+  }
+  // For each c, a 4 x 4 transpose of 128-bit lanes across u[c], u[4 + c], u[8 + c], u[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    v[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
+    v[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD);
+    v[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
+    v[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);
+  }
+}
 inline const char* name() { return "AVX-512"; }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kWidth = 8;
