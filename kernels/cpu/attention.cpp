@@ -18,7 +18,12 @@ using Vector = Eigen::Map<Eigen::VectorXf>;
 using ConstVector = Eigen::Map<const Eigen::VectorXf>;
 
 // Keys per block of the online variant: 64 scores live in registers and L1.
-constexpr int64_t kKeyBlock = 256;
+constexpr int64_t kKeyBlock = 64;
+
+// The hand-vectorised scores and weighted sum (below) as function pointers: the arguments of
+// scores() and weighted_sum().
+using ScoresFn = void (*)(float*, const float*, const float*, int64_t, int64_t, float, const float*, int64_t);
+using WeightedSumFn = void (*)(float*, const float*, const float*, int64_t, int64_t, bool, const float*, int64_t);
 
 #if defined(__AVX512F__)
 // note: with AVX-512 and head_dim a multiple of 16 the two inner loops are hand-vectorised: q sits
@@ -98,8 +103,6 @@ void weighted_sum(float* out, const float* p, const float* values, int64_t strid
     simd::store(out + 16 * j, simd::add(simd::add(o[0][j], o[1][j]), simd::add(o[2][j], o[3][j])));
 }
 
-using ScoresFn = void (*)(float*, const float*, const float*, int64_t, int64_t, float, const float*, int64_t);
-using WeightedSumFn = void (*)(float*, const float*, const float*, int64_t, int64_t, bool, const float*, int64_t);
 
 template <int HV>
 constexpr std::pair<ScoresFn, WeightedSumFn> kernels_for() {
@@ -121,7 +124,7 @@ std::pair<ScoresFn, WeightedSumFn> simd_kernels(int64_t head_dim) {
   }
 }
 #else
-std::pair<void*, void*> simd_kernels(int64_t) { return {nullptr, nullptr}; }
+std::pair<ScoresFn, WeightedSumFn> simd_kernels(int64_t) { return {nullptr, nullptr}; }
 #endif
 
 }  // namespace
