@@ -11,7 +11,7 @@
 // of decode speed on an idle machine. On a machine shared with other work the opposite holds: a
 // spinning worker is a runnable thread the scheduler shares the cores with, and decode lost 40%
 // (measured: 2 threads, one competing busy process, 685 vs 410 tokens/s). So the pool watches
-// its own involuntary context switches (getrusage, every 128 regions): while the scheduler is
+// its own involuntary context switches (getrusage, every 64 regions): while the scheduler is
 // preempting it, workers sleep as soon as they run out of work; when it stops, they spin again.
 // spin_us = 0 gives the pure sleeping policy (`minfer bench --spin-us 0`).
 #pragma once
