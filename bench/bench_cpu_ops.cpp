@@ -91,6 +91,8 @@ BENCHMARK(BM_MatmulFromDram)
     ->Args({16, 288, 768})
     ->Args({1, 32000, 288})
     ->Args({16, 32000, 288})
+    ->Args({1, 4096, 768})
+    ->Args({1, 32000, 768})
     ->Unit(benchmark::kMicrosecond);
 
 // Causal attention of M rows of one sequence at context length T over an f32 cache.
