@@ -34,7 +34,8 @@ void* HostUpstream::allocate(size_t bytes) {
   if (bytes < kHugePage) return std::aligned_alloc(CachingPool::kAlignment, bytes);  // a multiple of 256
   // note: large blocks (weights, the KV cache, big activations) start on a 2 MiB boundary and
   // ask for transparent huge pages. A decode step sweeps tens of MB: on 4 KiB pages that is one
-  // TLB miss, and a restart of the hardware prefetcher's stream, every 64 cache lines.
+  // TLB miss, and a restart of the hardware prefetcher's stream, every 64 cache lines. (The
+  // rounding, under 2 MiB per block, is not counted in the pool's statistics.)
   if (bytes > SIZE_MAX - kHugePage) return nullptr;
   const size_t rounded = (bytes + kHugePage - 1) & ~(kHugePage - 1);
   void* ptr = std::aligned_alloc(kHugePage, rounded);

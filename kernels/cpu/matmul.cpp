@@ -200,8 +200,11 @@ inline void outer_step(simd::Vec* acc, simd::Vec xv, const char* rows0, const ch
 }
 
 // out[l, r] for l < rows, r < kOuterRows, from xt (K, L) and weight rows w (kOuterRows, K).
-// `next`, the following tile of weights, is prefetched a line per step of k: a tile is
-// kOuterRows * K floats, kOuterRows * K / 16 lines.
+// `next`, the following tile of weights, is prefetched into L2 a line per step of k (a tile is
+// kOuterRows * K floats, kOuterRows * K / 16 lines): at K = 288 this tile, the next one and xt
+// are 18 KB each, more than the 48 KB L1 holds. From L2 the tile's own lines are requested into
+// L1 two lines ahead of use, one row per step, instead of all 16 rows missing together every 16
+// steps (stories15M at B=16: 2-4% more tokens/s, in 9 interleaved pairs of runs).
 inline void outer_tile(float* out, int64_t ld_out, int64_t rows, const float* xt, const float* w,
                        int64_t K, const float* next) {
   simd::Vec acc[kOuterRows];
