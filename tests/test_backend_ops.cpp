@@ -374,13 +374,17 @@ std::vector<Case> all_cases() {
     }
   }
   // Batched decode sizes (16 sequences and around it): the CPU's outer-product kernel, with
-  // partial row groups and weight rows left over after the tiles of 16.
+  // partial row groups and weight rows left over after the tiles of 16 (M = 512 above takes it
+  // too, for prefill).
   for (const std::string backend : {"cpu", "cuda"})
     for (int64_t M : {16, 17, 32}) {
       cases.push_back({backend, Op::matmul, M, 33, 67, 0, DType::f32, M == 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::f32, M != 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
     }
+  // Deep f32 products above the small-row kernels (K > 1024): Eigen's GEMM on the CPU.
+  for (const std::string backend : {"cpu", "cuda"})
+    cases.push_back({backend, Op::matmul, 40, 33, 1100, 0, DType::f32, true});
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
   // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
   // exact path for f32 caches.
