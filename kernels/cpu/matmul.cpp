@@ -105,12 +105,14 @@ inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
 
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
 // sequential stream, with a software prefetch 1 KiB ahead, like the bandwidth probe (sum).
-// note: for f32 weights this beats the 4-row tile below at one row (stories110M f32 decode, 5
-// interleaved pairs of runs: +4% to +38%, median +26%; stories15M +5%), whose four rows are
-// four interleaved streams; for bf16 the tile stays ahead (by about 3%), so only f32 takes it.
+// note: at one row this beats the 4-row tile below, whose four rows are four interleaved
+// streams. stories110M decode, interleaved pairs of runs: f32 +4% to +38% (median +26%, 5
+// pairs), bf16 +12% to +26% and f16 +16% to +26% (4 pairs each, once each step reads 256
+// bytes of weights: with bf16 at 128 bytes a step it was 3% behind); stories15M f32 +5%.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
-  constexpr int VW = simd::kWidth, U = 4;
+  // U vectors a step: 256 bytes of weights with AVX-512
+  constexpr int VW = simd::kWidth, U = 16 / sizeof(typename W::Stored);
   constexpr int64_t kAhead = 1024 / sizeof(typename W::Stored);
   for (int64_t n = n0; n < n1; ++n) {
     const typename W::Stored* row = w + n * K;
@@ -122,7 +124,8 @@ void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0
       for (int u = 0; u < U; ++u) acc[u] = simd::fma(W::load(row + k + u * VW), simd::load(x + k + u * VW), acc[u]);
     }
     for (; k + VW <= K; k += VW) acc[0] = simd::fma(W::load(row + k), simd::load(x + k), acc[0]);
-    float s = simd::sum(simd::add(simd::add(acc[0], acc[1]), simd::add(acc[2], acc[3])));
+    for (int u = 1; u < U; ++u) acc[0] = simd::add(acc[0], acc[u]);
+    float s = simd::sum(acc[0]);
     for (; k < K; ++k) s += W::scalar(row + k) * x[k];
     out[n] = s;
   }
@@ -160,7 +163,7 @@ void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64
              const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
   // note: 16-row grains keep each thread's block of weights a contiguous stream.
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    if (std::is_same_v<W, simd::F32> && M == 1)
+    if (M == 1)
       one_row<W>(out, x, w, n0, n1, K);
     else
       small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K);
