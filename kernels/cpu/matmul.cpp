@@ -15,8 +15,9 @@
 // outer-product kernel below, at about 75% of the FMA peak with weights from DRAM.
 //
 // Prefill multiplies hundreds of rows by the same weights: each weight is reused M times, the
-// product becomes compute-bound, and a cache-blocked GEMM (Eigen's) is the right tool for deep
-// products; up to K = 1024 the outer-product kernel, which tiles only along N and M, is faster. f16/bf16
+// product becomes compute-bound, and a cache-blocked GEMM (Eigen's) is the right tool for large
+// products; while the packed rows fit in L2 (M x K up to 256 x 1024) the outer-product kernel,
+// which does not block along K or M, is faster. f16/bf16
 // weights are widened tile by tile into a per-thread buffer first; the conversion is paid once per
 // tile and amortised over the M rows.
 #include "kernels/cpu/matmul.h"
@@ -183,11 +184,12 @@ constexpr int kOuterLanes = simd::kWidth;
 constexpr int kOuterRows = simd::kWidth >= 16 ? 16 : 8;  // accumulators: 16 of 32 AVX-512 registers
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;
 // note: above kSmallMaxRows rows the outer-product kernel still beats Eigen's GEMM while a tile
-// of weights and a group of packed rows (16 x K floats each) stay in L2 between uses: measured
-// at 2 threads, M = 256: 402-409 against 303-319 GFLOP/s for K = 288 and 768, and stories15M's
-// pp256 20057 against 15803 tokens/s. It has no blocking along K, so at K = 2048 (a 2048^3
-// product) it falls to 214 against Eigen's 290: deeper products stay with Eigen.
-constexpr int64_t kOuterMaxDepth = 1024;
+// of weights (16 x K floats) and all the packed rows (M x K floats) stay in L2 between uses:
+// measured at 2 threads, M = 256: 402-409 against 303-319 GFLOP/s for K = 288 and 768, and
+// stories15M's pp256 20057 against 15803 tokens/s. It blocks along neither K nor M, so beyond
+// that it loses (one thread, 1024^3: 129 against Eigen's 190 GFLOP/s; 2048^3 at two threads:
+// 214 against 290): larger products stay with Eigen.
+constexpr int64_t kOuterMaxPacked = 256 * 1024;  // M * K floats: 1 MiB, half of this L2
 
 // Packs x[0 .. rows) transposed into xt (K, L); lanes past `rows` are zeros.
 void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int64_t K) {
@@ -340,7 +342,7 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);
     if constexpr (std::is_same_v<W, simd::F32>) {
-      if (M >= kOuterMinRows && (M <= kSmallMaxRows || K <= kOuterMaxDepth)) {
+      if (M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked)) {
         outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
         return;
       }

@@ -12,8 +12,9 @@ namespace minfer::cpu {
 // with every activation row while it sits in registers and L1, widening f16/bf16 in registers.
 // At one row memory bandwidth is the limit; at a few dozen the FMA units are, and the kernel
 // still beats a GEMM that must first pack the weights. Above it, Eigen's cache-blocked GEMM runs
-// on each thread's slice of the weights (prefill), except for f32 weights with K up to 1024,
-// where the outer-product kernel of batched decode is faster (see matmul.cpp).
+// on each thread's slice of the weights (prefill), except for f32 products whose activations
+// fit in L2 (M x K up to 256 x 1024), where the outer-product kernel of batched decode is faster
+// (see matmul.cpp).
 constexpr int64_t kSmallMaxRows = 32;
 
 // out = x * w^T (see kernels/ref/matmul.h); w in f32, bf16 or f16.
