@@ -98,7 +98,7 @@ BENCHMARK(BM_MatmulFromDram)
 // Causal attention of M rows of one sequence at context length T over an f32 cache.
 void BM_Attention(benchmark::State& state) {
   const int64_t T = state.range(0), M = state.range(1), heads = 12, head_dim = 64;
-  const bool fused = state.range(2) != 0;
+  const auto algorithm = state.range(2) != 0 ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass;
   Tensor q = random({M, heads * head_dim}), out = backend().empty({M, heads * head_dim}, DType::f32);
   Tensor k = random({1, heads, T, head_dim}, DType::f32, 3), v = random({1, heads, T, head_dim}, DType::f32, 4);
   Tensor seq = backend().empty({M}, DType::i32), pos = backend().empty({M}, DType::i32);
@@ -106,14 +106,14 @@ void BM_Attention(benchmark::State& state) {
     seq.data_as<int32_t>()[m] = 0;
     pos.data_as<int32_t>()[m] = static_cast<int32_t>(T - M + m);
   }
-  for (auto _ : state) backend().attention(out, q, k, v, seq, pos, head_dim, fused);
+  for (auto _ : state) backend().attention(out, q, k, v, seq, pos, head_dim, algorithm);
   state.counters["KV B/s"] = benchmark::Counter(double(2 * M * T * heads * head_dim * 4),
                                                 benchmark::Counter::kIsIterationInvariantRate,
                                                 benchmark::Counter::kIs1024);
-  state.SetLabel(fused ? "online softmax" : "three passes");
+  state.SetLabel(attention_algorithm_name(algorithm));
 }
 BENCHMARK(BM_Attention)
-    ->ArgNames({"ctx", "rows", "fused"})
+    ->ArgNames({"ctx", "rows", "online"})
     ->ArgsProduct({{128, 512, 1024}, {1}, {0, 1}})
     ->Args({256, 16, 1})
     ->Unit(benchmark::kMicrosecond);
@@ -122,14 +122,14 @@ BENCHMARK(BM_Attention)
 // in stories15M's shape: 6 heads of 48. `layers` separate caches are cycled through, as the
 // layers of a model do, so that with several layers the cache comes from DRAM, not L3.
 void BM_AttentionBatch(benchmark::State& state) {
-  const int64_t T = state.range(0), B = state.range(1), layers = state.range(2), S = 256;
-  const bool fused = state.range(3) != 0;
+  const int64_t T = state.range(0), B = state.range(1), layers = state.range(2), n_ctx = 256;
+  const auto algorithm = state.range(3) != 0 ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass;
   const int64_t heads = 6, head_dim = 48;
   Tensor q = random({B, heads * head_dim}), out = backend().empty({B, heads * head_dim}, DType::f32);
   std::vector<Tensor> k, v;
   for (int64_t l = 0; l < layers; ++l) {
-    k.push_back(random({B, heads, S, head_dim}, DType::f32, 3 + 2 * l));
-    v.push_back(random({B, heads, S, head_dim}, DType::f32, 4 + 2 * l));
+    k.push_back(random({B, heads, n_ctx, head_dim}, DType::f32, 3 + 2 * l));
+    v.push_back(random({B, heads, n_ctx, head_dim}, DType::f32, 4 + 2 * l));
   }
   Tensor seq = backend().empty({B}, DType::i32), pos = backend().empty({B}, DType::i32);
   for (int64_t m = 0; m < B; ++m) {
@@ -138,16 +138,16 @@ void BM_AttentionBatch(benchmark::State& state) {
   }
   int64_t layer = 0;
   for (auto _ : state) {
-    backend().attention(out, q, k[layer], v[layer], seq, pos, head_dim, fused);
+    backend().attention(out, q, k[layer], v[layer], seq, pos, head_dim, algorithm);
     layer = (layer + 1) % layers;
   }
   state.counters["KV B/s"] = benchmark::Counter(double(2 * B * T * heads * head_dim * 4),
                                                 benchmark::Counter::kIsIterationInvariantRate,
                                                 benchmark::Counter::kIs1024);
-  state.SetLabel(fused ? "online softmax" : "three passes");
+  state.SetLabel(attention_algorithm_name(algorithm));
 }
 BENCHMARK(BM_AttentionBatch)
-    ->ArgNames({"ctx", "batch", "layers", "fused"})
+    ->ArgNames({"ctx", "n_seqs", "layers", "online"})
     ->ArgsProduct({{64, 128}, {16}, {1, 24}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 

@@ -1,7 +1,7 @@
 #include "engine/backend.h"
 
 #include "engine/backend_cpu.h"
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

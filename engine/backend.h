@@ -9,7 +9,9 @@
 //   - activations are f32, 2-D, [rows, features]; rows may be spaced apart (a column slice of a
 //     wider tensor, e.g. q, k and v as slices of one fused QKV product), the last stride is 1;
 //   - weights are [out_features, in_features] as llama2.c stores them, dense, f32/f16/bf16;
-//   - the KV cache of one layer is [sequences, positions, n_kv_heads * head_dim];
+//   - outputs come first in every op's arguments, then tensors updated in place, then inputs;
+//   - the KV cache of one layer is (n_seqs, n_kv_heads, n_ctx, head_dim), head-major (why: the
+//     note atop engine/kv_cache.h);
 //   - seq and pos are i32 [rows]: which sequence a row belongs to and its position in it.
 // Ops enqueue work on the backend's device; synchronize() waits for it. Shapes are checked on every
 // call (engine/op_checks.h) and a mismatch throws Error naming the op and both shapes.
@@ -19,10 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.h"
-#include "engine/pool.h"
-#include "engine/tensor.h"
-#include "engine/threads.h"
+#include "core/device.h"
+#include "core/pool.h"
+#include "core/tensor.h"
+#include "core/threads.h"
+#include "kernels/ref/attention.h"
 
 namespace minfer {
 
@@ -77,25 +80,25 @@ class Backend {
   virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
   // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32
   virtual void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
-  // fused: x += delta; out = rmsnorm(x) * weight
-  virtual void residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+  // fused: x += delta; out = rmsnorm(x) * weight      out, x, delta (M, D); x updated in place
+  virtual void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                                 const Tensor& weight, float eps) = 0;
   // out = x * w^T                  out (M, N); x (M, K); w (N, K)
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
   // rotary embedding in place      x (M, heads * head_dim); pos (M); table (positions, head_dim)
   virtual void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
-  // cache[seq[m], pos[m], :] = row m of k and v
+  // cache[seq[m], :, pos[m], :] = row m of k and v, head by head
   virtual void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
                         const Tensor& v, const Tensor& seq, const Tensor& pos) = 0;
-  // fused: rope(q), rope(k), kv_store(k, v)
-  virtual void rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
+  // fused: rope(q), rope(k), kv_store(k, v)      q and k rotated in place
+  virtual void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& seq,
                              const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
-  // causal attention of each row over its sequence's cache up to its position.
-  // fused = one pass with an online softmax (flash-decoding on CUDA); otherwise separate passes.
+  // causal attention of each row over its sequence's cache up to its position, by either
+  // algorithm of kernels/ref/attention.h
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         int64_t head_dim, bool fused) = 0;
+                         int64_t head_dim, AttentionAlgorithm algorithm) = 0;
   // out = silu(gate) * up          (M, F) each
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // out = a + b                    (M, D) each; out may alias a or b

@@ -1,6 +1,6 @@
 #include "engine/backend_cpu.h"
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "engine/op_checks.h"
 #include "kernels/cpu/add.h"
 #include "kernels/cpu/argmax.h"
@@ -50,12 +50,12 @@ void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weigh
   cpu::rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
 }
 
-void CpuBackend::residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                                   const Tensor& weight, float eps) {
   checks::rmsnorm(out, x, weight, kCpu);
   checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCpu), "x",
                     checks::activation("residual_rmsnorm", "delta", delta, kCpu), "delta");
-  cpu::residual_rmsnorm(threads_, f32(x), ld(x), f32(delta), ld(delta), f32(out), ld(out),
+  cpu::residual_rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(delta), ld(delta),
                         f32(weight), x.size(0), x.size(1), eps);
 }
 
@@ -80,11 +80,11 @@ void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Te
   require_f32_cache("kv_store", k_cache);
   checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
   cpu::kv_store(threads_, f32(k_cache), f32(v_cache), f32(k), ld(k), f32(v), ld(v), i32(seq),
-                i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.S);
+                i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
 }
 
-void CpuBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
+void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
+                               const Tensor& k, const Tensor& v, const Tensor& seq,
                                const Tensor& pos, const Tensor& table, int64_t head_dim) {
   checks::rope(q, pos, table, head_dim, kCpu);
   checks::rope(k, pos, table, head_dim, kCpu);
@@ -94,22 +94,24 @@ void CpuBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v
   MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
   MINFER_CHECK(cache.head_dim == head_dim, "rope_kv_store: the cache holds heads of ", cache.head_dim,
                ", not ", head_dim);
-  MINFER_CHECK(cache.S <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
-               " positions, the cache ", cache.S);
-  cpu::rope_kv_store(threads_, f32(q), ld(q), f32(k), ld(k), f32(v), ld(v), f32(k_cache),
-                     f32(v_cache), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
-                     k.size(1) / head_dim, head_dim, cache.S);
+  MINFER_CHECK(cache.n_ctx <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
+               " positions, the cache ", cache.n_ctx);
+  cpu::rope_kv_store(threads_, f32(k_cache), f32(v_cache), f32(q), ld(q), f32(k), ld(k), f32(v),
+                     ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
+                     k.size(1) / head_dim, head_dim, cache.n_ctx);
 }
 
 void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                           int64_t head_dim, bool fused) {
+                           int64_t head_dim, AttentionAlgorithm algorithm) {
   auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCpu);
   require_f32_cache("attention", k_cache);
   checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
-  auto run = fused ? cpu::attention<true> : cpu::attention<false>;
+  auto run = algorithm == AttentionAlgorithm::online_softmax
+                 ? cpu::attention<AttentionAlgorithm::online_softmax>
+                 : cpu::attention<AttentionAlgorithm::three_pass>;
   run(threads_, f32(out), ld(out), f32(q), ld(q), f32(k_cache), f32(v_cache), i32(seq), i32(pos),
-      s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.S);
+      s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx);
 }
 
 void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {

@@ -18,17 +18,18 @@ class CpuBackend final : public Backend {
 
   void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
-  void residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+  void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                         const Tensor& weight, float eps) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) override;
   void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
                 const Tensor& seq, const Tensor& pos) override;
-  void rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                     const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                     const Tensor& table, int64_t head_dim) override;
+  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
+                     int64_t head_dim) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                 const Tensor& seq, const Tensor& pos, int64_t head_dim, bool fused) override;
+                 const Tensor& seq, const Tensor& pos, int64_t head_dim,
+                 AttentionAlgorithm algorithm) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void softmax(const Tensor& x) override;

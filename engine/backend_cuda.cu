@@ -10,8 +10,8 @@
 #include <string>
 
 #include "engine/backend.h"
-#include "engine/cuda_check.cuh"
-#include "engine/error.h"
+#include "core/cuda_check.cuh"
+#include "core/error.h"
 #include "engine/op_checks.h"
 #include "kernels/cuda/add.cuh"
 #include "kernels/cuda/argmax.cuh"
@@ -42,8 +42,9 @@ constexpr DeviceKind kCuda = DeviceKind::cuda;
 
 namespace {
 
-// Above this many rows attention runs the prefill kernel (tiles of 64 rows); at or below it the
-// decode kernels, which parallelise over (row, head) and, fused, over chunks of keys.
+// The online softmax runs the prefill kernel (tiles of 64 rows) above this many rows, and at or
+// below it flash-decoding, which parallelises over (row, head) and chunks of keys. The three-pass
+// algorithm runs its three kernels at any number of rows.
 constexpr int64_t kDecodeAttentionRows = 64;
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
@@ -150,12 +151,12 @@ class CudaBackend final : public Backend {
     cuda::rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
   }
 
-  void residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out, const Tensor& weight,
+  void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
                         float eps) override {
     checks::rmsnorm(out, x, weight, kCuda);
     checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCuda), "x",
                       checks::activation("residual_rmsnorm", "delta", delta, kCuda), "delta");
-    cuda::residual_rmsnorm(stream_, f32(x), ld(x), f32(delta), ld(delta), f32(out), ld(out), f32(weight), x.size(0),
+    cuda::residual_rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(delta), ld(delta), f32(weight), x.size(0),
                            x.size(1), eps);
   }
 
@@ -199,34 +200,34 @@ class CudaBackend final : public Backend {
                 const Tensor& pos) override {
     auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
     cuda::kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v), i32(seq),
-                   i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.S);
+                   i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
   }
 
-  void rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& seq, const Tensor& pos, const Tensor& table, int64_t head_dim) override {
     checks::rope(q, pos, table, head_dim, kCuda);
     checks::rope(k, pos, table, head_dim, kCuda);
     auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
     MINFER_CHECK(q.size(0) == k.size(0) && cache.head_dim == head_dim, "rope_kv_store: q ", q.str(), ", k ", k.str(),
                  " and a cache of head_dim ", cache.head_dim, " do not match");
-    cuda::rope_kv_store(stream_, f32(q), ld(q), f32(k), ld(k), f32(v), ld(v), k_cache.data(), v_cache.data(),
-                        k_cache.dtype(), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
-                        cache.n_kv_heads, head_dim, cache.S);
+    cuda::rope_kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(q), ld(q), f32(k), ld(k),
+                        f32(v), ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
+                        cache.n_kv_heads, head_dim, cache.n_ctx);
   }
 
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
-                 const Tensor& pos, int64_t head_dim, bool fused) override {
+                 const Tensor& pos, int64_t head_dim, AttentionAlgorithm algorithm) override {
     auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCuda);
     cuda::AttentionArgs a{f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
-                          i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.S};
-    if (s.M > kDecodeAttentionRows) {
+                          i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx};
+    if (algorithm == AttentionAlgorithm::three_pass) {
+      cuda::attention_three_pass(stream_, a, scratch("attention scores", cuda::attention_scores_floats(
+                                                         s.M, s.n_heads, s.cache.n_ctx)));
+    } else if (s.M > kDecodeAttentionRows) {
       cuda::attention_prefill(stream_, a);
-    } else if (fused) {
-      cuda::attention_flash_decode(stream_, a, scratch("flash-decoding partials", cuda::flash_decode_floats(
-                                                           s.M, s.n_heads, s.head_dim, s.cache.S)));
     } else {
-      cuda::attention_unfused(stream_, a, scratch("attention scores", cuda::attention_scores_floats(
-                                                      s.M, s.n_heads, s.cache.S)));
+      cuda::attention_flash_decode(stream_, a, scratch("flash-decoding partials", cuda::flash_decode_floats(
+                                                           s.M, s.n_heads, s.head_dim, s.cache.n_ctx)));
     }
   }
 

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 
@@ -27,10 +27,10 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
     : model_(model), backend_(model.backend()), n_seqs_(options.n_seqs),
       vocab_(model.info().vocab_size) {
   const ModelInfo& info = model.info();
-  const int64_t n_ctx = options.n_ctx > 0 ? options.n_ctx : info.context_length;
+  const int64_t n_ctx = options.n_ctx > 0 ? options.n_ctx : info.n_ctx;
   MINFER_CHECK(n_seqs_ >= 1 && n_seqs_ <= 4096, "batch of ", n_seqs_, " sequences: must be in [1, 4096]");
-  MINFER_CHECK(n_ctx <= info.context_length, "context ", n_ctx, " exceeds the model's ",
-               info.context_length, " positions");
+  MINFER_CHECK(n_ctx <= info.n_ctx, "context ", n_ctx, " exceeds the model's ",
+               info.n_ctx, " positions");
   MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
   max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
   const DType kv_dtype = options.kv_dtype ? *options.kv_dtype
@@ -133,31 +133,34 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
                " tokens for ", n_seqs_, " sequences");
   backend_.synchronize();  // the previous step's copy of the staging buffer has happened
   int32_t* host = staging_.data_as<int32_t>();
-  const int64_t B = n_seqs_;
-  for (int64_t s = 0; s < B; ++s) {  // packed directly: B rows, logits for every one
+  const int64_t n = n_seqs_;
+  for (int64_t s = 0; s < n; ++s) {  // packed directly: n_seqs rows, logits for every one
     check_token(tokens[s]);
     MINFER_CHECK(n_past_[s] < cache_.n_ctx(), "decode: sequence ", s, " is full (", cache_.n_ctx(),
                  " positions)");
     host[s] = tokens[s];
-    host[B + s] = static_cast<int32_t>(s);
-    host[2 * B + s] = static_cast<int32_t>(n_past_[s]++);
-    host[3 * B + s] = static_cast<int32_t>(s);
+    host[n + s] = static_cast<int32_t>(s);
+    host[2 * n + s] = static_cast<int32_t>(n_past_[s]++);
+    host[3 * n + s] = static_cast<int32_t>(s);
   }
-  if (decode_key_generation_ != model_.generation()) {  // not per step: no allocation in the loop
-    decode_key_generation_ = model_.generation();
-    decode_key_ = recording_prefix_ + "decode@" + std::to_string(decode_key_generation_);
+  if (decode_key_epoch_ != model_.graph_epoch()) {  // not per step: no allocation in the loop
+    decode_key_epoch_ = model_.graph_epoch();
+    decode_key_ = recording_prefix_ + "decode@" + std::to_string(decode_key_epoch_);
   }
   backend_.run_recorded(decode_key_, [&] { run_rows(n_seqs_, 0, n_seqs_); });
   host_logits_valid_ = false;
 }
 
+void Decoder::fetch_logits() {
+  if (host_logits_valid_) return;
+  if (host_logits_.data() != logits_.data()) backend_.copy_async(host_logits_, logits_);
+  backend_.synchronize();
+  host_logits_valid_ = true;
+}
+
 float* Decoder::logits(int64_t seq) {
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "logits: no sequence ", seq);
-  if (!host_logits_valid_) {
-    if (host_logits_.data() != logits_.data()) backend_.copy_async(host_logits_, logits_);
-    backend_.synchronize();
-    host_logits_valid_ = true;
-  }
+  fetch_logits();
   return host_logits_.data_as<float>() + seq * vocab_;
 }
 
@@ -231,7 +234,7 @@ GenerateResult Decoder::generate(const std::vector<std::vector<int32_t>>& prompt
     // Timed: the forward pass and bringing its result to the host; not the host-side sampling.
     double t1 = now_seconds();
     decode(next_);  // finished sequences keep a row, their outputs are ignored
-    if (greedy) argmax(&next_); else logits(0);
+    if (greedy) argmax(&next_); else fetch_logits();
     decode_time += now_seconds() - t1;
     if (!greedy) {
       for (int64_t s = 0; s < n_seqs_; ++s)

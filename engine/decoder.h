@@ -69,7 +69,10 @@ class Decoder {
   void prefill(const std::vector<std::vector<int32_t>>& prompts);
   // Appends tokens[s] to sequence s, one forward pass over B rows.
   void decode(const std::vector<int32_t>& tokens);
-  // The next-token logits of sequence s (vocab floats on the host).
+  // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
+  // are there already). Part of a timed decode step when sampling needs them.
+  void fetch_logits();
+  // The next-token logits of sequence s (vocab floats on the host), fetched if needed.
   float* logits(int64_t seq);
   // The greedy choice for every sequence, computed on the device (only B ids are copied back).
   void argmax(std::vector<int32_t>* out);
@@ -87,10 +90,10 @@ class Decoder {
 
   // note: a decode step's work is the same at every position (positions live on the device), so
   // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches
-  // become one graph launch. Keys carry this decoder's id and the model's generation.
+  // become one graph launch. Keys carry this decoder's id and the model's graph epoch.
   std::string recording_prefix_;
-  std::string decode_key_;  // recording_prefix_ + "decode@" + generation, rebuilt when it changes
-  uint64_t decode_key_generation_ = ~uint64_t(0);
+  std::string decode_key_;  // recording_prefix_ + "decode@" + epoch, rebuilt when it changes
+  uint64_t decode_key_epoch_ = ~uint64_t(0);
 
   Model& model_;
   Backend& backend_;

@@ -1,7 +1,7 @@
 #include "engine/kv_cache.h"
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 
 namespace minfer {
 

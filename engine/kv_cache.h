@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "engine/backend.h"
-#include "engine/tensor.h"
+#include "core/tensor.h"
 
 namespace minfer {
 

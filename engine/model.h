@@ -7,7 +7,7 @@
 
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
-#include "engine/tensor.h"
+#include "core/tensor.h"
 
 namespace minfer {
 
@@ -25,7 +25,7 @@ struct ModelInfo {
   std::string name;            // "preset:stories15M" or the checkpoint's path
   std::string shape;           // the config in words
   int64_t vocab_size = 0;
-  int64_t context_length = 0;  // the longest context the model supports
+  int64_t n_ctx = 0;           // the longest context the model supports
   int64_t n_layers = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
@@ -47,9 +47,10 @@ class Model {
   // Fused kernels (see docs in models/llama.cpp) or the unfused composition of the same ops.
   virtual void set_fused(bool fused) = 0;
   virtual bool fused() const = 0;
-  // Changes whenever reserve() moves the activations or set_fused() changes the work a forward
-  // pass enqueues: a recorded forward pass (a CUDA Graph) is only valid for one generation.
-  virtual uint64_t generation() const = 0;
+  // The graph epoch: changes whenever reserve() moves the activations or set_fused() changes
+  // the work a forward pass enqueues. A recorded forward pass (a CUDA Graph) holds the addresses
+  // and kernels of one epoch and is only replayed within it.
+  virtual uint64_t graph_epoch() const = 0;
 };
 
 }  // namespace minfer

@@ -1,6 +1,6 @@
 #include "engine/op_checks.h"
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer::op_checks {
 
@@ -59,8 +59,8 @@ void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t r
   for (int64_t m = 0; m < rows; ++m) {
     MINFER_CHECK(seq[m] >= 0 && seq[m] < cache.n_seqs, op, ": row ", m, " names sequence ", seq[m],
                  " of a cache for ", cache.n_seqs);
-    MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.S, op, ": row ", m, " is at position ", pos[m],
-                 " of a cache for ", cache.S);
+    MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.n_ctx, op, ": row ", m, " is at position ", pos[m],
+                 " of a cache for ", cache.n_ctx);
   }
 }
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/tensor.h"
+#include "core/tensor.h"
 
 namespace minfer::op_checks {
 
@@ -23,7 +23,7 @@ void index_vector(const char* op, const char* name, const Tensor& t, int64_t row
 void weight(const char* op, const char* name, const Tensor& t, DeviceKind device);
 
 struct CacheShape {
-  int64_t n_seqs, n_kv_heads, S, head_dim;
+  int64_t n_seqs, n_kv_heads, n_ctx, head_dim;
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 // Two same-shaped contiguous (sequences, kv_heads, positions, head_dim) caches of f32, f16 or bf16.

@@ -34,9 +34,9 @@ void ProfilingBackend::embedding(const Tensor& out, const Tensor& table, const T
 void ProfilingBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   timed("rmsnorm", [&] { inner_.rmsnorm(out, x, weight, eps); });
 }
-void ProfilingBackend::residual_rmsnorm(const Tensor& x, const Tensor& delta, const Tensor& out,
+void ProfilingBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                                         const Tensor& weight, float eps) {
-  timed("residual_rmsnorm", [&] { inner_.residual_rmsnorm(x, delta, out, weight, eps); });
+  timed("residual_rmsnorm", [&] { inner_.residual_rmsnorm(out, x, delta, weight, eps); });
 }
 void ProfilingBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
   timed(matmul_label(x, w), [&] { inner_.matmul(out, x, w); });
@@ -48,15 +48,16 @@ void ProfilingBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, co
                                 const Tensor& seq, const Tensor& pos) {
   timed("kv_store", [&] { inner_.kv_store(k_cache, v_cache, k, v, seq, pos); });
 }
-void ProfilingBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                                     const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                                     const Tensor& table, int64_t head_dim) {
-  timed("rope_kv_store", [&] { inner_.rope_kv_store(q, k, v, k_cache, v_cache, seq, pos, table, head_dim); });
+void ProfilingBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
+                                     int64_t head_dim) {
+  timed("rope_kv_store", [&] { inner_.rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim); });
 }
 void ProfilingBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                 const Tensor& seq, const Tensor& pos, int64_t head_dim, bool fused) {
-  timed(fused ? "attention (online softmax)" : "attention (three passes)",
-        [&] { inner_.attention(out, q, k_cache, v_cache, seq, pos, head_dim, fused); });
+                                 const Tensor& seq, const Tensor& pos, int64_t head_dim,
+                                 AttentionAlgorithm algorithm) {
+  timed(std::string("attention (") + attention_algorithm_name(algorithm) + ")",
+        [&] { inner_.attention(out, q, k_cache, v_cache, seq, pos, head_dim, algorithm); });
 }
 void ProfilingBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
   timed("swiglu", [&] { inner_.swiglu(out, gate, up); });

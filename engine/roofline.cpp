@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

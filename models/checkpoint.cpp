@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 #include "kernels/ref/rope.h"
 
 namespace minfer {
@@ -45,7 +45,7 @@ Sizes weight_sizes(const LlamaConfig& c) {
   s.w13 = checked_product({L, h, d}, what);
   s.w2 = s.w13;
   s.rms_final = d;
-  s.rope = checked_mul(static_cast<uint64_t>(c.seq_len), static_cast<uint64_t>(c.head_dim()), what);
+  s.rope = checked_mul(static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.head_dim()), what);
   s.classifier = c.shared_classifier ? 0 : s.embedding;
   return s;
 }
@@ -100,7 +100,7 @@ CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::s
   c.n_heads = fields[3];
   c.n_kv_heads = fields[4];
   c.vocab_size = fields[5];
-  c.seq_len = fields[6];
+  c.n_ctx = fields[6];
   c.validate(source);
   uint64_t floats = total_floats(weight_sizes(c), layout.format);
   layout.file_bytes = checked_add(layout.header_bytes, checked_mul(floats, 4, "checkpoint size"),
@@ -216,7 +216,7 @@ void write_checkpoint(const std::string& path, const LlamaHostWeights& w, Checkp
   Writer out(path);
   int32_t fields[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers),
                        int32_t(c.n_heads), int32_t(c.n_kv_heads), int32_t(c.vocab_size),
-                       int32_t(c.seq_len)};
+                       int32_t(c.n_ctx)};
   if (format == CheckpointFormat::v1) {
     uint8_t header[kV1HeaderBytes] = {};
     int32_t version = 1;
@@ -236,9 +236,9 @@ void write_checkpoint(const std::string& path, const LlamaHostWeights& w, Checkp
       out.tensor(*t);
     // llama2.c's freq_cis tables: run.c skips them and so does minfer, but they are written with
     // the values export.py writes so that the file is a faithful v0 checkpoint.
-    const size_t pairs = static_cast<size_t>(c.seq_len * (c.head_dim() / 2));
+    const size_t pairs = static_cast<size_t>(c.n_ctx * (c.head_dim() / 2));
     std::vector<float> table(2 * pairs), cos_table(pairs), sin_table(pairs);
-    ref::rope_table(table.data(), c.seq_len, c.head_dim());
+    ref::rope_table(table.data(), c.n_ctx, c.head_dim());
     for (size_t i = 0; i < pairs; ++i) {
       cos_table[i] = table[2 * i];
       sin_table[i] = table[2 * i + 1];

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/tensor.h"
+#include "core/tensor.h"
 #include "models/llama_config.h"
 
 namespace minfer {

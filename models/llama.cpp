@@ -20,8 +20,8 @@
 // online softmax. Both paths are tested to give the same tokens.
 #include "models/llama.h"
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 #include "kernels/ref/rope.h"
 
 namespace minfer {
@@ -34,7 +34,7 @@ uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
   uint64_t tables = c.shared_classifier ? 0 : checked_mul(uint64_t(c.vocab_size), uint64_t(c.dim), what);
   uint64_t norms = checked_add(checked_mul(2 * uint64_t(c.n_layers), uint64_t(c.dim), what),
                                uint64_t(c.dim), what);
-  uint64_t rope = checked_mul(uint64_t(c.seq_len), uint64_t(c.head_dim()), what);
+  uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
   return checked_add(checked_mul(checked_add(matrices, tables, what), uint64_t(dtype_size(dtype)), what),
                      checked_mul(checked_add(norms, rope, what), 4, what), what);
 }
@@ -71,15 +71,15 @@ void LlamaModel::allocate(const std::string& name) {
   w_.wo = backend_.empty({L, d, d}, dtype_);
   w_.w13 = backend_.empty({L, 2 * h, d}, dtype_);
   w_.w2 = backend_.empty({L, d, h}, dtype_);
-  Tensor rope = backend_.empty_host({c.seq_len, c.head_dim()}, DType::f32);
-  ref::rope_table(rope.data_as<float>(), c.seq_len, c.head_dim());
-  w_.rope = backend_.empty({c.seq_len, c.head_dim()}, DType::f32);
+  Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
+  ref::rope_table(rope.data_as<float>(), c.n_ctx, c.head_dim());
+  w_.rope = backend_.empty({c.n_ctx, c.head_dim()}, DType::f32);
   w_.rope.copy_from(rope);
 
   info_.name = name;
   info_.shape = c.describe();
   info_.vocab_size = V;
-  info_.context_length = c.seq_len;
+  info_.n_ctx = c.n_ctx;
   info_.n_layers = L;
   info_.n_kv_heads = c.n_kv_heads;
   info_.head_dim = c.head_dim();
@@ -160,7 +160,7 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   const int64_t rows = std::max(max_rows, ws_.rows), logit_rows = std::max(max_logit_rows, ws_.logit_rows);
   const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
   ws_ = Workspace();  // give the old buffers back to the pool first
-  ++generation_;
+  ++graph_epoch_;
   ws_.rows = rows;
   ws_.logit_rows = logit_rows;
   ws_.x = backend_.empty({rows, d}, DType::f32);
@@ -188,7 +188,7 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
   if (!fused_ || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), kRmsEps);
   if (fused_) {
     be.matmul(qkv, xb, wqkv);
-    be.rope_kv_store(q, k, v, k_cache, v_cache, b.seq, b.pos, w_.rope, hd);
+    be.rope_kv_store(k_cache, v_cache, q, k, v, b.seq, b.pos, w_.rope, hd);
   } else {
     be.matmul(q, xb, wqkv.slice(0, 0, d));
     be.matmul(k, xb, wqkv.slice(0, d, d + kv));
@@ -197,12 +197,13 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
     be.rope(k, b.pos, w_.rope, hd);
     be.kv_store(k_cache, v_cache, k, v, b.seq, b.pos);
   }
-  be.attention(att, q, k_cache, v_cache, b.seq, b.pos, hd, fused_);
+  be.attention(att, q, k_cache, v_cache, b.seq, b.pos, hd,
+               fused_ ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass);
   be.matmul(proj, att, w_.wo.select(0, l));
 
   // Feed-forward block.
   if (fused_) {
-    be.residual_rmsnorm(x, proj, xb, w_.rms_ffn.select(0, l), kRmsEps);
+    be.residual_rmsnorm(xb, x, proj, w_.rms_ffn.select(0, l), kRmsEps);
     be.matmul(h13, xb, w13);
   } else {
     be.add(x, x, proj);
@@ -214,7 +215,7 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
   be.matmul(proj, hb, w_.w2.select(0, l));
   // The residual add, fused with the next layer's first RMSNorm when there is a next layer.
   if (fused_ && l + 1 < config_.n_layers)
-    be.residual_rmsnorm(x, proj, xb, w_.rms_att.select(0, l + 1), kRmsEps);
+    be.residual_rmsnorm(xb, x, proj, w_.rms_att.select(0, l + 1), kRmsEps);
   else
     be.add(x, x, proj);
 }

@@ -38,11 +38,11 @@ class LlamaModel final : public Model {
   void reserve(int64_t max_rows, int64_t max_logit_rows) override;
   void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
   void set_fused(bool fused) override {
-    if (fused != fused_) ++generation_;
+    if (fused != fused_) ++graph_epoch_;
     fused_ = fused;
   }
   bool fused() const override { return fused_; }
-  uint64_t generation() const override { return generation_; }
+  uint64_t graph_epoch() const override { return graph_epoch_; }
 
   // Bytes of weights the model stores on the device for (config, dtype).
   static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
@@ -55,7 +55,7 @@ class LlamaModel final : public Model {
   LlamaConfig config_;
   DType dtype_;
   bool fused_;
-  uint64_t generation_ = 0;
+  uint64_t graph_epoch_ = 0;
   ModelInfo info_;
   // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
@@ -70,7 +70,7 @@ class LlamaModel final : public Model {
     Tensor wo;               // (L, dim, dim)
     Tensor w13;              // (L, 2 hidden, dim)
     Tensor w2;               // (L, dim, hidden)
-    Tensor rope;             // (seq_len, head_dim) f32: (cos, sin) pairs per position
+    Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
   } w_;
   // Activations for up to `rows` rows.
   struct Workspace {

@@ -1,7 +1,7 @@
 #include "models/llama_config.h"
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 
 namespace minfer {
 
@@ -20,7 +20,7 @@ void LlamaConfig::validate(const std::string& source) const {
   check_range(source, "n_heads", n_heads, 1, kMaxHeads);
   check_range(source, "n_kv_heads", n_kv_heads, 1, n_heads);
   check_range(source, "vocab_size", vocab_size, 1, kMaxVocab);
-  check_range(source, "seq_len", seq_len, 1, kMaxSeqLen);
+  check_range(source, "seq_len", n_ctx, 1, kMaxCtx);
   if (dim % n_heads != 0)
     fail(source, ": dim = ", dim, " is not a multiple of n_heads = ", n_heads);
   if (head_dim() % 2 != 0)
@@ -54,7 +54,7 @@ uint64_t LlamaConfig::n_params() const {
 
 std::string LlamaConfig::describe() const {
   return detail::concat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
-                        "/", n_kv_heads, " heads, vocab ", vocab_size, ", ctx ", seq_len,
+                        "/", n_kv_heads, " heads, vocab ", vocab_size, ", ctx ", n_ctx,
                         shared_classifier ? "" : ", separate classifier");
 }
 

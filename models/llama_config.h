@@ -14,7 +14,7 @@ struct LlamaConfig {
   int64_t n_heads = 0;      // query heads
   int64_t n_kv_heads = 0;   // key/value heads (grouped-query attention when < n_heads)
   int64_t vocab_size = 0;
-  int64_t seq_len = 0;      // the longest context the model was trained for
+  int64_t n_ctx = 0;        // the longest context the model supports (llama2.c: seq_len)
   bool shared_classifier = true;  // the output classifier is the token embedding table
 
   int64_t head_dim() const { return dim / n_heads; }
@@ -27,7 +27,7 @@ struct LlamaConfig {
   static constexpr int64_t kMaxLayers = 1 << 10;
   static constexpr int64_t kMaxHeads = 1 << 10;
   static constexpr int64_t kMaxVocab = 1 << 22;
-  static constexpr int64_t kMaxSeqLen = 1 << 20;
+  static constexpr int64_t kMaxCtx = 1 << 20;
 
   // Throws Error("<source>: <field> = <value>, <the rule it breaks>") for the first bad field.
   void validate(const std::string& source) const;

@@ -2,14 +2,14 @@
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "kernels/ref/fill.h"
 
 namespace minfer {
 
 namespace {
 LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
-                  int64_t vocab, int64_t seq_len, bool shared) {
+                  int64_t vocab, int64_t n_ctx, bool shared) {
   LlamaConfig c;
   c.dim = dim;
   c.hidden_dim = hidden;
@@ -17,7 +17,7 @@ LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, in
   c.n_heads = heads;
   c.n_kv_heads = kv_heads;
   c.vocab_size = vocab;
-  c.seq_len = seq_len;
+  c.n_ctx = n_ctx;
   c.shared_classifier = shared;
   return c;
 }

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

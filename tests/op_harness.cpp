@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer::test {
 

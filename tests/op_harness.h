@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/tensor.h"
+#include "core/tensor.h"
 
 namespace minfer::test {
 

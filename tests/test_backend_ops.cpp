@@ -31,8 +31,8 @@ namespace minfer::test {
 namespace {
 
 enum class Op {
-  embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store, attention,
-  attention_fused, attention_prefill, swiglu, add, softmax, argmax, fill, sum
+  embedding, rmsnorm, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
+  attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, softmax, argmax, fill, sum
 };
 
 const char* op_name(Op op) {
@@ -44,8 +44,8 @@ const char* op_name(Op op) {
     case Op::rope: return "ROPE";
     case Op::kv_store: return "KV_STORE";
     case Op::rope_kv_store: return "ROPE_KV_STORE";
-    case Op::attention: return "ATTENTION";
-    case Op::attention_fused: return "ATTENTION_FUSED";
+    case Op::attention_three_pass: return "ATTENTION_THREE_PASS";
+    case Op::attention_online_softmax: return "ATTENTION_ONLINE_SOFTMAX";
     case Op::attention_prefill: return "ATTENTION_PREFILL";
     case Op::swiglu: return "SWIGLU";
     case Op::add: return "ADD";
@@ -111,15 +111,15 @@ class BackendOps : public ::testing::TestWithParam<Case> {
   std::mt19937 rng_{12345};
 };
 
-// Distinct (seq, pos) pairs for M rows of a cache of n_seqs x S: what a batch writes in one step.
-void distinct_slots(std::mt19937& rng, int64_t M, int64_t n_seqs, int64_t S,
+// Distinct (seq, pos) pairs for M rows of a cache of n_seqs x n_ctx: what a batch writes in one step.
+void distinct_slots(std::mt19937& rng, int64_t M, int64_t n_seqs, int64_t n_ctx,
                     std::vector<int32_t>* seq, std::vector<int32_t>* pos) {
-  std::vector<int32_t> slots(static_cast<size_t>(n_seqs * S));
+  std::vector<int32_t> slots(static_cast<size_t>(n_seqs * n_ctx));
   for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
   std::shuffle(slots.begin(), slots.end(), rng);
   for (int64_t m = 0; m < M; ++m) {
-    seq->push_back(static_cast<int32_t>(slots[m] / S));
-    pos->push_back(static_cast<int32_t>(slots[m] % S));
+    seq->push_back(static_cast<int32_t>(slots[m] / n_ctx));
+    pos->push_back(static_cast<int32_t>(slots[m] % n_ctx));
   }
 }
 
@@ -151,7 +151,7 @@ TEST_P(BackendOps, MatchesReference) {
         backend_->rmsnorm(out.view(), x, to_backend(*backend_, w), 1e-5f);
       } else {
         auto [delta, delta_host] = activation(M, D);
-        backend_->residual_rmsnorm(x, delta, out.view(), to_backend(*backend_, w), 1e-5f);
+        backend_->residual_rmsnorm(out.view(), x, delta, to_backend(*backend_, w), 1e-5f);
         ref::add(x_host.data_as<float>(), D, x_host.data_as<float>(), D, delta_host.data_as<float>(),
                  D, M, D);
         expect_close(x_host, to_host(x), 1e-7, label + " (x += delta)");
@@ -190,22 +190,22 @@ TEST_P(BackendOps, MatchesReference) {
     case Op::kv_store:
     case Op::rope_kv_store: {
       const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3;
-      const int64_t S = std::max<int64_t>(40, (M + n_seqs - 1) / n_seqs);
+      const int64_t n_ctx = std::max<int64_t>(40, (M + n_seqs - 1) / n_seqs);
       const int64_t kv_dim = kv_heads * head_dim;
       std::vector<int32_t> seq, pos;
-      distinct_slots(rng_, M, n_seqs, S, &seq, &pos);
-      Tensor k_cache_host = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache_host = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
+      distinct_slots(rng_, M, n_seqs, n_ctx, &seq, &pos);
+      Tensor k_cache_host = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache_host = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
       Tensor k_cache = to_backend(*backend_, k_cache_host), v_cache = to_backend(*backend_, v_cache_host);
       auto [kx, k_host] = activation(M, kv_dim);
       auto [vx, v_host] = activation(M, kv_dim);
-      Tensor table = host_tensor({S, head_dim}, DType::f32);
-      ref::rope_table(table.data_as<float>(), S, head_dim);
+      Tensor table = host_tensor({n_ctx, head_dim}, DType::f32);
+      ref::rope_table(table.data_as<float>(), n_ctx, head_dim);
       if (k.op == Op::kv_store) {
         backend_->kv_store(k_cache, v_cache, kx, vx, indices(seq), indices(pos));
       } else {
         auto [q, q_host] = activation(M, heads * head_dim);
-        backend_->rope_kv_store(q, kx, vx, k_cache, v_cache, indices(seq), indices(pos),
+        backend_->rope_kv_store(k_cache, v_cache, q, kx, vx, indices(seq), indices(pos),
                                 to_backend(*backend_, table), head_dim);
         ref::rope(q_host.data_as<float>(), heads * head_dim, pos.data(), table.data_as<float>(), M,
                   heads, head_dim);
@@ -215,25 +215,25 @@ TEST_P(BackendOps, MatchesReference) {
         expect_close(k_host, to_host(kx), 1e-7, label + " (k)");
       }
       ref::kv_store(k_cache_host.data(), v_cache_host.data(), k.dtype, k_host.data_as<float>(), kv_dim,
-                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_heads, head_dim, S);
-      Tensor k_expected = host_tensor({n_seqs * S, kv_dim}, DType::f32);
-      Tensor k_actual = host_tensor({n_seqs * S, kv_dim}, DType::f32);
-      k_expected.convert_from(k_cache_host.reshape({n_seqs * S, kv_dim}));
-      k_actual.convert_from(to_host(k_cache).reshape({n_seqs * S, kv_dim}));
+                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_heads, head_dim, n_ctx);
+      Tensor k_expected = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
+      Tensor k_actual = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
+      k_expected.convert_from(k_cache_host.reshape({n_seqs * n_ctx, kv_dim}));
+      k_actual.convert_from(to_host(k_cache).reshape({n_seqs * n_ctx, kv_dim}));
       // Stored keys are exact copies; rotated ones (the fused op) differ by float rounding.
       expect_close(k_expected, k_actual, k.op == Op::kv_store ? 0.0 : 1e-7, label + " (k cache)");
-      Tensor v_expected = host_tensor({n_seqs * S, kv_dim}, DType::f32);
-      Tensor v_actual = host_tensor({n_seqs * S, kv_dim}, DType::f32);
-      v_expected.convert_from(v_cache_host.reshape({n_seqs * S, kv_dim}));
-      v_actual.convert_from(to_host(v_cache).reshape({n_seqs * S, kv_dim}));
+      Tensor v_expected = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
+      Tensor v_actual = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
+      v_expected.convert_from(v_cache_host.reshape({n_seqs * n_ctx, kv_dim}));
+      v_actual.convert_from(to_host(v_cache).reshape({n_seqs * n_ctx, kv_dim}));
       expect_close(v_expected, v_actual, 0.0, label + " (v cache)");
       break;
     }
-    case Op::attention:
-    case Op::attention_fused:
+    case Op::attention_three_pass:
+    case Op::attention_online_softmax:
     case Op::attention_prefill: {
       const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3;
-      const int64_t S = k.op == Op::attention_prefill ? M + 70 : 300;
+      const int64_t n_ctx = k.op == Op::attention_prefill ? M + 70 : 300;
       std::vector<int32_t> seq, pos;
       for (int64_t m = 0; m < M; ++m) {
         if (k.op == Op::attention_prefill) {  // a prompt: consecutive positions of one sequence
@@ -241,19 +241,21 @@ TEST_P(BackendOps, MatchesReference) {
           pos.push_back(static_cast<int32_t>(37 + m));
         } else {
           seq.push_back(static_cast<int32_t>(rng_() % n_seqs));
-          pos.push_back(static_cast<int32_t>(m % 7 == 0 ? S - 1 - rng_() % 3 : rng_() % S));
+          pos.push_back(static_cast<int32_t>(m % 7 == 0 ? n_ctx - 1 - rng_() % 3 : rng_() % n_ctx));
         }
       }
-      Tensor k_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache = host_random({n_seqs, kv_heads, S, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor k_cache = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
       auto [q, q_host] = activation(M, heads * head_dim, -2, 2);
       GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
       backend_->attention(out.view(), q, to_backend(*backend_, k_cache), to_backend(*backend_, v_cache),
-                          indices(seq), indices(pos), head_dim, k.op == Op::attention_fused);
+                          indices(seq), indices(pos), head_dim,
+                          k.op == Op::attention_three_pass ? AttentionAlgorithm::three_pass
+                                                           : AttentionAlgorithm::online_softmax);
       Tensor expected = host_tensor({M, heads * head_dim}, DType::f32);
       ref::attention(expected.data_as<float>(), heads * head_dim, q_host.data_as<float>(),
                      heads * head_dim, k_cache.data(), v_cache.data(), k.dtype, seq.data(), pos.data(),
-                     M, heads, kv_heads, head_dim, S);
+                     M, heads, kv_heads, head_dim, n_ctx);
       // f16/bf16 caches: keys and values were rounded on the way in, and the prefill Tensor Core
       // path also rounds q and the probabilities to 16 bits.
       const double limit = k.dtype == DType::f32 ? 1e-7 : k.dtype == DType::f16 ? 5e-4 : 2e-3;
@@ -353,7 +355,7 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::rope, M, 5, 18, 0, DType::f32, strided});
       cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f32, strided});
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f32, strided});
-      for (Op op : {Op::attention, Op::attention_fused}) {
+      for (Op op : {Op::attention_three_pass, Op::attention_online_softmax}) {
         cases.push_back({backend, op, M, 4, 2, 16, DType::f32, strided});
         cases.push_back({backend, op, M, 6, 6, 34, DType::f32, !strided});
         cases.push_back({backend, op, M, 6, 3, 48, DType::f32, strided});
@@ -417,14 +419,14 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
   std::string reason;
   Backend& cpu = *backend_by_name("cpu", &reason);
   std::mt19937 rng(3);
-  const int64_t M = 37, heads = 6, kv_heads = 2, head_dim = 40, S = 200;
+  const int64_t M = 37, heads = 6, kv_heads = 2, head_dim = 40, n_ctx = 200;
   Tensor q = to_backend(cpu, host_random({M, heads * head_dim}, rng));
-  Tensor k_cache = to_backend(cpu, host_random({2, kv_heads, S, head_dim}, rng));
-  Tensor v_cache = to_backend(cpu, host_random({2, kv_heads, S, head_dim}, rng));
+  Tensor k_cache = to_backend(cpu, host_random({2, kv_heads, n_ctx, head_dim}, rng));
+  Tensor v_cache = to_backend(cpu, host_random({2, kv_heads, n_ctx, head_dim}, rng));
   Tensor seq = cpu.empty({M}, DType::i32), pos = cpu.empty({M}, DType::i32);
   for (int64_t m = 0; m < M; ++m) {
     seq.data_as<int32_t>()[m] = static_cast<int32_t>(m % 2);
-    pos.data_as<int32_t>()[m] = static_cast<int32_t>(S - 1 - m);
+    pos.data_as<int32_t>()[m] = static_cast<int32_t>(n_ctx - 1 - m);
   }
   Tensor x = to_backend(cpu, host_random({M, 333}, rng));
   Tensor w = to_backend(cpu, host_random({129, 333}, rng, -1, 1, DType::bf16));
@@ -432,8 +434,8 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
     *att = cpu.empty({M, heads * head_dim}, DType::f32);
     *fused = cpu.empty({M, heads * head_dim}, DType::f32);
     *product = cpu.empty({M, 129}, DType::f32);
-    cpu.attention(*att, q, k_cache, v_cache, seq, pos, head_dim, false);
-    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, head_dim, true);
+    cpu.attention(*att, q, k_cache, v_cache, seq, pos, head_dim, AttentionAlgorithm::three_pass);
+    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, head_dim, AttentionAlgorithm::online_softmax);
     cpu.matmul(*product, x, w);
   };
   Tensor att0, fused0, product0;
@@ -472,7 +474,7 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
     pos.data_as<int32_t>()[i] = 4;  // beyond a 4-position cache
   }
   Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
-  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, false), Error);
+  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, AttentionAlgorithm::three_pass), Error);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/checkpoint.h"
 #include "tests/test_support.h"
 

@@ -118,7 +118,7 @@ TEST(Cuda, DecodeLoopAllocatesNothing) {
     for (int step = 0; step < 30; ++step) {
       decoder.decode(next);
       decoder.argmax(&next);
-      decoder.logits(0);
+      decoder.fetch_logits();
     }
     EXPECT_EQ(backend->pool().stats().requests, device.requests) << dtype_name(dtype);
     EXPECT_EQ(backend->host_pool().stats().requests, pinned.requests) << dtype_name(dtype);

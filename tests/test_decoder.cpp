@@ -5,7 +5,7 @@
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/llama.h"
 #include "tests/test_support.h"
 
@@ -142,7 +142,7 @@ TEST(Decoder, DecodeLoopAllocatesNothing) {
   for (int step = 0; step < 40; ++step) {
     decoder.decode(next);
     decoder.argmax(&next);
-    decoder.logits(0);
+    decoder.fetch_logits();
   }
   const PoolStats after = backend->pool().stats();
   EXPECT_EQ(after.upstream_allocs, before.upstream_allocs);

@@ -6,8 +6,8 @@
 #include <limits>
 #include <random>
 
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace minfer {
 namespace {

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/pool.h"
+#include "core/error.h"
+#include "core/pool.h"
 
 namespace minfer {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <numeric>
 
-#include "engine/device.h"
-#include "engine/error.h"
-#include "engine/tensor.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/tensor.h"
 
 namespace minfer {
 namespace {

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <vector>
 
-#include "engine/threads.h"
+#include "core/threads.h"
 
 namespace minfer {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer::cli {
 

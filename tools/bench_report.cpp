@@ -1,6 +1,6 @@
 #include "tools/bench_report.h"
 
-#include "tools/json.h"
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -84,27 +84,18 @@ void print_csv_row(FILE* out, const BenchRow& r) {
 }
 
 std::string to_json(const std::vector<BenchRow>& rows) {
-  std::ostringstream out;
-  out << "[\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const BenchRow& r = rows[i];
-    out << "  {\"model\": " << json_string(r.model) << ", \"n_params\": " << r.n_params
-        << ", \"model_bytes\": " << r.model_bytes << ", \"device\": " << json_string(r.device)
-        << ", \"device_name\": " << json_string(r.device_name) << ", \"dtype\": " << json_string(r.dtype)
-        << ", \"threads\": " << r.threads << ", \"kernels\": " << json_string(r.kernels)
-        << ", \"gemm\": " << json_string(r.gemm) << ", \"graphs\": " << json_string(r.graphs)
-        << ", \"batch\": " << r.batch << ", \"test\": " << json_string(r.test) << ", \"n_prompt\": " << r.n_prompt
-        << ", \"n_gen\": " << r.n_gen << ", \"avg_ts\": " << json_number(r.avg_ts)
-        << ", \"stddev_ts\": " << json_number(r.stddev_ts) << ", \"samples_ts\": [";
-    for (size_t s = 0; s < r.samples_ts.size(); ++s) out << (s ? ", " : "") << json_number(r.samples_ts[s]);
-    out << "], \"bytes_per_step\": " << r.bytes_per_step << ", \"gbps\": " << json_number(r.gbps)
-        << ", \"gflops\": " << json_number(r.gflops) << ", \"roofline_gbps\": " << json_number(r.roofline_gbps)
-        << ", \"roofline_gflops\": " << json_number(r.roofline_gflops)
-        << ", \"roofline_fraction\": " << json_number(r.roofline_fraction())
-        << ", \"build_commit\": " << json_string(r.build_commit) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  nlohmann::ordered_json records = nlohmann::ordered_json::array();
+  for (const BenchRow& r : rows) {
+    records.push_back({{"model", r.model}, {"n_params", r.n_params}, {"model_bytes", r.model_bytes},
+                       {"device", r.device}, {"device_name", r.device_name}, {"dtype", r.dtype},
+                       {"threads", r.threads}, {"kernels", r.kernels}, {"gemm", r.gemm}, {"graphs", r.graphs},
+                       {"batch", r.batch}, {"test", r.test}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
+                       {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts},
+                       {"bytes_per_step", r.bytes_per_step}, {"gbps", r.gbps}, {"gflops", r.gflops},
+                       {"roofline_gbps", r.roofline_gbps}, {"roofline_gflops", r.roofline_gflops},
+                       {"roofline_fraction", r.roofline_fraction()}, {"build_commit", r.build_commit}});
   }
-  out << "]\n";
-  return out.str();
+  return records.dump(1) + "\n";  // non-finite numbers are written as null
 }
 
 }  // namespace minfer::cli

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/decoder.h"
-#include "engine/error.h"
+#include "core/error.h"
 #include "engine/profiler.h"
 #include "engine/roofline.h"
 #include "models/llama_cost.h"
@@ -111,16 +111,16 @@ class Bench {
     const LlamaConfig& config = model->config();
     std::vector<int64_t> prompts = s_.prompts;
     for (auto& p : prompts) {
-      if (p > config.seq_len && !s_.explicit_prompt) {
+      if (p > config.n_ctx && !s_.explicit_prompt) {
         std::fprintf(stderr, "minfer: %s has a context of %lld: pp%lld becomes pp%lld\n", spec.c_str(),
-                     static_cast<long long>(config.seq_len), static_cast<long long>(p),
-                     static_cast<long long>(config.seq_len));
-        p = config.seq_len;
+                     static_cast<long long>(config.n_ctx), static_cast<long long>(p),
+                     static_cast<long long>(config.n_ctx));
+        p = config.n_ctx;
       }
-      MINFER_CHECK(p <= config.seq_len, "-p ", p, " exceeds the context of ", spec, " (", config.seq_len, ")");
+      MINFER_CHECK(p <= config.n_ctx, "-p ", p, " exceeds the context of ", spec, " (", config.n_ctx, ")");
     }
     for (int64_t n : s_.gens)
-      MINFER_CHECK(n <= config.seq_len, "-n ", n, " exceeds the context of ", spec, " (", config.seq_len, ")");
+      MINFER_CHECK(n <= config.n_ctx, "-n ", n, " exceeds the context of ", spec, " (", config.n_ctx, ")");
     int64_t n_ctx = 1;
     for (int64_t p : prompts) n_ctx = std::max(n_ctx, p);
     for (int64_t n : s_.gens) n_ctx = std::max(n_ctx, n);

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer::cli {
 

@@ -2,11 +2,11 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/device.h"
-#include "engine/error.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "tools/args.h"
 #include "tools/commands.h"
-#include "tools/demos/demos.h"
+#include "lessons/demos.h"
 
 namespace minfer::cli {
 

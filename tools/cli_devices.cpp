@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "engine/cpu_info.h"
-#include "engine/device.h"
+#include "core/device.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 

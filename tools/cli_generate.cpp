@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "engine/decoder.h"
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/tokenizer.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
@@ -80,10 +80,10 @@ int cmd_generate(int argc, char** argv) {
     MINFER_CHECK(tokenizer->vocab_size() == info.vocab_size, args.get("-z"), ": ", tokenizer->vocab_size(),
                  " tokens, but the model has a vocabulary of ", info.vocab_size);
   const int64_t P = static_cast<int64_t>(prompt.size());
-  check_fits_context(P, gen.n_new, info.context_length);
+  check_fits_context(P, gen.n_new, info.n_ctx);
   DecoderOptions dec;
   dec.n_seqs = batch;
-  dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.context_length) : P + gen.n_new - 1;
+  dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + gen.n_new - 1;
   check_fits_context(P, gen.n_new, dec.n_ctx);
   dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
   Decoder decoder(*engine.model, dec);

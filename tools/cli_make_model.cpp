@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "engine/backend_cpu.h"
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "tools/args.h"
@@ -45,7 +45,7 @@ int cmd_make_model(int argc, char** argv) {
   c.n_heads = args.get_int("--heads", c.n_heads, INT32_MIN, big);
   c.n_kv_heads = args.get_int("--kv-heads", args.has("--heads") ? c.n_heads : c.n_kv_heads, INT32_MIN, big);
   c.vocab_size = args.get_int("--vocab", c.vocab_size, INT32_MIN, big);
-  c.seq_len = args.get_int("--seq-len", c.seq_len, INT32_MIN, big);
+  c.n_ctx = args.get_int("--seq-len", c.n_ctx, INT32_MIN, big);
   if (args.has("--separate-classifier")) c.shared_classifier = false;
   c.validate("make-model");
   const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", int64_t(kDefaultModelSeed), 0, INT64_MAX));

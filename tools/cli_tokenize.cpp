@@ -1,7 +1,7 @@
 // `minfer tokenize`: the ids of a text, as run.c's encode(text, bos=1, eos=0) gives them.
 #include <cstdio>
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"

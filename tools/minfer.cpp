@@ -5,7 +5,7 @@
 #include <exception>
 #include <new>
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "tools/commands.h"
 
 namespace {

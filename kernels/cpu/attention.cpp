@@ -132,10 +132,10 @@ std::pair<ScoresFn, WeightedSumFn> simd_kernels(int64_t) { return {nullptr, null
 
 }  // namespace
 
-template <bool Online>
+template <AttentionAlgorithm A>
 void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int64_t ld_q,
                const float* k_cache, const float* v_cache, const int32_t* seq, const int32_t* pos,
-               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S) {
+               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx) {
   // note: keys and values of one KV head are contiguous rows of head_dim (the cache is head-major).
   const int64_t stride = head_dim;  // between consecutive positions of one head
   const int64_t group = n_heads / n_kv_heads;
@@ -145,7 +145,7 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
   auto block_of = [&](int64_t task, int64_t* n_keys) {
     const int64_t m = task / n_heads, h = task % n_heads;
     *n_keys = int64_t(pos[m]) + 1;
-    return (int64_t(seq[m]) * n_kv_heads + h / group) * S * head_dim;
+    return (int64_t(seq[m]) * n_kv_heads + h / group) * n_ctx * head_dim;
   };
   // `next`: the task this thread runs after this one, whose block is prefetched; -1 for none.
   auto one_head = [&](int64_t task, int64_t next) {
@@ -161,7 +161,7 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
     // prologue up to the first aligned element, so a buffer whose alignment differed from thread
     // to thread would make the result depend on which thread ran the task.
     thread_local std::vector<float, Eigen::aligned_allocator<float>> scratch;  // grows once
-    if (!Online) {
+    if (A == AttentionAlgorithm::three_pass) {
       scratch.resize(static_cast<size_t>(n_keys));
       Vector score(scratch.data(), n_keys);
       Rows keys(k_cache + offset, n_keys, head_dim, Eigen::OuterStride<>(stride));
@@ -224,11 +224,12 @@ void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int
   }
 }
 
-template void attention<false>(ThreadPool&, float*, int64_t, const float*, int64_t, const float*,
-                               const float*, const int32_t*, const int32_t*, int64_t, int64_t,
-                               int64_t, int64_t, int64_t);
-template void attention<true>(ThreadPool&, float*, int64_t, const float*, int64_t, const float*,
-                              const float*, const int32_t*, const int32_t*, int64_t, int64_t,
-                              int64_t, int64_t, int64_t);
+template void attention<AttentionAlgorithm::three_pass>(ThreadPool&, float*, int64_t, const float*, int64_t, const float*,
+                                                        const float*, const int32_t*, const int32_t*, int64_t,
+                                                        int64_t, int64_t, int64_t, int64_t);
+template void attention<AttentionAlgorithm::online_softmax>(ThreadPool&, float*, int64_t, const float*, int64_t,
+                                                            const float*, const float*, const int32_t*,
+                                                            const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                                                            int64_t);
 
 }  // namespace minfer::cpu

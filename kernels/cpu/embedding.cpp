@@ -1,6 +1,6 @@
 #include "kernels/cpu/embedding.h"
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "kernels/cpu/parallel.h"
 
 namespace minfer::cpu {

@@ -2,8 +2,8 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
-#include "engine/threads.h"
+#include "core/dtype.h"
+#include "core/threads.h"
 
 namespace minfer::cpu {
 

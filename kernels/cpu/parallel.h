@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "engine/threads.h"
+#include "core/threads.h"
 
 namespace minfer::cpu {
 

@@ -37,8 +37,8 @@ void rmsnorm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64
   rmsnorm_rows<false>(pool, const_cast<float*>(x), ld_x, nullptr, 0, out, ld_out, weight, M, D, eps);
 }
 
-void residual_rmsnorm(ThreadPool& pool, float* x, int64_t ld_x, const float* delta,
-                      int64_t ld_delta, float* out, int64_t ld_out, const float* weight, int64_t M,
+void residual_rmsnorm(ThreadPool& pool, float* out, int64_t ld_out, float* x, int64_t ld_x,
+                      const float* delta, int64_t ld_delta, const float* weight, int64_t M,
                       int64_t D, float eps) {
   rmsnorm_rows<true>(pool, x, ld_x, delta, ld_delta, out, ld_out, weight, M, D, eps);
 }

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "engine/threads.h"
+#include "core/threads.h"
 
 namespace minfer::cpu {
 
@@ -16,9 +16,9 @@ void rmsnorm(ThreadPool& pool,
 // Fused with the residual add before it: x += delta; out = rmsnorm(x) * weight. One pass over x
 // instead of two; equal to add() then rmsnorm().
 void residual_rmsnorm(ThreadPool& pool,
+                      float* out, int64_t ld_out,          // (M, D)
                       float* x, int64_t ld_x,              // (M, D), updated in place
                       const float* delta, int64_t ld_delta,  // (M, D)
-                      float* out, int64_t ld_out,          // (M, D)
                       const float* weight,                 // (D)
                       int64_t M, int64_t D, float eps);
 

@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>

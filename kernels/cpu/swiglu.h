@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "engine/threads.h"
+#include "core/threads.h"
 
 namespace minfer::cpu {
 

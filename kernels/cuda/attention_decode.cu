@@ -13,7 +13,7 @@ constexpr int kWarps = 4;
 // Keys and values of (row m, head h): (positions, head_dim).
 __device__ __forceinline__ int64_t cache_offset(const AttentionArgs& a, int64_t m, int64_t h) {
   const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-  return ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.S) * a.head_dim;
+  return ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.n_ctx) * a.head_dim;
 }
 
 template <class T>
@@ -25,7 +25,7 @@ __global__ void scores_kernel(AttentionArgs a, float* scores) {
   float q_scaled[kDimsPerLane];
   load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* row = scores + blockIdx.x * a.S;
+  float* row = scores + blockIdx.x * a.n_ctx;
   for (int64_t t = warp; t < n_keys; t += kWarps) {
     float s = 0.0f;
 #pragma unroll
@@ -42,7 +42,7 @@ __global__ void softmax_prefix_kernel(AttentionArgs a, float* scores) {
   __shared__ float shared[32];
   const int64_t m = blockIdx.x / a.n_heads;
   const int64_t n = int64_t(a.pos[m]) + 1;
-  float* row = scores + blockIdx.x * a.S;
+  float* row = scores + blockIdx.x * a.n_ctx;
   float local_max = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
   const float row_max = block_max(local_max, shared);
@@ -60,7 +60,7 @@ __global__ void weighted_sum_kernel(AttentionArgs a, const float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
   const T* values = static_cast<const T*>(a.v_cache) + cache_offset(a, m, h);
-  const float* p = scores + blockIdx.x * a.S;
+  const float* p = scores + blockIdx.x * a.n_ctx;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
     for (int64_t t = 0; t < n_keys; ++t) acc += p[t] * to_float(values[t * a.head_dim + d]);
@@ -142,7 +142,7 @@ __global__ void flash_reduce_kernel(AttentionArgs a, const float* partials, int6
   }
 }
 
-int64_t splits_for(int64_t S) { return (S + kSplitKeys - 1) / kSplitKeys; }
+int64_t splits_for(int64_t n_ctx) { return (n_ctx + kSplitKeys - 1) / kSplitKeys; }
 
 void check_head_dim(int64_t head_dim) {
   MINFER_CHECK(head_dim <= kMaxHeadDim, "CUDA attention supports head_dim up to ", kMaxHeadDim, ", got ", head_dim);
@@ -150,13 +150,13 @@ void check_head_dim(int64_t head_dim) {
 
 }  // namespace
 
-int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t S) { return M * n_heads * S; }
+int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t n_ctx) { return M * n_heads * n_ctx; }
 
-int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t S) {
-  return M * n_heads * splits_for(S) * (head_dim + 2);
+int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_ctx) {
+  return M * n_heads * splits_for(n_ctx) * (head_dim + 2);
 }
 
-void attention_unfused(cudaStream_t stream, const AttentionArgs& a, float* scores) {
+void attention_three_pass(cudaStream_t stream, const AttentionArgs& a, float* scores) {
   if (a.M == 0) return;
   check_head_dim(a.head_dim);
   const unsigned blocks = static_cast<unsigned>(a.M * a.n_heads);
@@ -174,7 +174,7 @@ void attention_unfused(cudaStream_t stream, const AttentionArgs& a, float* score
 void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, float* partials) {
   if (a.M == 0) return;
   check_head_dim(a.head_dim);
-  const int64_t n_splits = splits_for(a.S);
+  const int64_t n_splits = splits_for(a.n_ctx);
   dispatch_float_type(a.cache_dtype, [&](auto type) {
     using T = decltype(type);
     flash_split_kernel<T><<<dim3(static_cast<unsigned>(a.M * a.n_heads), static_cast<unsigned>(n_splits)),

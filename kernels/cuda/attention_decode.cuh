@@ -1,18 +1,18 @@
-// Attention for decode: a few query rows (one per sequence), each attending to all cached
-// positions of its sequence up to its own. Two ways, selected by `--kernels`:
+// Attention by (row, head): a few query rows (one per sequence in decode), each attending to all
+// cached positions of its sequence up to its own. The two algorithms of kernels/ref/attention.h:
 //
-// unfused, three kernels through a (M, n_heads, S) buffer of scores:
+// three_pass: three kernels through a (M, n_heads, n_ctx) buffer of scores (any number of rows):
 //   scores    one block per (row, head); each warp takes every 4th key and computes q.k with a
 //             warp-sum (kernels/cuda/common.cuh)
 //   softmax   one block per (row, head) over its pos + 1 scores
 //   weighted  one block per (row, head); thread d sums p_t v_t[d] over the keys
 // Every score makes a round trip through global memory, and the three launches serialise.
 //
-// fused, flash-decoding: the keys of each (row, head) are split into chunks of kSplitKeys
+// online_softmax, flash-decoding: the keys of each (row, head) are split into chunks of kSplitKeys
 // positions, one block per chunk, so even a single sequence fills the GPU. Each block runs the
 // online softmax of kernels/cuda/attention_common.cuh over its chunk (4 warps, combined in
 // shared memory) and writes a partial state (max, sum, weighted sum); a second kernel combines
-// the chunks' partials. The number of chunks depends only on the cache length S, never on the
+// the chunks' partials. The number of chunks depends only on the cache length n_ctx, never on the
 // position, so a decode step can be captured once in a CUDA Graph and replayed at every position
 // (chunks past a row's position write an empty state).
 #pragma once
@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::cuda {
 
@@ -32,19 +32,19 @@ struct AttentionArgs {
   int64_t ld_out;
   const float* q;               // (M, n_heads * head_dim)
   int64_t ld_q;
-  const void* k_cache;          // (B, n_kv_heads, S, head_dim)
+  const void* k_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim)
   const void* v_cache;
   DType cache_dtype;
   const int32_t* seq;           // (M)
   const int32_t* pos;           // (M)
-  int64_t M, n_heads, n_kv_heads, head_dim, S;
+  int64_t M, n_heads, n_kv_heads, head_dim, n_ctx;
 };
 
 // Floats of scratch each variant needs.
-int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t S);
-int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t S);
+int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t n_ctx);
+int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_ctx);
 
-void attention_unfused(cudaStream_t stream, const AttentionArgs& a, float* scores);
+void attention_three_pass(cudaStream_t stream, const AttentionArgs& a, float* scores);
 void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, float* partials);
 
 }  // namespace minfer::cuda

@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-#include "engine/cuda_check.cuh"
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "core/cuda_check.cuh"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace minfer::cuda {
 

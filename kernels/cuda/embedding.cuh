@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::cuda {
 

@@ -19,7 +19,7 @@
 #include <map>
 #include <tuple>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::cuda {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::cuda {
 

@@ -6,15 +6,15 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::cuda {
 
 void kv_store(cudaStream_t stream,
-              void* k_cache, void* v_cache, DType cache_dtype,  // (B, n_kv_heads, S, head_dim)
+              void* k_cache, void* v_cache, DType cache_dtype,  // (n_seqs, n_kv_heads, n_ctx, head_dim)
               const float* k, int64_t ld_k,                     // (M, n_kv_heads * head_dim)
               const float* v, int64_t ld_v,                     // (M, n_kv_heads * head_dim)
               const int32_t* seq, const int32_t* pos,           // (M)
-              int64_t M, int64_t n_kv_heads, int64_t head_dim, int64_t S);
+              int64_t M, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx);
 
 }  // namespace minfer::cuda

@@ -34,8 +34,8 @@ void rmsnorm(cudaStream_t stream, float* out, int64_t ld_out, const float* x, in
   CUDA_CHECK_LAUNCH();
 }
 
-void residual_rmsnorm(cudaStream_t stream, float* x, int64_t ld_x, const float* delta, int64_t ld_delta, float* out,
-                      int64_t ld_out, const float* weight, int64_t M, int64_t D, float eps) {
+void residual_rmsnorm(cudaStream_t stream, float* out, int64_t ld_out, float* x, int64_t ld_x, const float* delta,
+                      int64_t ld_delta, const float* weight, int64_t M, int64_t D, float eps) {
   if (M == 0) return;
   rmsnorm_kernel<true><<<static_cast<unsigned>(M), threads_for(D), 0, stream>>>(x, ld_x, delta, ld_delta, out,
                                                                                  ld_out, weight, D, eps);

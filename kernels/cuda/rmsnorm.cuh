@@ -19,9 +19,9 @@ void rmsnorm(cudaStream_t stream,
              int64_t M, int64_t D, float eps);
 
 void residual_rmsnorm(cudaStream_t stream,
+                      float* out, int64_t ld_out,            // (M, D)
                       float* x, int64_t ld_x,                // (M, D), += delta
                       const float* delta, int64_t ld_delta,  // (M, D)
-                      float* out, int64_t ld_out,            // (M, D)
                       const float* weight,                   // (D)
                       int64_t M, int64_t D, float eps);
 

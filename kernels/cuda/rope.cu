@@ -8,7 +8,7 @@ namespace {
 template <bool kStoreKV, class T>
 __global__ void rope_kernel(float* q, int64_t ld_q, int n_q_heads, float* k, int64_t ld_k, int n_kv_heads,
                             const float* v, int64_t ld_v, T* k_cache, T* v_cache, const int32_t* seq,
-                            const int32_t* pos, const float* table, int head_dim, int64_t S) {
+                            const int32_t* pos, const float* table, int head_dim, int64_t n_ctx) {
   const int64_t m = blockIdx.x;
   const int half = head_dim / 2;
   const float* angles = table + int64_t(pos[m]) * head_dim;
@@ -24,7 +24,7 @@ __global__ void rope_kernel(float* q, int64_t ld_q, int n_q_heads, float* k, int
     pair[1] = r1;
     if constexpr (kStoreKV) {
       if (is_k) {
-        const int64_t slot = ((int64_t(seq[m]) * n_kv_heads + head) * S + pos[m]) * head_dim + 2 * j;
+        const int64_t slot = ((int64_t(seq[m]) * n_kv_heads + head) * n_ctx + pos[m]) * head_dim + 2 * j;
         const float* vp = v + m * ld_v + head * head_dim + 2 * j;
         k_cache[slot] = from_float<T>(r0);
         k_cache[slot + 1] = from_float<T>(r1);
@@ -47,16 +47,16 @@ void rope(cudaStream_t stream, float* x, int64_t ld_x, const int32_t* pos, const
   CUDA_CHECK_LAUNCH();
 }
 
-void rope_kv_store(cudaStream_t stream, float* q, int64_t ld_q, float* k, int64_t ld_k, const float* v, int64_t ld_v,
-                   void* k_cache, void* v_cache, DType cache_dtype, const int32_t* seq, const int32_t* pos,
+void rope_kv_store(cudaStream_t stream, void* k_cache, void* v_cache, DType cache_dtype, float* q, int64_t ld_q,
+                   float* k, int64_t ld_k, const float* v, int64_t ld_v, const int32_t* seq, const int32_t* pos,
                    const float* table, int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                   int64_t S) {
+                   int64_t n_ctx) {
   if (M == 0) return;
   dispatch_float_type(cache_dtype, [&](auto type) {
     using T = decltype(type);
     rope_kernel<true, T><<<static_cast<unsigned>(M), threads_for((n_heads + n_kv_heads) * head_dim / 2), 0, stream>>>(
         q, ld_q, static_cast<int>(n_heads), k, ld_k, static_cast<int>(n_kv_heads), v, ld_v,
-        static_cast<T*>(k_cache), static_cast<T*>(v_cache), seq, pos, table, static_cast<int>(head_dim), S);
+        static_cast<T*>(k_cache), static_cast<T*>(v_cache), seq, pos, table, static_cast<int>(head_dim), n_ctx);
   });
   CUDA_CHECK_LAUNCH();
 }

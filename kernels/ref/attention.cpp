@@ -9,7 +9,7 @@ namespace minfer::ref {
 
 void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const void* k_cache,
                const void* v_cache, DType cache_dtype, const int32_t* seq, const int32_t* pos,
-               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t S) {
+               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx) {
   const int64_t group = n_heads / n_kv_heads;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   std::vector<double> score;
@@ -18,7 +18,7 @@ void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const v
     score.assign(static_cast<size_t>(n_keys), 0.0);
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* qh = q + m * ld_q + h * head_dim;
-      const int64_t base = (int64_t(seq[m]) * n_kv_heads + h / group) * S * head_dim;
+      const int64_t base = (int64_t(seq[m]) * n_kv_heads + h / group) * n_ctx * head_dim;
       double max_score = -INFINITY;
       for (int64_t t = 0; t < n_keys; ++t) {
         double dot = 0.0;

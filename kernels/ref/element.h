@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace minfer::ref {
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 #if defined(__CUDACC__)
 #define MINFER_HOST_DEVICE __host__ __device__

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 namespace minfer::ref {
 

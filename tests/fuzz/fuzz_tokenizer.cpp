@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "core/error.h"
 #include "models/tokenizer.h"
 
 namespace {

@@ -1,9 +1,9 @@
-// The CPU-only build's answers to engine/device.h: there is no CUDA device, and asking for one is
+// The CPU-only build's answers to core/device.h: there is no CUDA device, and asking for one is
 // an error that says why.
 #include <cstring>
 
-#include "engine/device.h"
-#include "engine/error.h"
+#include "core/device.h"
+#include "core/error.h"
 
 namespace minfer {
 

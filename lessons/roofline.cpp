@@ -6,7 +6,7 @@
 // keep a good part of a 64 MiB operand between repetitions), so the memory-bound kernels meet
 // DRAM as they do in a real model.
 #include "engine/roofline.h"
-#include "tools/demos/demos.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 
@@ -56,7 +56,7 @@ std::vector<KernelPoint> measure_kernels(Backend& b, DType weights, bool quick) 
   seq.copy_from(ids.slice(0, 0, seqs));
   pos.copy_from(ids.slice(0, seqs, 2 * seqs));
   points.push_back({"attention, decode of 16 x 2048", 4.0 * seqs * heads * hd * T, 2.0 * seqs * heads * T * hd * 4,
-                    median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, hd, true); }, sync)});
+                    median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, hd, AttentionAlgorithm::online_softmax); }, sync)});
   return points;
 }
 

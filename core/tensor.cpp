@@ -1,10 +1,10 @@
-#include "engine/tensor.h"
+#include "core/tensor.h"
 
 #include <cstring>
 #include <sstream>
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 
 namespace minfer {
 

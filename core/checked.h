@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <limits>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "engine/cpu_info.h"
-#include "tools/demos/cuda_lessons.h"
-#include "tools/demos/demos.h"
+#include "lessons/cuda_lessons.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 

@@ -7,10 +7,10 @@
 #include <functional>
 #include <vector>
 
-#include "engine/cuda_check.cuh"
-#include "engine/device.h"
+#include "core/cuda_check.cuh"
+#include "core/device.h"
 #include "kernels/ref/fill.h"
-#include "tools/demos/cuda_lessons.h"
+#include "lessons/cuda_lessons.h"
 
 namespace minfer::demo::cuda_lessons {
 

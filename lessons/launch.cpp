@@ -9,10 +9,10 @@
 
 #include "engine/decoder.h"
 #include "engine/profiler.h"
-#include "engine/threads.h"
+#include "core/threads.h"
 #include "models/llama.h"
-#include "tools/demos/cuda_lessons.h"
-#include "tools/demos/demos.h"
+#include "lessons/cuda_lessons.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 

@@ -2,7 +2,7 @@
 // is present, prints tables and the conclusion the numbers support, and writes NAME.json.
 #pragma once
 
-#include "tools/demos/report.h"
+#include "lessons/report.h"
 
 namespace minfer::demo {
 

@@ -1,6 +1,6 @@
-#include "engine/device.h"
+#include "core/device.h"
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

@@ -1,6 +1,6 @@
 // The CPU-only build's answer to every GPU experiment: there is no device.
-#include "engine/device.h"
-#include "tools/demos/cuda_lessons.h"
+#include "core/device.h"
+#include "lessons/cuda_lessons.h"
 
 namespace minfer::demo::cuda_lessons {
 

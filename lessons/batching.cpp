@@ -6,7 +6,7 @@
 #include "engine/roofline.h"
 #include "models/llama.h"
 #include "models/llama_cost.h"
-#include "tools/demos/demos.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 

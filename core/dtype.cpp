@@ -1,8 +1,8 @@
-#include "engine/dtype.h"
+#include "core/dtype.h"
 
 #include <cstring>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer {
 

@@ -16,10 +16,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/error.h"
-#include "engine/pool.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/pool.h"
 
 namespace minfer {
 

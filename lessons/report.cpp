@@ -1,4 +1,4 @@
-#include "tools/demos/report.h"
+#include "lessons/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,13 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.h"
-#include "tools/json.h"
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
 
 namespace minfer::demo {
-
-using cli::json_number;
-using cli::json_string;
 
 double median_seconds(int reps, const std::function<void()>& fn, const std::function<void()>& sync) {
   fn();
@@ -54,27 +52,19 @@ void Report::conclude(const std::string& half, const std::string& text) {
 }
 
 void Report::write(const std::string& out_dir) const {
+  nlohmann::ordered_json halves = nlohmann::ordered_json::object(), conclusions = nlohmann::ordered_json::array(),
+                         rows = nlohmann::ordered_json::array();
+  for (const auto& [half, state] : halves_) halves[half] = state;
+  for (const auto& [half, text] : conclusions_) conclusions.push_back({{"half", half}, {"text", text}});
+  for (const Row& r : rows_)  // a bar's missing x is NaN, written as null
+    rows.push_back({{"half", r.half}, {"series", r.series}, {"x", r.x}, {"y", r.y}, {"label", r.label}});
+  nlohmann::ordered_json doc = {{"demo", name_}, {"title", title_}, {"x", x_}, {"y", y_}, {"xlog", xlog_},
+                                {"ylog", ylog_}, {"halves", halves}, {"conclusions", conclusions}, {"rows", rows}};
   std::filesystem::create_directories(out_dir);
   const std::string path = out_dir + "/" + name_ + ".json";
   std::ofstream out(path);
   MINFER_CHECK(out.good(), "demo ", name_, ": cannot write ", path);
-  out << "{\"demo\": " << json_string(name_) << ", \"title\": " << json_string(title_) << ", \"x\": " << json_string(x_)
-      << ", \"y\": " << json_string(y_) << ", \"xlog\": " << (xlog_ ? "true" : "false")
-      << ", \"ylog\": " << (ylog_ ? "true" : "false") << ",\n \"halves\": {";
-  for (size_t i = 0; i < halves_.size(); ++i)
-    out << (i ? ", " : "") << json_string(halves_[i].first) << ": " << json_string(halves_[i].second);
-  out << "},\n \"conclusions\": [";
-  for (size_t i = 0; i < conclusions_.size(); ++i)
-    out << (i ? ", " : "") << "{\"half\": " << json_string(conclusions_[i].first)
-        << ", \"text\": " << json_string(conclusions_[i].second) << "}";
-  out << "],\n \"rows\": [\n";
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
-    out << "  {\"half\": " << json_string(r.half) << ", \"series\": " << json_string(r.series)
-        << ", \"x\": " << json_number(r.x) << ", \"y\": " << json_number(r.y) << ", \"label\": " << json_string(r.label)
-        << "}" << (i + 1 < rows_.size() ? "," : "") << "\n";
-  }
-  out << " ]}\n";
+  out << doc.dump(1) << "\n";
   std::printf("wrote %s\n", path.c_str());
 }
 

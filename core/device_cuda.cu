@@ -1,13 +1,13 @@
-// The CUDA build's answers to engine/device.h: device discovery, copies, and the cudaMalloc and
+// The CUDA build's answers to core/device.h: device discovery, copies, and the cudaMalloc and
 // cudaMallocHost upstreams of the caching pools.
 #include <nvtx3/nvToolsExt.h>
 
 #include <cstring>
 #include <string>
 
-#include "engine/checked.h"
-#include "engine/cuda_check.cuh"
-#include "engine/device.h"
+#include "core/checked.h"
+#include "core/cuda_check.cuh"
+#include "core/device.h"
 
 namespace minfer {
 

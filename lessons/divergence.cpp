@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/error.h"
-#include "tools/demos/cuda_lessons.h"
-#include "tools/demos/demos.h"
+#include "core/error.h"
+#include "lessons/cuda_lessons.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 

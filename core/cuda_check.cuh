@@ -6,7 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 namespace minfer::cuda {
 

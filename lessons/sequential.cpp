@@ -5,7 +5,7 @@
 // Then the same inside the engine: 128 decode steps of a model against one 128-token prefill.
 #include "engine/decoder.h"
 #include "models/llama.h"
-#include "tools/demos/demos.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 

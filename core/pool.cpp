@@ -1,4 +1,4 @@
-#include "engine/pool.h"
+#include "core/pool.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,8 +8,8 @@
 #include <sys/sysinfo.h>
 #include <vector>
 
-#include "engine/checked.h"
-#include "engine/error.h"
+#include "core/checked.h"
+#include "core/error.h"
 
 namespace minfer {
 

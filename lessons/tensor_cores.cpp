@@ -8,9 +8,9 @@
 // CPU has it, in GFLOP/s against the FMA peak measured with a register-only loop.
 #include <thread>
 
-#include "engine/threads.h"
-#include "tools/demos/cuda_lessons.h"
-#include "tools/demos/demos.h"
+#include "core/threads.h"
+#include "lessons/cuda_lessons.h"
+#include "lessons/demos.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

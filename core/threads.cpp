@@ -1,11 +1,11 @@
-#include "engine/threads.h"
+#include "core/threads.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "engine/error.h"
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

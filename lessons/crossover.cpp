@@ -2,8 +2,8 @@
 // and minfer's SIMD kernels) and on the GPU (cuBLAS), timed end to end including the launch;
 // and the launch overhead alone (an empty kernel). Small products are over before a kernel
 // launch would even have started; large ones are where thousands of GPU cores pay off.
-#include "tools/demos/cuda_lessons.h"
-#include "tools/demos/demos.h"
+#include "lessons/cuda_lessons.h"
+#include "lessons/demos.h"
 
 namespace minfer::demo {
 
