@@ -92,10 +92,10 @@ void ThreadPool::watch_contention() {
   runs_since_check_ = 0;
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) != 0) return;
-  // Measured on a 2-core VM: an idle machine preempts the process about once per 15 checks (the
-  // hypervisor, kernel threads), one competing busy process about 10 times per check. Three or
-  // more preemptions within 64 regions (a millisecond or two of decode) mean another process
-  // wants these cores. Sleeping workers are preempted less, so once contended the pool stays so
+  // An idle machine preempts the process now and then (the hypervisor, kernel threads), a
+  // competing busy process many times per check (bench/results/NOTES.md). Three or more
+  // preemptions within 64 regions (a millisecond or two of decode) mean another process wants
+  // these cores. Sleeping workers are preempted less, so once contended the pool stays so
   // while any preemption is seen, and spins again only after 16 checks without one.
   const long preemptions = usage.ru_nivcsw - last_involuntary_switches_;
   if (preemptions >= 3 || (preemptions >= 1 && quiet_checks_left_ > 0)) quiet_checks_left_ = 16;

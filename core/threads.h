@@ -7,10 +7,10 @@
 //
 // note: idle workers spin for `spin_us` microseconds before they sleep on a condition variable,
 // but only while the process has the cores to itself. A decode step runs about ten parallel
-// regions per layer a few microseconds apart, and waking a sleeping thread each time costs 10-15%
-// of decode speed on an idle machine. On a machine shared with other work the opposite holds: a
-// spinning worker is a runnable thread the scheduler shares the cores with, and decode lost 40%
-// (measured: 2 threads, one competing busy process, 685 vs 410 tokens/s). So the pool watches
+// regions per layer a few microseconds apart, and waking a sleeping thread each time costs a
+// tenth of decode speed on an idle machine. On a machine shared with other work the opposite
+// holds: a spinning worker is a runnable thread the scheduler shares the cores with, and decode
+// loses far more than that (bench/results/NOTES.md has both measurements). So the pool watches
 // its own involuntary context switches (getrusage, every 64 regions): while the scheduler is
 // preempting it, workers sleep as soon as they run out of work; when it stops, they spin again.
 // spin_us = 0 gives the pure sleeping policy (`minfer bench --spin-us 0`).

@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include "engine/backend_cpu.h"
+#include "engine/backend_ref.h"
 #include "core/error.h"
 
 namespace minfer {
@@ -25,8 +26,30 @@ GemmKind parse_gemm(const std::string& name) {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend_cuda.cu
 #endif
 
-std::unique_ptr<Backend> make_backend(DeviceKind device, const BackendOptions& options) {
-  if (device == DeviceKind::cpu) return std::make_unique<CpuBackend>(options);
+const char* backend_kind_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::ref: return "ref";
+    case BackendKind::cpu: return "cpu";
+    case BackendKind::cuda: return "cuda";
+  }
+  return "?";
+}
+
+BackendKind parse_backend_kind(const std::string& name) {
+  if (name == "ref") return BackendKind::ref;
+  if (name == "cpu") return BackendKind::cpu;
+  if (name == "cuda") {
+    require_cuda();
+    return BackendKind::cuda;
+  }
+  std::string reason;
+  if (name == "auto") return cuda_device_count(&reason) > 0 ? BackendKind::cuda : BackendKind::cpu;
+  fail("--device: '", name, "' is not ref, cpu, cuda or auto");
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& options) {
+  if (kind == BackendKind::ref) return std::make_unique<RefBackend>();
+  if (kind == BackendKind::cpu) return std::make_unique<CpuBackend>(options);
   require_cuda();
 #if MINFER_HAVE_CUDA
   return make_cuda_backend(options);

@@ -29,6 +29,14 @@
 
 namespace minfer {
 
+// Which implementation runs the ops: the plain loops of kernels/ref/ (the readable reference,
+// engine/backend_ref.h), the CPU kernels, or CUDA. ref and cpu keep their tensors in host memory.
+enum class BackendKind { ref, cpu, cuda };
+const char* backend_kind_name(BackendKind kind);
+// "ref", "cpu", "cuda", or "auto": cuda when a GPU is usable, else cpu. Asking for cuda without
+// one throws Error("no CUDA device: <reason>").
+BackendKind parse_backend_kind(const std::string& name);
+
 // The hand-written CUDA matrix products of kernels/cuda/gemm_*.cu, or cuBLAS/cuBLASLt.
 enum class GemmKind { naive, tiled, mma, cublas };
 const char* gemm_name(GemmKind g);
@@ -44,7 +52,8 @@ struct BackendOptions {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual DeviceKind device() const = 0;
+  virtual DeviceKind device() const = 0;  // where its tensors live
+  virtual BackendKind kind() const = 0;
   virtual std::string name() const = 0;  // e.g. "cpu (2 threads, AVX-512)"
   virtual int cpu_threads() const { return 0; }  // threads of a CPU backend, 0 for a GPU
   virtual CachingPool& pool() = 0;       // memory of this device
@@ -115,7 +124,7 @@ class Backend {
   virtual void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;
 };
 
-// The backend for `device`; throws Error("no CUDA device: ...") when CUDA is asked for and absent.
-std::unique_ptr<Backend> make_backend(DeviceKind device, const BackendOptions& options = {});
+// A backend of `kind`; throws Error("no CUDA device: ...") when CUDA is asked for and absent.
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& options = {});
 
 }  // namespace minfer

@@ -52,9 +52,7 @@ void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weigh
 
 void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                                   const Tensor& weight, float eps) {
-  checks::rmsnorm(out, x, weight, kCpu);
-  checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCpu), "x",
-                    checks::activation("residual_rmsnorm", "delta", delta, kCpu), "delta");
+  checks::residual_rmsnorm(out, x, delta, weight, kCpu);
   cpu::residual_rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(delta), ld(delta),
                         f32(weight), x.size(0), x.size(1), eps);
 }
@@ -67,9 +65,7 @@ void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
 
 void CpuBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) {
   checks::rope(x, pos, table, head_dim, kCpu);
-  for (int64_t m = 0; m < x.size(0); ++m)
-    MINFER_CHECK(i32(pos)[m] >= 0 && i32(pos)[m] < table.size(0), "rope: position ", i32(pos)[m],
-                 " outside the table of ", table.size(0));
+  checks::table_positions("rope", i32(pos), x.size(0), table);
   cpu::rope(threads_, f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim,
             head_dim);
 }
@@ -86,16 +82,9 @@ void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Te
 void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& seq,
                                const Tensor& pos, const Tensor& table, int64_t head_dim) {
-  checks::rope(q, pos, table, head_dim, kCpu);
-  checks::rope(k, pos, table, head_dim, kCpu);
-  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCpu);
+  auto cache = checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kCpu);
   require_f32_cache("rope_kv_store", k_cache);
   checks::positions("rope_kv_store", i32(seq), i32(pos), k.size(0), cache);
-  MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
-  MINFER_CHECK(cache.head_dim == head_dim, "rope_kv_store: the cache holds heads of ", cache.head_dim,
-               ", not ", head_dim);
-  MINFER_CHECK(cache.n_ctx <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
-               " positions, the cache ", cache.n_ctx);
   cpu::rope_kv_store(threads_, f32(k_cache), f32(v_cache), f32(q), ld(q), f32(k), ld(k), f32(v),
                      ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
                      k.size(1) / head_dim, head_dim, cache.n_ctx);

@@ -10,6 +10,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options);
   DeviceKind device() const override { return DeviceKind::cpu; }
+  BackendKind kind() const override { return BackendKind::cpu; }
   std::string name() const override;
   int cpu_threads() const override { return threads_.size(); }
   CachingPool& pool() override { return pool_; }

@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceKind device() const override { return kCuda; }
+  BackendKind kind() const override { return BackendKind::cuda; }
   std::string name() const override {
     return detail::concat("cuda (", device_name_, ", gemm ", gemm_name(options_.gemm),
                           options_.graphs ? ", graphs" : "", ")");
@@ -153,9 +154,7 @@ class CudaBackend final : public Backend {
 
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
                         float eps) override {
-    checks::rmsnorm(out, x, weight, kCuda);
-    checks::same_rows("residual_rmsnorm", checks::activation("residual_rmsnorm", "x", x, kCuda), "x",
-                      checks::activation("residual_rmsnorm", "delta", delta, kCuda), "delta");
+    checks::residual_rmsnorm(out, x, delta, weight, kCuda);
     cuda::residual_rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(delta), ld(delta), f32(weight), x.size(0),
                            x.size(1), eps);
   }
@@ -205,11 +204,7 @@ class CudaBackend final : public Backend {
 
   void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& seq, const Tensor& pos, const Tensor& table, int64_t head_dim) override {
-    checks::rope(q, pos, table, head_dim, kCuda);
-    checks::rope(k, pos, table, head_dim, kCuda);
-    auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
-    MINFER_CHECK(q.size(0) == k.size(0) && cache.head_dim == head_dim, "rope_kv_store: q ", q.str(), ", k ", k.str(),
-                 " and a cache of head_dim ", cache.head_dim, " do not match");
+    auto cache = checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kCuda);
     cuda::rope_kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(q), ld(q), f32(k), ld(k),
                         f32(v), ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
                         cache.n_kv_heads, head_dim, cache.n_ctx);

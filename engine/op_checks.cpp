@@ -112,6 +112,19 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_
   rope_table("rope", table, head_dim, device);
 }
 
+void table_positions(const char* op, const int32_t* pos, int64_t rows, const Tensor& table) {
+  for (int64_t m = 0; m < rows; ++m)
+    MINFER_CHECK(pos[m] >= 0 && pos[m] < table.size(0), op, ": position ", pos[m],
+                 " outside the rope table of ", table.size(0));
+}
+
+void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
+                      DeviceKind device) {
+  rmsnorm(out, x, weight, device);
+  same_rows("residual_rmsnorm", activation("residual_rmsnorm", "x", x, device), "x",
+            activation("residual_rmsnorm", "delta", delta, device), "delta");
+}
+
 CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
                     const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device) {
   CacheShape cache = kv_cache("kv_store", k_cache, v_cache, device);
@@ -121,6 +134,20 @@ CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& 
                cache.kv_dim());
   index_vector("kv_store", "seq", seq, kr.rows, device);
   index_vector("kv_store", "pos", pos, kr.rows, device);
+  return cache;
+}
+
+CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                         const Tensor& table, int64_t head_dim, DeviceKind device) {
+  rope(q, pos, table, head_dim, device);
+  rope(k, pos, table, head_dim, device);
+  CacheShape cache = kv_store(k_cache, v_cache, k, v, seq, pos, device);
+  MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
+  MINFER_CHECK(cache.head_dim == head_dim, "rope_kv_store: the cache holds heads of ",
+               cache.head_dim, ", not ", head_dim);
+  MINFER_CHECK(cache.n_ctx <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
+               " positions, the cache ", cache.n_ctx);
   return cache;
 }
 

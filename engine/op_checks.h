@@ -45,6 +45,13 @@ void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKin
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device);
 void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,
           DeviceKind device);
+// Host-side check that every position has a row in the rope table.
+void table_positions(const char* op, const int32_t* pos, int64_t rows, const Tensor& table);
+void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
+                      DeviceKind device);
+CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                         const Tensor& table, int64_t head_dim, DeviceKind device);
 CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
                     const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device);
 AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,

@@ -16,6 +16,7 @@ class ProfilingBackend final : public Backend {
  public:
   explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
   DeviceKind device() const override { return inner_.device(); }
+  BackendKind kind() const override { return inner_.kind(); }
   std::string name() const override { return inner_.name(); }
   int cpu_threads() const override { return inner_.cpu_threads(); }
   CachingPool& pool() override { return inner_.pool(); }

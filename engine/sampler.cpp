@@ -38,58 +38,59 @@ Sampler::Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t se
   candidates_.resize(static_cast<size_t>(vocab_size));
 }
 
-int32_t Sampler::sample_top_p(const float* probabilities, float coin) {
-  // Tokens below the cutoff cannot be part of the nucleus: leave them out before sorting.
-  const float cutoff = (1.0f - top_p_) / static_cast<float>(vocab_size_ - 1);
-  size_t n = 0;
-  for (int64_t i = 0; i < vocab_size_; ++i)
-    if (probabilities[i] >= cutoff) candidates_[n++] = {probabilities[i], static_cast<int32_t>(i)};
-  if (n == 0) return argmax(probabilities);  // a tiny top_p over a tiny vocabulary
-  // run.c sorts with glibc's qsort, a merge sort: stable, so equal probabilities keep index
-  // order. Breaking ties by index gives that order without the merge sort's buffer.
-  std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n),
-            [](const ProbIndex& a, const ProbIndex& b) {
-              return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
-            });
-  float cumulative = 0.0f;
-  size_t last = n - 1;
-  for (size_t i = 0; i < n; ++i) {
-    cumulative += candidates_[i].prob;
-    if (cumulative > top_p_) {
-      last = i;
-      break;
-    }
-  }
-  float r = coin * cumulative;
-  float cdf = 0.0f;
-  for (size_t i = 0; i <= last; ++i) {
-    cdf += candidates_[i].prob;
-    if (r < cdf) return candidates_[i].index;
-  }
-  return candidates_[last].index;
-}
-
-int32_t Sampler::argmax(const float* values) const {
+int32_t sample_argmax(const float* values, int64_t n) {
   int64_t best = 0;
-  for (int64_t i = 1; i < vocab_size_; ++i)
+  for (int64_t i = 1; i < n; ++i)
     if (values[i] > values[best]) best = i;
   return static_cast<int32_t>(best);
 }
 
+int32_t sample_mult(const float* probabilities, int64_t n, float coin) {
+  float cdf = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    cdf += probabilities[i];
+    if (coin < cdf) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(n - 1);  // in case of rounding errors
+}
+
+int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch) {
+  // Tokens below the cutoff cannot be part of the nucleus: leave them out before sorting.
+  const float cutoff = (1.0f - top_p) / static_cast<float>(n - 1);
+  size_t count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (probabilities[i] >= cutoff) scratch[count++] = {probabilities[i], static_cast<int32_t>(i)};
+  if (count == 0) return sample_argmax(probabilities, n);  // a tiny top_p over a tiny vocabulary
+  // run.c sorts with glibc's qsort, a merge sort: stable, so equal probabilities keep index
+  // order. Breaking ties by index gives that order without the merge sort's buffer.
+  std::sort(scratch, scratch + count, [](const ProbIndex& a, const ProbIndex& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+  });
+  float cumulative = 0.0f;
+  size_t last = count - 1;
+  for (size_t i = 0; i < count; ++i) {
+    cumulative += scratch[i].prob;
+    if (cumulative > top_p) {
+      last = i;
+      break;
+    }
+  }
+  const float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (size_t i = 0; i <= last; ++i) {
+    cdf += scratch[i].prob;
+    if (r < cdf) return scratch[i].index;
+  }
+  return scratch[last].index;
+}
+
 int32_t Sampler::sample(float* logits) {
-  if (temperature_ == 0.0f) return argmax(logits);
+  if (temperature_ == 0.0f) return sample_argmax(logits, vocab_size_);
   for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
   softmax_in_place(logits, vocab_size_);
-  float coin = random_f32(&state_);
-  if (top_p_ <= 0.0f || top_p_ >= 1.0f) {
-    float cdf = 0.0f;
-    for (int64_t i = 0; i < vocab_size_; ++i) {
-      cdf += logits[i];
-      if (coin < cdf) return static_cast<int32_t>(i);
-    }
-    return static_cast<int32_t>(vocab_size_ - 1);
-  }
-  return sample_top_p(logits, coin);
+  const float coin = random_f32(&state_);
+  if (top_p_ <= 0.0f || top_p_ >= 1.0f) return sample_mult(logits, vocab_size_, coin);
+  return sample_topp(logits, vocab_size_, top_p_, coin, candidates_.data());
 }
 
 }  // namespace minfer

@@ -15,6 +15,23 @@ namespace minfer {
 uint32_t random_u32(uint64_t* state);
 float random_f32(uint64_t* state);  // in [0, 1)
 
+// run.c's softmax, in float, in place.
+void softmax_in_place(float* x, int64_t n);
+
+// The three ways run.c picks a token, each a function of the probabilities and a coin in [0, 1):
+// the first index of the largest value (ties go to the lower index, as in run.c)
+int32_t sample_argmax(const float* values, int64_t n);
+// the first index whose cumulative probability exceeds the coin (the last index if none does)
+int32_t sample_mult(const float* probabilities, int64_t n, float coin);
+struct ProbIndex {
+  float prob;
+  int32_t index;
+};
+// nucleus sampling: candidates at or above (1 - top_p) / (n - 1), sorted by descending probability
+// (ties by index), cut after the first whose cumulative probability exceeds top_p; then the
+// coin, scaled by the nucleus's total, picks among them. `scratch` holds n entries.
+int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch);
+
 class Sampler {
  public:
   Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed);
@@ -24,20 +41,10 @@ class Sampler {
   int32_t sample(float* logits);
 
  private:
-  struct ProbIndex {
-    float prob;
-    int32_t index;
-  };
-  int32_t sample_top_p(const float* probabilities, float coin);
-  int32_t argmax(const float* values) const;  // run.c's sample_argmax: the first maximum
-
   int64_t vocab_size_;
   float temperature_, top_p_;
   uint64_t state_;
   std::vector<ProbIndex> candidates_;  // sized once: nothing is allocated while sampling
 };
-
-// run.c's softmax, in float, in place.
-void softmax_in_place(float* x, int64_t n);
 
 }  // namespace minfer

@@ -95,14 +95,14 @@ std::string fmt(const char* format, double value) {
 std::unique_ptr<Backend> cpu_backend(const Options& o) {
   BackendOptions options;
   options.threads = o.threads;
-  return make_backend(DeviceKind::cpu, options);
+  return make_backend(BackendKind::cpu, options);
 }
 
 std::unique_ptr<Backend> cuda_backend(GemmKind gemm, bool graphs) {
   BackendOptions options;
   options.gemm = gemm;
   options.graphs = graphs;
-  return make_backend(DeviceKind::cuda, options);
+  return make_backend(BackendKind::cuda, options);
 }
 
 }  // namespace minfer::demo

@@ -118,7 +118,7 @@ void tensor_cores(const Options& o) {
   // Eigen on one thread, the same thread count as the loops above.
   BackendOptions one;
   one.threads = 1;
-  auto cpu = make_backend(DeviceKind::cpu, one);
+  auto cpu = make_backend(BackendKind::cpu, one);
   Tensor x = cpu->empty({n, n}, DType::f32), w = cpu->empty({n, n}, DType::f32), out = cpu->empty({n, n}, DType::f32);
   cpu->fill_uniform(x, 1, -1.0f, 1.0f);
   cpu->fill_uniform(w, 2, -1.0f, 1.0f);

@@ -2,7 +2,7 @@
 # Checks that run without a GPU:
 #   1. the Tensor Core kernels compile to PTX that contains Tensor Core instructions
 #      (mma.sync, which WMMA lowers to as wmma.mma.sync, or wgmma) for sm_80 and sm_90;
-#   2. ptxas reports no register spills in the hot kernels (decode matvec, attention, RMSNorm,
+#   2. ptxas compiles at least one kernel of each file and reports no register spills in the hot kernels (decode matvec, attention, RMSNorm,
 #      RoPE, the Tensor Core GEMM and prefill attention) for sm_80 and sm_90.
 # Usage: check_cuda_ptx.sh NVCC SOURCE_DIR
 set -euo pipefail
@@ -31,6 +31,11 @@ for arch in 80 90; do
     "$nvcc" "${flags[@]}" -arch=sm_$arch -Xptxas -v -c "$src/kernels/cuda/$file.cu" -o "$work/$file.o" \
       2> "$work/$file.$arch.log"
     functions=$(grep -c "Compiling entry function" "$work/$file.$arch.log" || true)
+    if [ "$functions" -eq 0 ]; then
+      echo "FAIL: $file.cu for sm_$arch: ptxas compiled no kernel, so nothing was checked"
+      status=1
+      continue
+    fi
     spilling=$(grep -E "bytes spill (stores|loads)" "$work/$file.$arch.log" | grep -vE "^ptxas info\s*: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" || true)
     if [ -n "$spilling" ]; then
       echo "FAIL: $file.cu for sm_$arch spills registers:"

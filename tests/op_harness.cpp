@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -47,13 +49,13 @@ Backend* backend_by_name(const std::string& name, std::string* reason) {
   auto it = backends.find(name);
   if (it != backends.end()) return it->second.get();
   BackendOptions options;
-  DeviceKind device = DeviceKind::cpu;
+  BackendKind kind = name == "ref" ? BackendKind::ref : BackendKind::cpu;
   if (name.rfind("cuda", 0) == 0) {
-    device = DeviceKind::cuda;
+    kind = BackendKind::cuda;
     if (cuda_device_count(reason) <= 0) return nullptr;
     if (name != "cuda") options.gemm = parse_gemm(name.substr(5));
   }
-  auto backend = make_backend(device, options);
+  auto backend = make_backend(kind, options);
   Backend* raw = backend.get();
   backends.emplace(name, std::move(backend));
   return raw;
@@ -113,6 +115,7 @@ void expect_close(const Tensor& expected, const Tensor& actual, double limit,
   for (int64_t i = 0; i < actual.numel(); ++i) bad += std::isfinite(a[i]) ? 0 : 1;
   ASSERT_EQ(bad, 0) << label << ": " << bad << " NaN or Inf values in the output";
   double value = nmse(expected, actual);
+  if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("NMSE %.3g (limit %.3g) %s\n", value, limit, label.c_str());
   if (value <= limit) return;
   std::vector<int64_t> order(static_cast<size_t>(actual.numel()));
   for (int64_t i = 0; i < actual.numel(); ++i) order[i] = i;

@@ -98,7 +98,7 @@ TEST(Cuda, LongPromptPrefillOnTensorCoresMatchesOneByOne) {
 
 TEST(Cuda, DecodeLoopAllocatesNothing) {
   SKIP_WITHOUT_CUDA();
-  auto backend = make_backend(DeviceKind::cuda);
+  auto backend = make_backend(BackendKind::cuda);
   for (DType dtype : {DType::f32, DType::f16}) {
     LlamaOptions options;
     options.dtype = dtype;

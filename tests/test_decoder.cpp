@@ -127,7 +127,7 @@ TEST(Decoder, SeparateClassifierAndGroupedQueryShapesRun) {
 }
 
 TEST(Decoder, DecodeLoopAllocatesNothing) {
-  auto backend = make_backend(DeviceKind::cpu);
+  auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load("preset:tiny", *backend, {});
   DecoderOptions options;
   options.n_seqs = 4;
@@ -152,7 +152,7 @@ TEST(Decoder, DecodeLoopAllocatesNothing) {
 }
 
 TEST(Decoder, DifferentPromptLengthsMatchSeparateRuns) {
-  auto backend = make_backend(DeviceKind::cpu);
+  auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load("preset:tiny", *backend, {});
   std::vector<std::vector<int32_t>> prompts = {{1, 17, 99, 3}, {1}, {1, 250, 251}};
   GenerateOptions gen;
@@ -173,7 +173,7 @@ TEST(Decoder, DifferentPromptLengthsMatchSeparateRuns) {
 }
 
 TEST(Decoder, ChunkedPrefillEqualsOnePass) {
-  auto backend = make_backend(DeviceKind::cpu);
+  auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load("preset:tiny", *backend, {});
   std::vector<int32_t> prompt = {1};
   for (int i = 0; i < 50; ++i) prompt.push_back(10 + (i * 37) % 400);
@@ -190,7 +190,7 @@ TEST(Decoder, ChunkedPrefillEqualsOnePass) {
 }
 
 TEST(Decoder, BadRequestsAreRefused) {
-  auto backend = make_backend(DeviceKind::cpu);
+  auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load("preset:tiny", *backend, {});
   DecoderOptions options;
   options.n_ctx = 16;

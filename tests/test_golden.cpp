@@ -22,10 +22,12 @@ const char* kLogits = "stories260K.greedy.logits-8x512.f32";
 TEST(Golden, GreedyIdsMatchRunC) {
   SKIP_WITHOUT_GOLDEN(kModel);
   SKIP_WITHOUT_GOLDEN(kGreedy);
-  CliResult r = run_cli({"generate", "-m", golden_path(kModel), "--prompt-ids", "1", "-n", "256",
-                         "--temp", "0", "--print-ids", "--device", "cpu"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(parse_ids(r.out), parse_ids(read_file(golden_path(kGreedy))));
+  for (const char* device : {"cpu", "ref"}) {
+    CliResult r = run_cli({"generate", "-m", golden_path(kModel), "--prompt-ids", "1", "-n", "256",
+                           "--temp", "0", "--print-ids", "--device", device});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out), parse_ids(read_file(golden_path(kGreedy)))) << "--device " << device;
+  }
 }
 
 TEST(Golden, SampledIdsAgreeWithRunC) {
@@ -54,7 +56,7 @@ TEST(Golden, FirstLogitsMatchRunC) {
   std::vector<int32_t> input = {1};
   input.insert(input.end(), greedy.begin(), greedy.begin() + 7);
 
-  auto backend = make_backend(DeviceKind::cpu);
+  auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load(golden_path(kModel), *backend, {});
   auto check_row = [&](const float* got, int row, const char* how) {
     float largest = 0.0f;

@@ -40,7 +40,7 @@ double BenchRow::roofline_fraction() const {
   return roofline_gflops > 0 ? gflops / roofline_gflops : 0.0;
 }
 
-std::string BenchRow::limit() const {
+std::string BenchRow::achieved() const {
   char text[96];
   const double value = decode() ? gbps : gflops;
   const double ceiling = decode() ? roofline_gbps : roofline_gflops;
@@ -53,8 +53,8 @@ std::string BenchRow::limit() const {
 }
 
 void print_markdown_header(FILE* out) {
-  std::fprintf(out, "| model | params | size | device | dtype | threads | kernels | B | test | t/s | limit |\n");
-  std::fprintf(out, "| ----- | -----: | ---: | ------ | ----- | ------: | ------- | -: | ---- | --: | ----- |\n");
+  std::fprintf(out, "| model | params | size | device | dtype | threads | kernels | B | test | t/s | achieved (of roofline) |\n");
+  std::fprintf(out, "| ----- | -----: | ---: | ------ | ----- | ------: | ------- | -: | ---- | --: | ---------------------- |\n");
 }
 
 void print_markdown_row(FILE* out, const BenchRow& r) {
@@ -63,7 +63,7 @@ void print_markdown_row(FILE* out, const BenchRow& r) {
   std::fprintf(out, "| %s | %s | %s | %s | %s | %d | %s | %lld | %s | %.2f ± %.2f | %s |\n", r.model.c_str(),
                human_count(r.n_params).c_str(), human_bytes(r.model_bytes).c_str(), r.device.c_str(),
                r.dtype.c_str(), r.threads, kernels.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
-               r.avg_ts, r.stddev_ts, r.limit().c_str());
+               r.avg_ts, r.stddev_ts, r.achieved().c_str());
   std::fflush(out);
 }
 

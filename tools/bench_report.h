@@ -34,9 +34,10 @@ struct BenchRow {
   std::string build_commit;
 
   bool decode() const { return n_gen > 0; }
-  // The figure that matters for the row and its fraction of the ceiling, e.g.
-  // "71.3 GB/s = 87% of 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill).
-  std::string limit() const;
+  // The rate that matters for the row and, with --roofline, its fraction of the measured
+  // ceiling: "71.3 GB/s = 87% of 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill);
+  // without a roofline just the rate, "71.3 GB/s".
+  std::string achieved() const;
   double roofline_fraction() const;  // 0 when no roofline was measured
 };
 

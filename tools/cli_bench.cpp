@@ -95,8 +95,8 @@ class Bench {
   void run_model(const std::string& spec, DType dtype, int threads) {
     BackendOptions options = s_.backend;
     options.threads = threads;
-    DeviceKind device = choose_device(s_.device);
-    std::unique_ptr<Backend> backend = make_backend(device, options);
+    const BackendKind kind = parse_backend_kind(s_.device);
+    std::unique_ptr<Backend> backend = make_backend(kind, options);
     Roofline roofline;
     if (s_.roofline) {
       roofline = measure_roofline(*backend, dtype);
@@ -127,12 +127,12 @@ class Bench {
 
     // CUDA Graphs apply to CUDA decode only; CPU rows carry an empty "graphs".
     const std::vector<std::string> graph_modes =
-        device == DeviceKind::cuda ? s_.graphs : std::vector<std::string>{""};
+        kind == BackendKind::cuda ? s_.graphs : std::vector<std::string>{""};
     BenchRow base;
     base.model = spec;
     base.n_params = config.n_params();
     base.model_bytes = model->info().weight_bytes;
-    base.device = device_name(device);
+    base.device = backend_kind_name(kind);
     base.device_name = backend->name();
     base.dtype = dtype_name(dtype);
     base.threads = backend->cpu_threads();
@@ -244,7 +244,7 @@ int cmd_bench(int argc, char** argv) {
              {"-B,--batch", "LIST", "parallel sequences: 1,4,16 or 1-4 (default 1)"},
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
              {"-t,--threads", "LIST", "CPU threads, e.g. 1,2 (default: every core)"},
-             {"--device", "DEV", "cpu, cuda or auto (default auto)"},
+             {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
              {"--dtype", "LIST", "weights: f32, f16, bf16 (default f32)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},

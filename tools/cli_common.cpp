@@ -9,7 +9,7 @@ namespace minfer::cli {
 std::vector<Option> engine_options() {
   return {
       {"-m,--model", "MODEL", "a llama2.c checkpoint (.bin) or preset:NAME (required)"},
-      {"--device", "DEV", "cpu, cuda or auto (default auto: cuda when a GPU is present)"},
+      {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
       {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default f32)"},
       {"--threads", "N", "CPU threads (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
@@ -22,17 +22,6 @@ std::vector<Option> engine_options() {
 bool parse_on_off(const std::string& value, const std::string& option) {
   MINFER_CHECK(value == "on" || value == "off", option, ": '", value, "' is not on or off");
   return value == "on";
-}
-
-DeviceKind choose_device(const std::string& name) {
-  if (name == "cpu") return DeviceKind::cpu;
-  std::string reason;
-  if (name == "cuda") {
-    require_cuda();
-    return DeviceKind::cuda;
-  }
-  if (name == "auto") return cuda_device_count(&reason) > 0 ? DeviceKind::cuda : DeviceKind::cpu;
-  fail("--device: '", name, "' is not cpu, cuda or auto");
 }
 
 BackendOptions backend_options(const Args& args) {
@@ -67,7 +56,7 @@ std::string format_bytes(uint64_t bytes) {
 Engine load_engine(const Args& args, const std::string& model_spec) {
   MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a .bin checkpoint or preset:NAME)");
   Engine engine;
-  engine.backend = make_backend(choose_device(args.get("--device", "auto")), backend_options(args));
+  engine.backend = make_backend(parse_backend_kind(args.get("--device", "auto")), backend_options(args));
   engine.model = LlamaModel::load(model_spec, *engine.backend, llama_options(args));
   const ModelInfo& info = engine.model->info();
   std::fprintf(stderr, "minfer: model %s (%s), %.1fM params, %s of %s weights on %s\n",

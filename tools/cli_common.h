@@ -15,9 +15,6 @@ namespace minfer::cli {
 // The options every command that runs a model accepts.
 std::vector<Option> engine_options();
 
-// "auto" is CUDA when a device is present, else the CPU; "cuda" without one is an Error
-// ("no CUDA device: <reason>").
-DeviceKind choose_device(const std::string& name);
 BackendOptions backend_options(const Args& args);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);

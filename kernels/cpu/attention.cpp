@@ -36,10 +36,8 @@ using WeightedSumFn = void (*)(float*, const float*, const float*, int64_t, int6
 // lengths of decode), too short for the hardware prefetcher to ramp up on, and a decode step
 // for a batch reads one block per (sequence, head). So each head's kernels request the next
 // head's block alongside the rows they are reading of their own: block t0 of the next head while
-// computing block t0 of this one, a whole head's time ahead of its use. Measured with the caches
-// in DRAM (BM_AttentionBatch, 16 sequences x 6 heads of 48): 136-143 against 146-148 us at 128
-// keys, no difference at 64; the attention at these lengths runs at about the streaming-read
-// bandwidth either way.
+// computing block t0 of this one, a whole head's time ahead of its use (a few percent at 128
+// keys with the caches in DRAM; bench/results/NOTES.md).
 template <int HV>
 inline void prefetch_rows(const float* rows, int64_t n_rows, int64_t t0) {
   if (rows == nullptr) return;

@@ -1,25 +1,27 @@
-// Matrix products on the CPU: a streaming matrix-vector kernel for decode, an outer-product
-// kernel for batched decode, Eigen GEMM for prefill.
+// Matrix products on the CPU: out (M, N) = x (M, K) times w (N, K) transposed.
 //
-// Decode multiplies one activation row (or a handful, one per sequence) by every weight matrix, so
-// each weight is used once per row: 2 FLOPs per weight against 4 bytes read (f32). At that
-// arithmetic intensity the CPU's memory bandwidth, not its FMA units, sets the speed, and the job
-// is to stream the weights at full bandwidth: each thread reads a contiguous block of weight rows
-// front to back (the hardware prefetcher's favourite pattern), keeps several independent
-// accumulators so FMA latency never stalls the loads, and converts bf16/f16 weights to f32 in
-// registers so only 2 bytes per weight cross the memory bus.
+// Which kernel runs depends on how often each weight is reused, which is M, the number of
+// activation rows. Decode multiplies one row per sequence: 2 FLOPs per weight against 4 bytes
+// read (f32), so memory bandwidth sets the speed and the job is to stream every weight once at
+// full bandwidth. A batch of 8 to 32 sequences reuses each weight that many times and the FMA
+// units become the limit. Prefill reuses each weight hundreds of times, and cache blocking decides.
 //
-// A batch of 8 to 32 sequences reuses each weight that many times, and at 16 rows the FMA units,
-// not the memory bus, are the limit (stories15M's classifier: 295 MFLOP against 37 MB per
-// step). There the kernel must keep both FMA pipes busy while the weights still stream: the
-// outer-product kernel below, at about 75% of the FMA peak with weights from DRAM.
+//   rows M    weights    kernel        why
+//   1         any        one_row       one sequential stream over the weight rows, the pattern the
+//                                      hardware prefetcher follows best; f16/bf16 widened in
+//                                      registers, so only 2 bytes per weight cross the bus
+//   2-7       any        small_m       4 weight rows x M activation rows per tile: each weight
+//                                      loaded feeds M FMAs, and is still read exactly once
+//   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
+//                                      16 rows at once, no horizontal sums (compute-bound)
+//   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
+//   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
+//                                      beats Eigen there, but does not block along K or M
+//   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
+//                                      weights; f16/bf16 widened 64 rows at a time first
 //
-// Prefill multiplies hundreds of rows by the same weights: each weight is reused M times, the
-// product becomes compute-bound, and a cache-blocked GEMM (Eigen's) is the right tool for large
-// products; while the packed rows fit in L2 (M x K up to 256 x 1024) the outer-product kernel,
-// which does not block along K or M, is faster. f16/bf16
-// weights are widened tile by tile into a per-thread buffer first; the conversion is paid once per
-// tile and amortised over the M rows.
+// choose_kernel() below is this table; the measurements behind its boundaries are in
+// bench/results/NOTES.md.
 #include "kernels/cpu/matmul.h"
 
 #include <Eigen/Core>
@@ -32,6 +34,19 @@
 namespace minfer::cpu {
 
 namespace {
+
+enum class Kernel { one_row, small_m, outer, gemm };
+
+constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
+constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
+constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
+
+Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype) {
+  if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
+    return Kernel::outer;
+  if (M == 1) return Kernel::one_row;
+  return M <= kSmallMaxRows ? Kernel::small_m : Kernel::gemm;
+}
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Stride = Eigen::OuterStride<>;
@@ -106,10 +121,8 @@ inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
 
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
 // sequential stream, with a software prefetch 1 KiB ahead, like the bandwidth probe (sum).
-// note: at one row this beats the 4-row tile below, whose four rows are four interleaved
-// streams. stories110M decode, interleaved pairs of runs: f32 +4% to +38% (median +26%, 5
-// pairs), bf16 +12% to +26% and f16 +16% to +26% (4 pairs each, once each step reads 256
-// bytes of weights: with bf16 at 128 bytes a step it was 3% behind); stories15M f32 +5%.
+// note: at one row this beats the 4-row tile below, whose four rows are four interleaved streams
+// (by a quarter on stories110M; bench/results/NOTES.md), once each step reads 256 bytes.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
   // U vectors a step: 256 bytes of weights with AVX-512
@@ -159,16 +172,16 @@ void small_m_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x,
   }
 }
 
+// note: 16-row grains keep each thread's block of weights a contiguous stream.
 template <class W>
 void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
              const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
-  // note: 16-row grains keep each thread's block of weights a contiguous stream.
-  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    if (M == 1)
-      one_row<W>(out, x, w, n0, n1, K);
-    else
-      small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K);
-  });
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K); });
+}
+
+template <class W>
+void one_row_blocks(ThreadPool& pool, float* out, const float* x, const typename W::Stored* w, int64_t N, int64_t K) {
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { one_row<W>(out, x, w, n0, n1, K); });
 }
 
 // note: from kOuterMinRows activation rows up, f32 weights are multiplied as outer products
@@ -182,14 +195,6 @@ void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64
 // memory without a conversion per FMA.
 constexpr int kOuterLanes = simd::kWidth;
 constexpr int kOuterRows = simd::kWidth >= 16 ? 16 : 8;  // accumulators: 16 of 32 AVX-512 registers
-constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;
-// note: above kSmallMaxRows rows the outer-product kernel still beats Eigen's GEMM while a tile
-// of weights (16 x K floats) and all the packed rows (M x K floats) stay in L2 between uses:
-// measured at 2 threads, M = 256: 402-409 against 303-319 GFLOP/s for K = 288 and 768, and
-// stories15M's pp256 20057 against 15803 tokens/s. It blocks along neither K nor M, so beyond
-// that it loses (one thread, 1024^3: 129 against Eigen's 190 GFLOP/s; 2048^3 at two threads:
-// 214 against 290): larger products stay with Eigen.
-constexpr int64_t kOuterMaxPacked = 256 * 1024;  // M * K floats: 1 MiB, half of this L2
 
 // Packs x[0 .. rows) transposed into xt (K, L); lanes past `rows` are zeros.
 void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int64_t K) {
@@ -211,7 +216,7 @@ void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int6
 // Weight w[r, k] of a tile, as an address the FMA can take as its memory operand: two pointers
 // that move along k (rows 0-7 and 8-15) plus a loop-invariant offset register scaled by 1, 2 or
 // 4. With a pointer per row, as the plain `w[r * K + k]` compiles, 16 rows need more registers
-// than x86 has and the loop spills them (measured in L1: 195 GFLOP/s one core, 247 with this).
+// than x86 has and the loop spills them, at four fifths of the speed (bench/results/NOTES.md).
 struct RowOffsets {
   int64_t b1, b3, b5, b7;  // 1, 3, 5 and 7 rows, in bytes
   explicit RowOffsets(int64_t K) : b1(K * 4), b3(3 * b1), b5(5 * b1), b7(7 * b1) {}
@@ -244,7 +249,7 @@ inline void outer_step(simd::Vec* acc, simd::Vec xv, const char* rows0, const ch
 // kOuterRows * K floats, kOuterRows * K / 16 lines): at K = 288 this tile, the next one and xt
 // are 18 KB each, more than the 48 KB L1 holds. From L2 the tile's own lines are requested into
 // L1 two lines ahead of use, one row per step, instead of all 16 rows missing together every 16
-// steps (stories15M at B=16: 2-4% more tokens/s, in 9 interleaved pairs of runs).
+// steps (a few percent at 16 sequences; bench/results/NOTES.md).
 inline void outer_tile(float* out, int64_t ld_out, int64_t rows, const float* xt, const float* w,
                        int64_t K, const float* next) {
   simd::Vec acc[kOuterRows];
@@ -284,7 +289,7 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
   const float* xt = packed.data();
   // note: one block of weight rows per thread, so that each thread's prefetching runs through
   // its whole block (with 8 blocks per thread, as the matrix-vector kernel splits, the first tile
-  // of every block arrives unprefetched: 20% slower for the small matrices of a layer). Blocks
+  // of every block arrives unprefetched, and the small matrices of a layer lose a fifth). Blocks
   // are still claimed from the pool's counter, so a descheduled worker's block is taken by the
   // caller.
   const int64_t grain = (N / kOuterRows + pool.size() - 1) / pool.size() * kOuterRows;
@@ -341,16 +346,14 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
   simd::dispatch_weight_type(w_dtype, [&](auto type) {
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);
-    if constexpr (std::is_same_v<W, simd::F32>) {
-      if (M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked)) {
-        outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
+    switch (choose_kernel(M, K, w_dtype)) {
+      case Kernel::one_row: one_row_blocks<W>(pool, out, x, weights, N, K); return;
+      case Kernel::small_m: small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
+      case Kernel::gemm: gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
+      case Kernel::outer:
+        if constexpr (std::is_same_v<W, simd::F32>) outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
         return;
-      }
     }
-    if (M <= kSmallMaxRows)
-      small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
-    else
-      gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
   });
 }
 

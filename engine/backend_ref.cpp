@@ -1,0 +1,117 @@
+#include "engine/backend_ref.h"
+
+#include "core/error.h"
+#include "engine/op_checks.h"
+#include "kernels/ref/add.h"
+#include "kernels/ref/argmax.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/embedding.h"
+#include "kernels/ref/fill.h"
+#include "kernels/ref/kv_store.h"
+#include "kernels/ref/matmul.h"
+#include "kernels/ref/rmsnorm.h"
+#include "kernels/ref/rope.h"
+#include "kernels/ref/softmax.h"
+#include "kernels/ref/sum.h"
+#include "kernels/ref/swiglu.h"
+
+namespace minfer {
+
+namespace checks = op_checks;
+using op_checks::f32;
+using op_checks::i32;
+using op_checks::ld;
+constexpr DeviceKind kHost = DeviceKind::cpu;
+
+RefBackend::RefBackend() : pool_(std::make_unique<HostUpstream>()) {}
+
+void RefBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  checks::embedding(out, table, ids, kHost);
+  ref::embedding(f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1),
+                 table.size(0));
+}
+
+void RefBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  checks::rmsnorm(out, x, weight, kHost);
+  ref::rmsnorm(f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+}
+
+// The fused op is its definition: the add, then the norm.
+void RefBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
+                                  const Tensor& weight, float eps) {
+  checks::residual_rmsnorm(out, x, delta, weight, kHost);
+  ref::add(f32(x), ld(x), f32(x), ld(x), f32(delta), ld(delta), x.size(0), x.size(1));
+  ref::rmsnorm(f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+}
+
+void RefBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
+  checks::matmul(out, x, w, kHost);
+  ref::matmul(f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0), w.size(0), w.size(1));
+}
+
+void RefBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) {
+  checks::rope(x, pos, table, head_dim, kHost);
+  checks::table_positions("rope", i32(pos), x.size(0), table);
+  ref::rope(f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim, head_dim);
+}
+
+void RefBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                          const Tensor& v, const Tensor& seq, const Tensor& pos) {
+  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kHost);
+  checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
+  ref::kv_store(k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v),
+                i32(seq), i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
+}
+
+// The fused op is its definition: rotate q and k, then store k and v.
+void RefBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
+                               const Tensor& k, const Tensor& v, const Tensor& seq,
+                               const Tensor& pos, const Tensor& table, int64_t head_dim) {
+  checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kHost);
+  rope(q, pos, table, head_dim);
+  rope(k, pos, table, head_dim);
+  kv_store(k_cache, v_cache, k, v, seq, pos);
+}
+
+// Both algorithms compute the same function; the reference computes it directly (kernels/ref/
+// attention.h), so `algorithm` changes nothing here.
+void RefBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                           const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
+                           int64_t head_dim, AttentionAlgorithm) {
+  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kHost);
+  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
+  ref::attention(f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
+                 i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx);
+}
+
+void RefBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  checks::elementwise("swiglu", out, gate, up, kHost);
+  ref::swiglu(f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1));
+}
+
+void RefBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  checks::elementwise("add", out, a, b, kHost);
+  ref::add(f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+}
+
+void RefBackend::softmax(const Tensor& x) {
+  checks::activation("softmax", "x", x, kHost);
+  ref::softmax(f32(x), ld(x), x.size(0), x.size(1));
+}
+
+void RefBackend::argmax(const Tensor& out, const Tensor& x) {
+  checks::argmax(out, x, kHost);
+  ref::argmax(out.data_as<int32_t>(), f32(x), ld(x), x.size(0), x.size(1));
+}
+
+void RefBackend::sum(const Tensor& out, const Tensor& x) {
+  checks::sum(out, x, kHost);
+  ref::sum(f32(out), f32(x), x.numel());
+}
+
+void RefBackend::fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) {
+  checks::fill(t, kHost);
+  ref::fill_uniform(t.data(), t.dtype(), t.numel(), seed, lo, hi);
+}
+
+}  // namespace minfer

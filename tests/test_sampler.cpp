@@ -1,0 +1,113 @@
+// The sampler against probabilities computed by hand: run.c's xorshift values, the multinomial
+// draw, the top-p cut at and around its boundary, ties, top-p of 1, and the temperature.
+// Probabilities here are powers of two, so every sum is exact in float and the boundaries are
+// where the arithmetic says they are.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+
+namespace minfer {
+namespace {
+
+// The first four outputs of run.c's random_u32 from two seeds, computed independently with
+// Python's integers: s ^= s >> 12; s ^= s << 25; s ^= s >> 27; (s * 0x2545F4914F6CDD1D) >> 32.
+TEST(Sampler, XorshiftMatchesRunC) {
+  uint64_t state = 1;
+  for (uint32_t expected : {1206177355u, 2882512552u, 3117485455u, 1303648416u}) EXPECT_EQ(random_u32(&state), expected);
+  state = 133742;
+  for (uint32_t expected : {3033531262u, 2674377904u, 2312864567u, 2287415643u}) EXPECT_EQ(random_u32(&state), expected);
+  state = 1;
+  EXPECT_FLOAT_EQ(random_f32(&state), 0.28083503246307373f);  // (u32 >> 8) / 2^24
+  EXPECT_FLOAT_EQ(random_f32(&state), 0.6711372137069702f);
+}
+
+TEST(Sampler, MultinomialTakesTheFirstCdfAboveTheCoin) {
+  const std::vector<float> p = {0.5f, 0.25f, 0.125f, 0.125f};  // cdf 0.5, 0.75, 0.875, 1
+  EXPECT_EQ(sample_mult(p.data(), 4, 0.0f), 0);
+  EXPECT_EQ(sample_mult(p.data(), 4, 0.4999f), 0);
+  EXPECT_EQ(sample_mult(p.data(), 4, 0.5f), 1);  // coin < cdf, strictly
+  EXPECT_EQ(sample_mult(p.data(), 4, 0.8f), 2);
+  EXPECT_EQ(sample_mult(p.data(), 4, 0.99f), 3);
+}
+
+// probabilities 1/2, 1/4, 1/8, 1/16, 1/16: cutoff (1 - top_p) / 4 keeps all of them for the
+// top_p below; cumulative 0.5, 0.75, 0.875, 0.9375, 1.
+TEST(Sampler, TopPCutsAfterTheFirstCumulativeAboveTopP) {
+  const std::vector<float> p = {0.0625f, 0.25f, 0.5f, 0.0625f, 0.125f};  // sorted: 2, 1, 4, 0, 3
+  std::vector<ProbIndex> scratch(p.size());
+  // top_p 0.75: 0.75 is not above 0.75, so the nucleus is {2, 1, 4} with total 0.875. A coin of
+  // 0.99 lands at 0.866: inside token 4's share (0.75, 0.875]. Cut one token early, the nucleus
+  // would be {2, 1} and the same coin would pick 1.
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.75f, 0.99f, scratch.data()), 4);
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.75f, 0.5f, scratch.data()), 2);    // r = 0.4375 < 0.5
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.75f, 0.6f, scratch.data()), 1);    // r = 0.525 in (0.5, 0.75]
+  // top_p just below 0.75: 0.75 is above it, the nucleus is {2, 1} (total 0.75).
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.7499f, 0.99f, scratch.data()), 1);
+  // top_p 0.875 exactly: the nucleus grows to {2, 1, 4, 0} (total 0.9375); coin 0.99 -> r = 0.928.
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.875f, 0.99f, scratch.data()), 0);
+  // top_p 0.5: {2} alone is not above 0.5, so {2, 1}.
+  EXPECT_EQ(sample_topp(p.data(), 5, 0.5f, 0.9f, scratch.data()), 1);
+}
+
+TEST(Sampler, TopPCutoffDropsUnlikelyTokensBeforeSorting) {
+  // top_p 0.5 over 5 tokens: cutoff (1 - 0.5) / 4 = 0.125; the two 1/16 tokens are dropped, which
+  // changes nothing about the nucleus, only the work.
+  const std::vector<float> p = {0.0625f, 0.25f, 0.5f, 0.0625f, 0.125f};
+  std::vector<ProbIndex> scratch(p.size(), ProbIndex{-1.0f, -1});
+  sample_topp(p.data(), 5, 0.5f, 0.1f, scratch.data());
+  EXPECT_EQ(scratch[3].index, -1) << "only three candidates were written";
+  EXPECT_EQ(scratch[2].index, 4);
+}
+
+TEST(Sampler, TiesKeepIndexOrder) {
+  const std::vector<float> p = {0.25f, 0.25f, 0.25f, 0.25f};
+  std::vector<ProbIndex> scratch(p.size());
+  // Sorted as 0, 1, 2, 3 (a stable sort, like run.c's qsort); top_p 0.5: cumulative 0.5 is not
+  // above it, 0.75 is: nucleus {0, 1, 2}, total 0.75.
+  EXPECT_EQ(sample_topp(p.data(), 4, 0.5f, 0.0f, scratch.data()), 0);
+  EXPECT_EQ(sample_topp(p.data(), 4, 0.5f, 0.5f, scratch.data()), 1);   // r = 0.375
+  EXPECT_EQ(sample_topp(p.data(), 4, 0.5f, 0.99f, scratch.data()), 2);  // r = 0.7425
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 2.0f};
+  EXPECT_EQ(sample_argmax(logits.data(), 4), 1) << "the first of equal maxima";
+}
+
+// With top_p 1 (or 0) the sampler draws from the whole distribution: the first coin of seed 1
+// (0.2808...) falls in token 0's share of {1/2, 1/4, 1/8, 1/8}, the second (0.6711...) in token 1's.
+TEST(Sampler, TopPOfOneSamplesTheWholeDistribution) {
+  for (float top_p : {1.0f, 0.0f}) {
+    Sampler sampler(4, 1.0f, top_p, 1);
+    std::vector<float> logits = {std::log(0.5f), std::log(0.25f), std::log(0.125f), std::log(0.125f)};
+    std::vector<float> again = logits;
+    EXPECT_EQ(sampler.sample(logits.data()), 0) << "top_p " << top_p;
+    EXPECT_EQ(sampler.sample(again.data()), 1) << "top_p " << top_p;
+  }
+}
+
+TEST(Sampler, TemperatureDividesTheLogitsBeforeTheSoftmax) {
+  Sampler sampler(3, 2.0f, 1.0f, 1);
+  std::vector<float> logits = {1.0f, 2.0f, 4.0f};
+  sampler.sample(logits.data());  // leaves the probabilities behind, as run.c does
+  const double e0 = std::exp(0.5), e1 = std::exp(1.0), e2 = std::exp(2.0), total = e0 + e1 + e2;
+  EXPECT_NEAR(logits[0], e0 / total, 1e-6);
+  EXPECT_NEAR(logits[1], e1 / total, 1e-6);
+  EXPECT_NEAR(logits[2], e2 / total, 1e-6);
+  // Temperature 0 is greedy and leaves the logits alone.
+  Sampler greedy(3, 0.0f, 0.9f, 1);
+  std::vector<float> raw = {1.0f, 5.0f, 4.0f};
+  EXPECT_EQ(greedy.sample(raw.data()), 1);
+  EXPECT_EQ(raw[1], 5.0f);
+}
+
+TEST(Sampler, ImpossibleSettingsAreRefused) {
+  EXPECT_THROW(Sampler(10, -1.0f, 0.9f, 1), Error);
+  EXPECT_THROW(Sampler(10, 1.0f, 1.5f, 1), Error);
+  EXPECT_THROW(Sampler(10, 1.0f, 0.9f, 0), Error);
+  EXPECT_THROW(Sampler(0, 1.0f, 0.9f, 1), Error);
+}
+
+}  // namespace
+}  // namespace minfer
