@@ -16,6 +16,9 @@ namespace minfer {
 enum class DeviceKind { cpu, cuda };
 const char* device_name(DeviceKind d);
 
+// What this build holds: "CUDA backend for sm_90 (CUDA 13.0)" or "no CUDA backend (...)".
+std::string cuda_build_info();
+
 // Number of usable CUDA devices; 0 with `reason` set when there are none. Any error from the
 // runtime (no driver, driver too old, no device) counts as "no GPU" and is cleared.
 int cuda_device_count(std::string* reason);

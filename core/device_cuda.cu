@@ -2,6 +2,7 @@
 // cudaMallocHost upstreams of the caching pools.
 #include <nvtx3/nvToolsExt.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -22,6 +23,19 @@ void fail_cublas(cublasStatus_t status, const char* call, const char* file, int 
 }
 
 }  // namespace cuda
+
+std::string cuda_build_info() {
+  std::string archs = MINFER_CUDA_ARCHS;  // CMAKE_CUDA_ARCHITECTURES, e.g. "80,90"
+  std::string list;
+  for (size_t start = 0; start <= archs.size();) {
+    size_t end = archs.find(',', start);
+    if (end == std::string::npos) end = archs.size();
+    if (end > start) list += (list.empty() ? "sm_" : ", sm_") + archs.substr(start, end - start);
+    start = end + 1;
+  }
+  return "CUDA backend for " + list + " (CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+         std::to_string(CUDART_VERSION % 1000 / 10) + ")";
+}
 
 int cuda_device_count(std::string* reason) {
   int count = 0;
@@ -90,6 +104,19 @@ void copy_bytes(void* dst, DeviceKind dst_device, const void* src, DeviceKind sr
 
 namespace {
 
+// The release of a segment, from the status of cudaFree or cudaFreeHost. At process exit the
+// runtime may unload before a static pool is destroyed: then the driver reclaims everything, and
+// that is not an error. Anything else is reported on stderr and counted by the pool; it never
+// throws, since it runs in destructors.
+Release release_status(cudaError_t status, const char* call, size_t bytes) noexcept {
+  if (status == cudaSuccess) return Release::freed;
+  (void)cudaGetLastError();  // clear it, so that it does not surface at the next unrelated check
+  if (status == cudaErrorCudartUnloading || status == cudaErrorContextIsDestroyed) return Release::shutting_down;
+  std::fprintf(stderr, "minfer: warning: %s of a %zu-byte segment failed: %s\n", call, bytes,
+               cudaGetErrorString(status));
+  return Release::failed;
+}
+
 class DeviceUpstream final : public Upstream {
  public:
   void* allocate(size_t bytes) override {
@@ -105,7 +132,9 @@ class DeviceUpstream final : public Upstream {
     }
     return ptr;
   }
-  void deallocate(void* ptr, size_t) override { CUDA_CHECK(cudaFree(ptr)); }
+  Release deallocate(void* ptr, size_t bytes) noexcept override {
+    return release_status(cudaFree(ptr), "cudaFree", bytes);
+  }
   std::string name() const override { return "cuda device"; }
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
@@ -122,7 +151,9 @@ class PinnedUpstream final : public Upstream {
     }
     return ptr;  // page-aligned
   }
-  void deallocate(void* ptr, size_t) override { CUDA_CHECK(cudaFreeHost(ptr)); }
+  Release deallocate(void* ptr, size_t bytes) noexcept override {
+    return release_status(cudaFreeHost(ptr), "cudaFreeHost", bytes);
+  }
   std::string name() const override { return "cuda pinned host"; }
 };
 

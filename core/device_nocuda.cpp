@@ -9,6 +9,8 @@ namespace minfer {
 
 std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
 
+std::string cuda_build_info() { return "no CUDA backend (built without nvcc)"; }
+
 int cuda_device_count(std::string* reason) {
   if (reason != nullptr) *reason = "this build of minfer has no CUDA backend (built without nvcc)";
   return 0;

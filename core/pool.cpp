@@ -64,7 +64,10 @@ bool HostUpstream::memory_info(size_t* free_bytes, size_t* total_bytes) const {
   return true;
 }
 
-void HostUpstream::deallocate(void* ptr, size_t) { std::free(ptr); }
+Release HostUpstream::deallocate(void* ptr, size_t) noexcept {
+  std::free(ptr);
+  return Release::freed;
+}
 
 PoolBlock::PoolBlock(PoolBlock&& other) noexcept
     : pool_(other.pool_), block_(other.block_), ptr_(other.ptr_), size_(other.size_) {
@@ -164,7 +167,7 @@ CachingPool::Block* CachingPool::new_segment(size_t bytes) {
     return nullptr;
   }
   if (reinterpret_cast<uintptr_t>(ptr) % kAlignment != 0) {
-    upstream_->deallocate(ptr, segment);
+    (void)upstream_->deallocate(ptr, segment);
     fail("upstream '", upstream_->name(), "' returned memory not aligned to ", kAlignment, " bytes");
   }
   auto* block = new Block{static_cast<char*>(ptr), segment, nullptr, nullptr, false, segment};
@@ -207,9 +210,11 @@ void CachingPool::release_cached_locked() {
     Block* head = it->second;
     if (!head->in_use && head->next == nullptr) {  // the whole segment is one free block
       free_blocks_.erase(head);
-      upstream_->deallocate(head->ptr, head->segment_size);
+      if (upstream_->deallocate(head->ptr, head->segment_size) == Release::failed)
+        ++stats_.upstream_free_failures;
+      else
+        ++stats_.upstream_frees;
       stats_.reserved_bytes -= head->segment_size;
-      ++stats_.upstream_frees;
       delete head;
       it = segments_.erase(it);
     } else {

@@ -27,13 +27,22 @@
 
 namespace minfer {
 
+// What became of a segment handed back to its upstream.
+enum class Release {
+  freed,
+  shutting_down,  // the driver is unloading (at process exit) and takes the memory with it
+  failed,         // the upstream refused; the segment is forgotten (counted in PoolStats)
+};
+
 // Where a pool's segments come from.
 class Upstream {
  public:
   virtual ~Upstream() = default;
   // Returns a 256-byte aligned region of `bytes` bytes, or nullptr when none is available.
   virtual void* allocate(size_t bytes) = 0;
-  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Gives a segment back. Never throws: it runs in destructors, and a pool that lives in a static
+  // object is destroyed after main() returns, when the CUDA runtime may already be unloading.
+  virtual Release deallocate(void* ptr, size_t bytes) noexcept = 0;
   virtual std::string name() const = 0;
   // Free and total bytes of the memory behind this upstream, where it can tell (CUDA can).
   virtual bool memory_info(size_t* free_bytes, size_t* total_bytes) const {
@@ -50,7 +59,7 @@ class HostUpstream final : public Upstream {
  public:
   static constexpr size_t kHugePage = size_t(2) << 20;
   void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) override;
+  Release deallocate(void* ptr, size_t bytes) noexcept override;
   std::string name() const override { return "host"; }
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override;
 };
@@ -63,8 +72,9 @@ struct PoolStats {
   uint64_t requests = 0;            // allocate() calls with a non-zero size
   uint64_t cache_hits = 0;          // requests served from cached memory
   uint64_t upstream_allocs = 0;     // successful upstream allocations
-  uint64_t upstream_frees = 0;
-  uint64_t upstream_failures = 0;
+  uint64_t upstream_frees = 0;        // segments given back (freed, or taken by a driver shutting down)
+  uint64_t upstream_failures = 0;     // failed upstream allocations
+  uint64_t upstream_free_failures = 0;  // segments the upstream refused to take back
 };
 
 class CachingPool;

@@ -4,7 +4,9 @@
 //
 // Scratch buffers (f16 copies of activations, attention scores and partial states) grow on first
 // use and are then reused; the first run of a recorded step is a normal run precisely so that
-// this growth, and cuBLASLt's algorithm queries, happen before anything is captured.
+// this growth, and cuBLASLt's algorithm queries, happen before anything is captured. A scratch
+// buffer that grows later (a larger request) moves, and every recording that used it is
+// invalidated (engine/recordings.h).
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +15,7 @@
 #include "core/cuda_check.cuh"
 #include "core/error.h"
 #include "engine/op_checks.h"
+#include "engine/recordings.h"
 #include "kernels/cuda/add.cuh"
 #include "kernels/cuda/argmax.cuh"
 #include "kernels/cuda/attention_decode.cuh"
@@ -56,7 +59,7 @@ int select_device() {
 
 }  // namespace
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, private Recorder {
  public:
   explicit CudaBackend(const BackendOptions& options)
       : device_(select_device()),
@@ -73,9 +76,8 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    for (auto& [key, recording] : recordings_)
-      if (recording.exec != nullptr) cudaGraphExecDestroy(recording.exec);
-    scratch_.clear();
+    recordings_.forget("");
+    for (Tensor& t : scratch_) t = Tensor();
     blas_.reset();
     workspace_.reset();
     cudaStreamDestroy(stream_);
@@ -100,47 +102,15 @@ class CudaBackend final : public Backend {
   }
 
   void run_recorded(const std::string& key, FunctionRef<void()> body) override {
-    if (!options_.graphs) {
+    if (options_.graphs)
+      recordings_.run(key, body);
+    else
       body();
-      return;
-    }
-    Recording& r = recordings_[key];
-    if (r.exec != nullptr) {
-      CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
-      return;
-    }
-    if (r.runs++ == 0) {  // a normal run first: scratch buffers grow, cuBLASLt picks algorithms
-      body();
-      return;
-    }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      body();
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaError_t status = cudaGraphInstantiate(&r.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(status);
-    CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
   }
 
   void set_recording(bool on) override { options_.graphs = on; }
 
-  void forget_recordings(const std::string& prefix) override {
-    for (auto it = recordings_.begin(); it != recordings_.end();) {
-      if (it->first.rfind(prefix, 0) == 0) {
-        if (it->second.exec != nullptr) cudaGraphExecDestroy(it->second.exec);
-        it = recordings_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  void forget_recordings(const std::string& prefix) override { recordings_.forget(prefix); }
 
   void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override {
     checks::embedding(out, table, ids, kCuda);
@@ -216,12 +186,12 @@ class CudaBackend final : public Backend {
     cuda::AttentionArgs a{f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
                           i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx};
     if (algorithm == AttentionAlgorithm::three_pass) {
-      cuda::attention_three_pass(stream_, a, scratch("attention scores", cuda::attention_scores_floats(
+      cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
                                                          s.M, s.n_heads, s.cache.n_ctx)));
     } else if (s.M > kDecodeAttentionRows) {
       cuda::attention_prefill(stream_, a);
     } else {
-      cuda::attention_flash_decode(stream_, a, scratch("flash-decoding partials", cuda::flash_decode_floats(
+      cuda::attention_flash_decode(stream_, a, scratch(Scratch::flash_partials, cuda::flash_decode_floats(
                                                            s.M, s.n_heads, s.head_dim, s.cache.n_ctx)));
     }
   }
@@ -248,7 +218,7 @@ class CudaBackend final : public Backend {
 
   void sum(const Tensor& out, const Tensor& x) override {
     checks::sum(out, x, kCuda);
-    cuda::sum(stream_, f32(out), f32(x), x.numel(), scratch("sum partials", cuda::sum_partials_needed()));
+    cuda::sum(stream_, f32(out), f32(x), x.numel(), scratch(Scratch::sum_partials, cuda::sum_partials_needed()));
   }
 
   void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override {
@@ -257,17 +227,39 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  struct Recording {
-    int runs = 0;
+  // Recorder: CUDA Graphs captured from the stream.
+  void* capture(FunctionRef<void()> body) override {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
-  };
+    cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(status);
+    return exec;
+  }
+  void launch(void* recording) override {
+    CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recording), stream_));
+  }
+  void destroy(void* recording) noexcept override { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(recording)); }
 
-  // A device buffer of at least `floats` floats, kept (and grown) under `name`.
-  float* scratch(const std::string& name, int64_t floats) {
-    Tensor& t = scratch_[name];
+  // The scratch buffers, each kept and grown on its own.
+  enum class Scratch { attention_scores, flash_partials, sum_partials, count };
+
+  // A device buffer of at least `floats` floats.
+  float* scratch(Scratch which, int64_t floats) {
+    Tensor& t = scratch_[static_cast<int>(which)];
     if (!t.defined() || t.numel() < floats) {
       t = Tensor();  // back to the pool before the larger request
       t = empty({floats}, DType::f32);
+      recordings_.buffers_moved();
     }
     return f32(t);
   }
@@ -279,6 +271,7 @@ class CudaBackend final : public Backend {
     if (!t.defined() || t.numel() < M * K) {
       t = Tensor();
       t = empty({M * K}, dtype);
+      recordings_.buffers_moved();
     }
     cuda::cast_rows(stream_, t.data(), dtype, f32(x), ld(x), M, K);
     return t;
@@ -292,9 +285,9 @@ class CudaBackend final : public Backend {
   PoolBlock workspace_;
   std::unique_ptr<cuda::BlasGemm> blas_;
   std::string device_name_;
-  std::map<std::string, Tensor> scratch_;
+  Tensor scratch_[static_cast<int>(Scratch::count)];
   Tensor scratch_half_[2];
-  std::map<std::string, Recording> recordings_;
+  RecordingCache recordings_{*this};
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {

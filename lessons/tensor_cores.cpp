@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/threads.h"
+#include "kernels/cpu/simd.h"
 #include "lessons/cuda_lessons.h"
 #include "lessons/demos.h"
 
@@ -72,24 +73,25 @@ constexpr bool kHaveBf16 = false;
 void bf16_dot(float*, const uint16_t*, const uint16_t*, int64_t) {}
 #endif
 
-// Peak FMA throughput: every thread runs 16 independent chains of vector FMAs on registers.
+// Peak FMA throughput: every thread runs independent chains of vector FMAs on registers, in
+// the widest vectors the build has (kernels/cpu/simd.h: AVX-512, AVX2 or scalar).
 double fma_peak_gflops(ThreadPool& pool) {
   constexpr int64_t kIterations = 20000000;
+  constexpr int kChains = cpu::simd::kWidth >= 16 ? 16 : 12;  // accumulators + 2 operands fit the registers
   const double seconds = median_seconds(3, [&] {
     pool.run(pool.size(), [](int) {
-#if defined(__AVX512F__)
-      __m512 acc[16];
-      for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
-      const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-6f);
-      for (int64_t it = 0; it < kIterations / 16; ++it)
-        for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+      namespace simd = cpu::simd;
+      simd::Vec acc[kChains];
+      for (int i = 0; i < kChains; ++i) acc[i] = simd::set1(float(i) * 1e-3f);
+      const simd::Vec a = simd::set1(0.999f), b = simd::set1(1e-6f);
+      for (int64_t it = 0; it < kIterations / kChains; ++it)
+        for (int i = 0; i < kChains; ++i) acc[i] = simd::fma(acc[i], a, b);
       float s = 0;
-      for (int i = 0; i < 16; ++i) s += _mm512_reduce_add_ps(acc[i]);
+      for (int i = 0; i < kChains; ++i) s += simd::sum(acc[i]);
       __asm__ volatile("" ::"x"(s));
-#endif
     });
   });
-  return double(pool.size()) * double(kIterations) * 16.0 * 2.0 / seconds / 1e9;
+  return double(pool.size()) * double(kIterations) * cpu::simd::kWidth * 2.0 / seconds / 1e9;
 }
 
 }  // namespace
@@ -122,7 +124,7 @@ void tensor_cores(const Options& o) {
   Tensor x = cpu->empty({n, n}, DType::f32), w = cpu->empty({n, n}, DType::f32), out = cpu->empty({n, n}, DType::f32);
   cpu->fill_uniform(x, 1, -1.0f, 1.0f);
   cpu->fill_uniform(w, 2, -1.0f, 1.0f);
-  const double eigen_g = add("Eigen f32 GEMM (AVX-512 FMA)", median_seconds(reps + 2, [&] { cpu->matmul(out, x, w); }));
+  const double eigen_g = add(std::string("Eigen f32 GEMM (") + cpu::simd::name() + ")", median_seconds(reps + 2, [&] { cpu->matmul(out, x, w); }));
   double bf16_g = 0.0;
   if (kHaveBf16) {
     std::vector<uint16_t> a16(a.size()), w16(a.size());

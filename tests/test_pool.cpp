@@ -40,11 +40,14 @@ class FakeUpstream final : public Upstream {
     counters_->live_bytes += bytes;
     return p;
   }
-  void deallocate(void* p, size_t bytes) override {
+  Release deallocate(void* p, size_t bytes) noexcept override {
     ++counters_->frees;
     counters_->live_bytes -= bytes;
     std::free(p);
+    return release_;
   }
+  // What deallocate() reports from now on (the memory is freed either way, so nothing leaks).
+  void report(Release r) { release_ = r; }
   std::string name() const override { return "fake"; }
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
     *total_bytes = capacity_;
@@ -57,6 +60,7 @@ class FakeUpstream final : public Upstream {
   int attempts_ = 0;
   int fail_at_;
   size_t capacity_;
+  Release release_ = Release::freed;
 };
 
 std::unique_ptr<Upstream> fake(FakeUpstream::Counters* c, int fail_at = -1,
@@ -146,6 +150,41 @@ TEST(Pool, StatsTrackCurrentAndPeak) {
   EXPECT_EQ(s.reserved_bytes, 0u);
   EXPECT_EQ(s.peak_reserved_bytes, 4096u);
   EXPECT_EQ(s.upstream_frees, 2u);
+}
+
+// A pool destroyed after its driver began shutting down (a static pool at process exit, after
+// the CUDA runtime unloaded) must neither throw nor abort: the driver takes the memory back.
+TEST(Pool, DeallocationWhileTheDriverShutsDownNeverThrows) {
+  FakeUpstream::Counters c;
+  auto upstream = std::make_unique<FakeUpstream>(&c);
+  FakeUpstream* raw = upstream.get();
+  auto pool = std::make_unique<CachingPool>(std::move(upstream), 4096);
+  PoolBlock a = pool->allocate(1000), b = pool->allocate(100000);
+  a.reset();
+  raw->report(Release::shutting_down);
+  EXPECT_NO_THROW(pool->release_cached());  // a's segment goes back, "shutting down"
+  EXPECT_EQ(pool->stats().upstream_frees, 1u);
+  EXPECT_EQ(pool->stats().upstream_free_failures, 0u);
+  b.reset();
+  EXPECT_NO_THROW(pool.reset());  // the destructor hands back the rest the same way
+  EXPECT_EQ(c.frees, 2);
+}
+
+// An upstream that refuses a segment is counted, not thrown: deallocation runs in destructors.
+TEST(Pool, RefusedDeallocationIsCountedNotThrown) {
+  FakeUpstream::Counters c;
+  auto upstream = std::make_unique<FakeUpstream>(&c);
+  FakeUpstream* raw = upstream.get();
+  CachingPool pool(std::move(upstream), 4096);
+  pool.allocate(5000).reset();
+  pool.allocate(500000).reset();
+  raw->report(Release::failed);
+  EXPECT_NO_THROW(pool.release_cached());
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.upstream_free_failures, 2u);
+  EXPECT_EQ(s.upstream_frees, 0u);
+  EXPECT_EQ(s.reserved_bytes, 0u) << "a refused segment is forgotten, not kept";
+  pool.check_invariants();
 }
 
 TEST(Pool, HandleIsMoveOnly) {

@@ -4,17 +4,17 @@
 // The models have grouped-query and multi-query attention, separate classifiers, several
 // sequences at different positions, batched, chunked and one-by-one prefill, and weights strong
 // enough that the logits depend on the tokens and their positions (checked first).
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
 #include "models/llama.h"
+#include "tests/greedy_check.h"
 #include "tests/naive_llama.h"
 #include "tests/op_harness.h"
 #include "tests/test_support.h"
@@ -257,33 +257,6 @@ TEST(WholeModel, OneByOnePrefillMatchesBatchedOnEveryBackend) {
   }
 }
 
-// Greedy ids of a preset on the reference and CPU backends, step by step; each step also records
-// the reference's margin between its best and second-best logit.
-struct Greedy {
-  std::vector<int32_t> ids;
-  std::vector<double> margins;
-};
-
-Greedy greedy_ids(Backend& backend, const std::string& spec, std::vector<int32_t> prompt, int steps) {
-  auto model = LlamaModel::load(spec, backend, LlamaOptions{});
-  DecoderOptions dec;
-  dec.n_ctx = static_cast<int64_t>(prompt.size()) + steps;
-  Decoder decoder(*model, dec);
-  Greedy g;
-  decoder.prefill({prompt});
-  for (int i = 0; i < steps; ++i) {
-    const float* l = decoder.logits(0);
-    std::vector<float> sorted(l, l + model->info().vocab_size);
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    g.margins.push_back(double(sorted[0]) - double(sorted[1]));
-    std::vector<int32_t> next;
-    decoder.argmax(&next);
-    g.ids.push_back(next[0]);
-    decoder.decode(next);
-  }
-  return g;
-}
-
 // The presets' first greedy tokens are the same on --device ref and --device cpu. Random weights
 // make near-ties possible, where f32 and double may rightly disagree: ids are compared up to the
 // first step whose reference margin is below 1e-3, and the test requires at least 4 such steps.
@@ -291,13 +264,20 @@ TEST(WholeModel, PresetsGiveTheReferenceGreedyIdsOnTheCpu) {
   auto ref = make_backend(BackendKind::ref);
   auto cpu = make_backend(BackendKind::cpu);
   for (const char* spec : {"preset:tiny", "preset:stories15M"}) {
-    Greedy expected = greedy_ids(*ref, spec, {1, 450, 200, 31}, 6);
-    Greedy got = greedy_ids(*cpu, spec, {1, 450, 200, 31}, 6);
-    size_t compared = 0;
-    for (; compared < expected.ids.size() && expected.margins[compared] >= 1e-3; ++compared)
-      EXPECT_EQ(got.ids[compared], expected.ids[compared]) << spec << ", step " << compared;
-    EXPECT_GE(compared, 4u) << spec << ": the reference has near-ties too early to compare";
+    GreedyRun expected = greedy_run(*ref, spec, LlamaOptions{}, {1, 450, 200, 31}, 6);
+    GreedyRun got = greedy_run(*cpu, spec, LlamaOptions{}, {1, 450, 200, 31}, 6);
+    EXPECT_GE(expect_same_ids_where_decisive(expected, got, 1e-3, spec), 4u)
+        << spec << ": the reference has near-ties too early to compare";
   }
+}
+
+// The rule itself: a difference after a near-tie is not a failure, one before it is.
+TEST(WholeModel, IdsAreComparedOnlyWhereTheReferenceIsDecisive) {
+  GreedyRun reference{{5, 6, 7, 8}, {0.5, 0.2, 1e-5, 0.9}, {}};
+  GreedyRun diverged{{5, 6, 9, 9}, {}, {}};
+  EXPECT_EQ(expect_same_ids_where_decisive(reference, diverged, 1e-3, "after a tie"), 2u);
+  GreedyRun wrong{{5, 4, 7, 8}, {}, {}};
+  EXPECT_NONFATAL_FAILURE(expect_same_ids_where_decisive(reference, wrong, 1e-3, "decisive"), "step 1");
 }
 
 }  // namespace

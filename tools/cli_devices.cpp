@@ -15,6 +15,7 @@ int cmd_devices(int argc, char** argv) {
     std::printf("%s", args.usage().c_str());
     return 0;
   }
+  std::printf("build: %s\n", cuda_build_info().c_str());
   std::string reason;
   int n = cuda_device_count(&reason);
   if (n == 0) std::printf("cuda: no device (%s)\n", reason.c_str());

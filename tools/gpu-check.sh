@@ -1,78 +1,170 @@
 #!/usr/bin/env bash
-# The GPU check: one prepared script for a machine with an NVIDIA GPU (DEVELOPERS.md: the device
-# tool). It builds minfer for that GPU only, runs the CUDA tests, benchmarks decode and prefill
-# against the measured roofline, runs the demos, and writes logs, JSON and markdown to OUTDIR,
-# then prints a one-screen summary. Designed to finish within 8 minutes on an H100/H200.
+# The GPU proof in one call: builds minfer for the GPU at hand, runs every CUDA test in one
+# process, benchmarks decode and prefill against the measured roofline, times a PyTorch peer on
+# the same shapes, runs the demos while time is left, and brings back one archive and a summary
+# that is enough alone. Made for the device tool (DEVELOPERS.md): a lease of 15 minutes in all,
+# one call of at most 6, which may bring back at most 8 files.
 #
-#   tools/gpu-check.sh --prepare      here, before: copies Eigen's headers and GoogleTest's
-#                                     sources into .gpu-deps/ (the GPU machine has no packages)
-#   tools/gpu-check.sh OUTDIR         there: carry .gpu-deps, e.g. with the device tool's
-#                                     run(command="tools/gpu-check.sh $OUT/gpu", carry=[".gpu-deps"])
+#   tools/gpu-check.sh --prepare
+#       here, before the lease: copies what the GPU machine lacks (it has no package registry)
+#       into .gpu-deps/: Eigen's and nlohmann-json's headers, GoogleTest's sources, and the
+#       stories260K golden files, so that the golden tests run there too.
+#   tools/gpu-check.sh OUTDIR
+#       there: run(command="tools/gpu-check.sh $OUT", carry=[".gpu-deps"], timeout_s=360).
+#       OUTDIR receives gpu-check.tar.gz (every log, JSON and table) and summary.txt.
+#   tools/gpu-check.sh --dry-run OUTDIR [--build-dir DIR] [--no-build]
+#       here, without a GPU: the same steps with the CPU build in DIR (default build/; CUDA tests
+#       skipped, small benches, quick demos), the same archive and summary. `make test` runs it.
+#
+# The order puts the most valuable results first: the build, the CUDA op and end-to-end tests
+# (golden agreement included), decode and prefill with the roofline, graphs and fusion ratios,
+# the PyTorch peer, then demos. Each step gets a time limit from what is left of the budget
+# (GPU_CHECK_SECONDS, default 330), so the archive and the summary always come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 
 if [ "${1:-}" = "--prepare" ]; then
-  rm -rf .gpu-deps && mkdir -p .gpu-deps
+  rm -rf .gpu-deps && mkdir -p .gpu-deps/golden
   cp -r /usr/include/eigen3 .gpu-deps/eigen3
   cp -r /usr/src/googletest .gpu-deps/googletest
+  mkdir -p .gpu-deps/json && cp -r /usr/include/nlohmann .gpu-deps/json/nlohmann
+  golden=${MINFER_GOLDEN_DIR:-../shared/golden}
+  for f in stories260K.bin stories260K.greedy.ids stories260K.sample-t1.0-p0.9-s133742.ids \
+           stories260K.greedy.logits-8x512.f32 tokenizer.bin tokenizer.cases.tsv; do
+    if [ -f "$golden/$f" ]; then cp "$golden/$f" .gpu-deps/golden/; else echo "note: $golden/$f is absent"; fi
+  done
   du -sh .gpu-deps
   exit 0
 fi
 
-out=${1:?usage: tools/gpu-check.sh OUTDIR | --prepare}
-mkdir -p "$out"
+dry=0; build_dir=""; no_build=0; out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --no-build) no_build=1 ;;
+    -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+    *) out=$1 ;;
+  esac
+  shift
+done
+[ -n "$out" ] || { echo "usage: tools/gpu-check.sh [--dry-run [--build-dir DIR] [--no-build]] OUTDIR | --prepare" >&2; exit 2; }
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+if [ $dry -eq 1 ]; then build_dir=${build_dir:-build}; else build_dir=${build_dir:-build-gpu}; fi
+build_dir=$(mkdir -p "$build_dir" && cd "$build_dir" && pwd)
+work=$build_dir/gpu-check-work
+rm -rf "$work" && mkdir -p "$work"
 start=$(date +%s)
-say() { echo "[$(( $(date +%s) - start ))s] $*" | tee -a "$out/progress.log"; }
-budget() { echo $(( 480 - ($(date +%s) - start) )); }  # seconds left of the 8 minutes
+total=${GPU_CHECK_SECONDS:-330}
+left() { echo $(( total - ($(date +%s) - start) )); }
+say() { echo "[$(( $(date +%s) - start ))s] $*" | tee -a "$work/progress.log" >&2; }
+status=0
 
-nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.mem --format=csv > "$out/gpu.csv" 2>&1
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-[ -n "$arch" ] || arch=90
-say "GPU: $(tail -1 "$out/gpu.csv"), building for sm_$arch only"
+finish() {  # the summary and the archive, whatever happened before
+  /usr/bin/env python3 "$root/tools/gpu_check_summary.py" "$work" > "$work/summary.txt" 2>> "$work/progress.log" \
+    || echo "summary failed: see progress.log" > "$work/summary.txt"
+  cp "$work/summary.txt" "$out/summary.txt"
+  tar czf "$out/gpu-check.tar.gz" -C "$work" . 2>/dev/null
+  cat "$out/summary.txt"
+  exit $status
+}
 
-generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-  -DMINFER_BENCH=OFF -DMINFER_WERROR=OFF -DMINFER_EIGEN_INCLUDE="$PWD/.gpu-deps/eigen3" -DMINFER_GTEST_SOURCE="$PWD/.gpu-deps/googletest" \
-  > "$out/build.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1
-if [ $? -ne 0 ]; then say "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; fi
-say "built"
-bin=build-gpu/minfer
-"$bin" devices > "$out/devices.txt" 2>&1
+# --- the machine and the build ---
+if [ $dry -eq 1 ]; then
+  echo "dry run: no GPU; the CPU build in $build_dir" > "$work/gpu.txt"
+  arch=""
+else
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader \
+    > "$work/gpu.txt" 2>&1
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  if [ -z "$arch" ]; then
+    say "FAIL: nvidia-smi reports no GPU"; echo "FAIL: nvidia-smi reports no GPU" > "$work/build.txt"; status=1; finish
+  fi
+fi
+say "machine: $(head -1 "$work/gpu.txt")"
 
-# CUDA tests: every op on CUDA against its reference, and end to end against run.c and the CPU.
-timeout 150 ctest --test-dir build-gpu -R 'cuda|Cuda' -j 4 --output-on-failure > "$out/tests.log" 2>&1
-tests=$(grep -E "tests passed|tests failed" "$out/tests.log" | tail -1)
-say "CUDA tests: $tests"
+if [ $dry -eq 0 ]; then
+  deps=$root/.gpu-deps
+  generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    -DMINFER_BENCH=OFF -DMINFER_WERROR=OFF -DMINFER_EIGEN_INCLUDE="$deps/eigen3" \
+    -DMINFER_GTEST_SOURCE="$deps/googletest" -DMINFER_JSON_INCLUDE="$deps/json" > "$work/build.log" 2>&1 \
+    && timeout "$(left)" cmake --build "$build_dir" -j "$(nproc)" --target minfer minfer_tests >> "$work/build.log" 2>&1
+  built=$?
+elif [ $no_build -eq 1 ]; then
+  echo "reused $build_dir as it is" > "$work/build.log"; built=0
+else
+  timeout "$(left)" cmake --build "$build_dir" -j "$(nproc)" --target minfer minfer_tests > "$work/build.log" 2>&1
+  built=$?
+fi
+bin=$build_dir/minfer
+tests=$build_dir/tests/minfer_tests
+if [ $built -ne 0 ] || [ ! -x "$bin" ] || [ ! -x "$tests" ]; then
+  say "FAIL: the build failed (build.log)"; tail -30 "$work/build.log" >&2
+  echo "FAIL: the build failed" > "$work/build.txt"; status=1; finish
+fi
+"$bin" devices > "$work/devices.txt" 2>&1
+grep -h "minfer: CUDA backend\|minfer: nvcc not found\|minfer: CUDA backend disabled" "$work/build.log" > "$work/build.txt"
+head -1 "$work/devices.txt" >> "$work/build.txt"
+if [ $dry -eq 0 ]; then
+  # A CPU-only build would skip every CUDA test and pass: refuse it loudly.
+  if ! grep -q "^build: CUDA backend for .*sm_$arch" "$work/devices.txt" || ! grep -q "^cuda:0:" "$work/devices.txt"; then
+    say "FAIL: this build has no CUDA backend for sm_$arch, or sees no GPU (devices.txt)"
+    echo "FAIL: no CUDA backend for sm_$arch or no GPU seen" >> "$work/build.txt"; status=1; finish
+  fi
+fi
+say "built: $(tail -1 "$work/build.txt")"
 
-bench() {  # name, then bench arguments; each bench gets a time limit from what is left
+# --- CUDA tests, in one process: every op against its reference, end to end, golden agreement ---
+golden=$root/.gpu-deps/golden
+[ -f "$golden/stories260K.bin" ] || golden=${MINFER_GOLDEN_DIR:-$root/../shared/golden}
+filter='*cuda*:Cuda.*:WholeModel.Cuda*'
+MINFER_GOLDEN_DIR=$golden timeout $(( $(left) - 150 > 30 ? $(left) - 150 : 30 )) "$tests" --gtest_filter="$filter" \
+  --gtest_output=json:"$work/tests.json" > "$work/tests.log" 2>&1
+test_status=$?
+[ $test_status -eq 0 ] || status=1
+say "CUDA tests: exit $test_status"
+
+# --- benches: decode and prefill against the roofline first ---
+bench() {  # NAME, then the bench arguments; each gets what is left minus a reserve
   local name=$1; shift
-  local limit=$(( $(budget) - 60 ))
-  if [ "$limit" -lt 20 ]; then say "skipped $name: out of time"; return; fi
-  timeout "$limit" "$bin" bench "$@" --save-json "$out/$name.json" > "$out/$name.md" 2> "$out/$name.log" \
-    || say "$name stopped early (exit $?): see $name.log"
+  local limit=$(( $(left) - 60 ))
+  if [ "$limit" -lt 15 ]; then say "skipped bench $name: out of time"; echo "skipped: out of time" > "$work/bench-$name.skipped"; return; fi
+  timeout "$limit" "$bin" bench "$@" --save-json "$work/bench-$name.json" > "$work/bench-$name.md" 2> "$work/bench-$name.log" \
+    || say "bench $name stopped early (exit $?): see bench-$name.log"
   say "bench $name done"
 }
-bench decode-7b -m preset:llama-7b -m preset:llama-1b -p 0 -n 128 -B 1,8,64 --dtype f16 -r 3 --roofline
-bench prefill-7b -m preset:llama-7b -p 2048 -n 0 -B 1 --dtype f16 -r 3 --roofline
-bench kernels-110m -m preset:stories110M -p 512 -n 128 -B 1,8,64 --dtype f32,f16 --kernels fused,unfused \
-  --graphs on,off -r 3
-bench f32-7b -m preset:llama-7b -p 0 -n 64 -B 1 --dtype f32 -r 2
-bench gemm-1b -m preset:llama-1b -p 512 -n 64 -B 1,8 --dtype f16 --gemm mma -r 2
-
-limit=$(( $(budget) - 20 ))
-if [ "$limit" -gt 20 ] && "$bin" help 2>/dev/null | grep -q demo; then
-  timeout "$limit" "$bin" demo all --out "$out/demos" > "$out/demos.md" 2> "$out/demos.log" || say "demos stopped early"
-  say "demos done"
+if [ $dry -eq 0 ]; then
+  bench decode -m preset:llama-1b -m preset:llama-7b -p 0 -n 128 -B 1,8,64 --dtype f16 -r 3 --roofline
+  bench prefill -m preset:llama-1b -m preset:llama-7b -p 2048 -n 0 -B 1 --dtype f16 -r 3 --roofline
+  bench graphs-fusion -m preset:stories110M -p 0 -n 128 -B 1 --dtype f16 --kernels fused,unfused --graphs on,off -r 3
+  bench decode-f32 -m preset:llama-7b -p 0 -n 64 -B 1 --dtype f32 -r 2 --roofline
+  bench gemm-mma -m preset:llama-1b -p 512 -n 0 -B 1 --dtype f16 --gemm mma -r 2
+else
+  bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
+  bench prefill -m preset:stories15M -p 32 -n 0 -B 1 -r 1 --device cpu
+  bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
 fi
 
-summary() {
-  echo "== minfer gpu-check summary ($(tail -1 "$out/gpu.csv")) =="
-  echo "CUDA tests: $tests"
-  grep -h "roofline on" "$out"/*.log 2>/dev/null | sort -u | head -3
-  echo "-- decode (tg) and prefill (pp), f16, graphs on, fused:"
-  grep -h "| preset:llama-7b\|| preset:llama-1b" "$out/decode-7b.md" "$out/prefill-7b.md" 2>/dev/null | cut -c1-160
-  echo "-- stories110M, f16 tg128 at B=1: graphs and fusion:"
-  grep -h "| 1 | tg128" "$out/kernels-110m.md" 2>/dev/null | grep " f16 " | cut -c1-160
-  echo "total $(( $(date +%s) - start )) s; files in $out"
-}
-summary | tee "$out/summary.txt"
+# --- the PyTorch peer on the shapes of the decode and prefill rows above ---
+if [ "$(left)" -ge 60 ]; then
+  if [ $dry -eq 0 ]; then peer_args=(--preset llama-1b --dtype f16 --decode 128 --batch 1,8 --prefill 2048 --device cuda)
+  else peer_args=(--preset tiny --dtype f32 --decode 8 --batch 1,2 --prefill 32 --device cpu); fi
+  timeout $(( $(left) - 40 )) python3 "$root/tools/torch_peer.py" "${peer_args[@]}" --json "$work/peer.json" \
+    > "$work/peer.log" 2>&1 || say "peer stopped (exit $?): see peer.log"
+  say "peer done"
+else
+  echo "skipped: under a minute left" > "$work/peer.log"
+fi
+
+# --- demos while time is left ---
+limit=$(( $(left) - 20 ))
+if [ "$limit" -gt 20 ]; then
+  quick=(); [ $dry -eq 1 ] && quick=(--quick)
+  timeout "$limit" "$bin" demo all "${quick[@]}" --out "$work/demos" > "$work/demos.md" 2> "$work/demos.log" \
+    || say "demos stopped early"
+  say "demos done"
+fi
+say "total $(( $(date +%s) - start )) s"
+finish
