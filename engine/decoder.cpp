@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace minfer {
@@ -36,6 +37,18 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   const DType kv_dtype = options.kv_dtype ? *options.kv_dtype
                          : backend_.device() == DeviceKind::cuda ? info.dtype
                                                                   : DType::f32;
+  // Everything this decoder will allocate, checked against the device's memory first.
+  const char* what = "decoder memory";
+  const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, info.n_kv_heads * info.head_dim,
+                                                     kv_dtype);
+  const uint64_t activation_bytes = model_.activation_bytes(max_rows_, n_seqs_);
+  const uint64_t logit_bytes = checked_product({2, uint64_t(n_seqs_), uint64_t(vocab_), 4}, what);
+  const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (backend_.pool().upstream().memory_info(&free_bytes, &total_bytes) && needed > free_bytes)
+    fail(n_seqs_, " sequences of ", n_ctx, " positions need ", needed, " bytes (KV cache ", cache_bytes,
+         ", activations ", activation_bytes, ", logits ", logit_bytes, "); ", free_bytes, " of ", total_bytes,
+         " are free on ", device_name(backend_.device()));
   cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
   model_.reserve(max_rows_, n_seqs_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);

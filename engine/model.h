@@ -42,6 +42,9 @@ class Model {
   // Allocates the activations for batches of up to max_rows rows and max_logit_rows logit rows,
   // so that forward() with smaller batches allocates nothing.
   virtual void reserve(int64_t max_rows, int64_t max_logit_rows) = 0;
+  // The bytes reserve(max_rows, max_logit_rows) allocates (overflow-checked), to be checked
+  // against the device's memory before anything is allocated.
+  virtual uint64_t activation_bytes(int64_t max_rows, int64_t max_logit_rows) const = 0;
   // Writes the logits of batch.logit_rows into `logits` (R, vocab) f32 on the model's device.
   virtual void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) = 0;
   // Fused kernels (see docs in models/llama.cpp) or the unfused composition of the same ops.

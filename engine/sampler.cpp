@@ -86,6 +86,11 @@ int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float co
 
 int32_t Sampler::sample(float* logits) {
   if (temperature_ == 0.0f) return sample_argmax(logits, vocab_size_);
+  // A temperature so small that the largest logit divided by it overflows float has no
+  // distribution in float (softmax would give NaN): its limit as T -> 0, the greedy choice, is
+  // returned, and nothing else changes for ordinary temperatures.
+  const int32_t best = sample_argmax(logits, vocab_size_);
+  if (!std::isfinite(logits[best] / temperature_)) return best;
   for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
   softmax_in_place(logits, vocab_size_);
   const float coin = random_f32(&state_);

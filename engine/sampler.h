@@ -37,7 +37,8 @@ class Sampler {
   Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed);
   bool greedy() const { return temperature_ == 0.0f; }
   // Picks the next token from vocab_size logits; like run.c, it overwrites them with
-  // probabilities when sampling.
+  // probabilities when sampling. A temperature so small that logits / temperature overflows
+  // float samples greedily (the limit of the distribution as the temperature goes to 0).
   int32_t sample(float* logits);
 
  private:

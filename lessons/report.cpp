@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace minfer::demo {
 
@@ -60,11 +59,8 @@ void Report::write(const std::string& out_dir) const {
     rows.push_back({{"half", r.half}, {"series", r.series}, {"x", r.x}, {"y", r.y}, {"label", r.label}});
   nlohmann::ordered_json doc = {{"demo", name_}, {"title", title_}, {"x", x_}, {"y", y_}, {"xlog", xlog_},
                                 {"ylog", ylog_}, {"halves", halves}, {"conclusions", conclusions}, {"rows", rows}};
-  std::filesystem::create_directories(out_dir);
   const std::string path = out_dir + "/" + name_ + ".json";
-  std::ofstream out(path);
-  MINFER_CHECK(out.good(), "demo ", name_, ": cannot write ", path);
-  out << doc.dump(1) << "\n";
+  write_file_atomic(path, doc.dump(1) + "\n");
   std::printf("wrote %s\n", path.c_str());
 }
 

@@ -1,9 +1,6 @@
 #include "models/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -12,6 +9,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "kernels/ref/rope.h"
 
 namespace minfer {
@@ -62,6 +60,12 @@ uint64_t total_floats(const Sizes& s, CheckpointFormat format) {
 
 }  // namespace
 
+uint64_t checkpoint_bytes(const LlamaConfig& c, CheckpointFormat format) {
+  const uint64_t header = format == CheckpointFormat::v1 ? kV1HeaderBytes : kV0HeaderBytes;
+  const uint64_t floats = total_floats(weight_sizes(c), format);
+  return checked_add(header, checked_mul(floats, 4, "checkpoint size"), "checkpoint size");
+}
+
 CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::string& source) {
   CheckpointLayout layout;
   if (size < 4) fail(source, ": file is ", size, " bytes, too short for a checkpoint header");
@@ -102,9 +106,7 @@ CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::s
   c.vocab_size = fields[5];
   c.n_ctx = fields[6];
   c.validate(source);
-  uint64_t floats = total_floats(weight_sizes(c), layout.format);
-  layout.file_bytes = checked_add(layout.header_bytes, checked_mul(floats, 4, "checkpoint size"),
-                                  "checkpoint size");
+  layout.file_bytes = checkpoint_bytes(c, layout.format);
   if (layout.file_bytes != size)
     fail(source, ": file is ", size, " bytes but its header (", c.describe(), ") implies ",
          layout.file_bytes, " bytes");
@@ -151,27 +153,11 @@ LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& la
 }
 
 LlamaHostWeights load_checkpoint(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail(path, ": cannot stat: ", std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": not a regular file", S_ISDIR(st.st_mode) ? " (it is a directory)" : "");
-  }
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    fail(path, ": file is empty");
-  }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) fail(path, ": cannot map: ", std::strerror(map_errno));
+  InputFile file(path, "checkpoint");
+  const size_t size = checked_size(file.size(), path.c_str());
+  if (size == 0) fail(path, ": file is empty");
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  if (map == MAP_FAILED) fail(path, ": cannot map: ", std::strerror(errno));
   std::shared_ptr<void> owner(map, [size](void* p) { ::munmap(p, size); });
   CheckpointLayout layout = parse_checkpoint(static_cast<const uint8_t*>(map), size, path);
   return view_checkpoint(static_cast<const uint8_t*>(map), layout, owner);
@@ -179,41 +165,18 @@ LlamaHostWeights load_checkpoint(const std::string& path) {
 
 namespace {
 
-class Writer {
- public:
-  explicit Writer(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "wb")) {
-    if (file_ == nullptr) fail(path, ": cannot create: ", std::strerror(errno));
-  }
-  ~Writer() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
-  void bytes(const void* data, size_t n) {
-    if (n > 0 && std::fwrite(data, 1, n, file_) != n) fail(path_, ": write failed: ", std::strerror(errno));
-  }
-  void tensor(const Tensor& t) {
-    MINFER_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.device() == DeviceKind::cpu,
-                 "write_checkpoint needs contiguous host f32 tensors, got ", t.str());
-    bytes(t.data(), t.nbytes());
-  }
-  void close() {
-    if (std::fclose(file_) != 0) {
-      file_ = nullptr;
-      fail(path_, ": close failed: ", std::strerror(errno));
-    }
-    file_ = nullptr;
-  }
-
- private:
-  std::string path_;
-  FILE* file_;
-};
+void write_tensor(AtomicFile& out, const Tensor& t) {
+  MINFER_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.device() == DeviceKind::cpu,
+               "write_checkpoint needs contiguous host f32 tensors, got ", t.str());
+  out.write(t.data(), t.nbytes());
+}
 
 }  // namespace
 
 void write_checkpoint(const std::string& path, const LlamaHostWeights& w, CheckpointFormat format) {
   const LlamaConfig& c = w.config;
   c.validate("write_checkpoint");
-  Writer out(path);
+  AtomicFile out(path, checkpoint_bytes(c, format));
   int32_t fields[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers),
                        int32_t(c.n_heads), int32_t(c.n_kv_heads), int32_t(c.vocab_size),
                        int32_t(c.n_ctx)};
@@ -224,30 +187,30 @@ void write_checkpoint(const std::string& path, const LlamaHostWeights& w, Checkp
     std::memcpy(header + 4, &version, 4);
     std::memcpy(header + 8, fields, sizeof(fields));
     header[36] = c.shared_classifier ? 1 : 0;
-    out.bytes(header, sizeof(header));
+    out.write(header, sizeof(header));
     for (const Tensor* t : {&w.rms_att, &w.rms_ffn, &w.rms_final, &w.token_embedding, &w.wq, &w.wk,
                             &w.wv, &w.wo, &w.w1, &w.w2, &w.w3})
-      out.tensor(*t);
+      write_tensor(out, *t);
   } else {
     if (!c.shared_classifier) fields[5] = -fields[5];
-    out.bytes(fields, sizeof(fields));
+    out.write(fields, sizeof(fields));
     for (const Tensor* t : {&w.token_embedding, &w.rms_att, &w.wq, &w.wk, &w.wv, &w.wo, &w.rms_ffn,
                             &w.w1, &w.w2, &w.w3, &w.rms_final})
-      out.tensor(*t);
-    // llama2.c's freq_cis tables: run.c skips them and so does minfer, but they are written with
-    // the values export.py writes so that the file is a faithful v0 checkpoint.
-    const size_t pairs = static_cast<size_t>(c.n_ctx * (c.head_dim() / 2));
-    std::vector<float> table(2 * pairs), cos_table(pairs), sin_table(pairs);
-    ref::rope_table(table.data(), c.n_ctx, c.head_dim());
-    for (size_t i = 0; i < pairs; ++i) {
-      cos_table[i] = table[2 * i];
-      sin_table[i] = table[2 * i + 1];
-    }
-    out.bytes(cos_table.data(), cos_table.size() * 4);
-    out.bytes(sin_table.data(), sin_table.size() * 4);
+      write_tensor(out, *t);
+    // llama2.c's freq_cis tables, (n_ctx, head_dim / 2) of cosines then of sines: run.c skips
+    // them and so does minfer, but they are written with the values export.py writes so that the
+    // file is a faithful v0 checkpoint. A position at a time: a long context costs no memory.
+    const int64_t half = c.head_dim() / 2;
+    std::vector<float> row(static_cast<size_t>(2 * half)), part(static_cast<size_t>(half));
+    for (int parity = 0; parity < 2; ++parity)
+      for (int64_t p = 0; p < c.n_ctx; ++p) {
+        ref::rope_table_row(row.data(), p, c.head_dim());
+        for (int64_t j = 0; j < half; ++j) part[j] = row[2 * j + parity];
+        out.write(part.data(), part.size() * sizeof(float));
+      }
   }
-  if (!c.shared_classifier) out.tensor(w.classifier);
-  out.close();
+  if (!c.shared_classifier) write_tensor(out, w.classifier);
+  out.commit();
 }
 
 }  // namespace minfer

@@ -51,6 +51,9 @@ struct CheckpointLayout {
   uint64_t file_bytes = 0;  // what the header implies the file's length is
 };
 
+// The bytes of a checkpoint of this shape and format (overflow-checked; call config.validate()).
+uint64_t checkpoint_bytes(const LlamaConfig& config, CheckpointFormat format);
+
 // Validates the header in data[0, size) and that the size is exactly what it implies. Throws
 // Error naming `source`, the field, its value and the limit for the first problem found.
 CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::string& source);

@@ -155,6 +155,14 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
   backend_.synchronize();
 }
 
+uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) const {
+  const uint64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
+  const uint64_t per_row = 5 * d + 2 * kv + 3 * h;  // x, xb, qkv, att, proj, h13, hb (below)
+  const char* what = "activations";
+  return checked_add(checked_product({uint64_t(max_rows), per_row, 4}, what),
+                     checked_product({uint64_t(max_logit_rows), 2 * d, 4}, what), what);
+}
+
 void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   if (max_rows <= ws_.rows && max_logit_rows <= ws_.logit_rows) return;
   const int64_t rows = std::max(max_rows, ws_.rows), logit_rows = std::max(max_logit_rows, ws_.logit_rows);

@@ -36,6 +36,7 @@ class LlamaModel final : public Model {
   const ModelInfo& info() const override { return info_; }
   const LlamaConfig& config() const { return config_; }
   void reserve(int64_t max_rows, int64_t max_logit_rows) override;
+  uint64_t activation_bytes(int64_t max_rows, int64_t max_logit_rows) const override;
   void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
   void set_fused(bool fused) override {
     if (fused != fused_) ++graph_epoch_;

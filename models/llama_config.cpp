@@ -19,7 +19,8 @@ void LlamaConfig::validate(const std::string& source) const {
   check_range(source, "n_layers", n_layers, 1, kMaxLayers);
   check_range(source, "n_heads", n_heads, 1, kMaxHeads);
   check_range(source, "n_kv_heads", n_kv_heads, 1, n_heads);
-  check_range(source, "vocab_size", vocab_size, 1, kMaxVocab);
+  // Token ids 1 and 2 are BOS and EOS (llama2.c's convention): a vocabulary must hold them.
+  check_range(source, "vocab_size", vocab_size, 3, kMaxVocab);
   check_range(source, "seq_len", n_ctx, 1, kMaxCtx);
   if (dim % n_heads != 0)
     fail(source, ": dim = ", dim, " is not a multiple of n_heads = ", n_heads);

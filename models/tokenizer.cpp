@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "models/bpe.h"
 
 namespace minfer {
 
@@ -17,18 +18,9 @@ constexpr size_t kMaxTokenizerBytes = size_t(1) << 30;
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open the tokenizer");
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) fail(path, ": cannot read the tokenizer (is it a directory?)");
-  if (static_cast<uint64_t>(size) > kMaxTokenizerBytes)
-    fail(path, ": tokenizer of ", size, " bytes exceeds the ", kMaxTokenizerBytes, "-byte limit");
-  in.seekg(0);
-  std::vector<uint8_t> data(static_cast<size_t>(size));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(data.data()), size))
-    fail(path, ": cannot read the tokenizer");
-  return parse(data.data(), data.size(), path);
+  InputFile file(path, "tokenizer");
+  const std::string data = file.read_all(kMaxTokenizerBytes);
+  return parse(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path);
 }
 
 Tokenizer Tokenizer::parse(const uint8_t* data, size_t size, const std::string& source) {
@@ -57,15 +49,27 @@ Tokenizer Tokenizer::parse(const uint8_t* data, size_t size, const std::string& 
     scores.push_back(score);
     offset += static_cast<size_t>(length);
   }
-  if (pieces.empty()) fail(source, ": the tokenizer holds no tokens");
+  // run.c's contract: ids 0, 1, 2 are <unk>, BOS and EOS, and ids 3 .. 258 the byte-fallback
+  // pieces <0x00> .. <0xFF>, which encode() and decode() rely on.
+  if (pieces.size() < 259)
+    fail(source, ": the tokenizer holds ", pieces.size(), " tokens; a llama2.c tokenizer has at least 259 ",
+         "(<unk>, BOS, EOS and the 256 byte pieces <0x00> .. <0xFF>)");
+  for (int b = 0; b < 256; ++b) {
+    char expected[8];
+    std::snprintf(expected, sizeof(expected), "<0x%02X>", b);
+    if (pieces[3 + b] != expected)
+      fail(source, ": token ", 3 + b, " is '", pieces[3 + b], "', where a llama2.c tokenizer has the byte piece ",
+           expected);
+  }
   return Tokenizer(std::move(pieces), std::move(scores), max_length);
 }
 
 Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
                      uint32_t max_token_length)
     : pieces_(std::move(pieces)), scores_(std::move(scores)), max_token_length_(max_token_length) {
-  MINFER_CHECK(pieces_.size() == scores_.size() && !pieces_.empty(), "tokenizer: ", pieces_.size(),
-               " pieces, ", scores_.size(), " scores");
+  MINFER_CHECK(pieces_.size() == scores_.size(), "tokenizer: ", pieces_.size(), " pieces, ", scores_.size(),
+               " scores");
+  MINFER_CHECK(pieces_.size() >= 3, "tokenizer: ", pieces_.size(), " tokens cannot hold <unk>, BOS and EOS");
   MINFER_CHECK(pieces_.size() <= (size_t(1) << 22), "tokenizer: ", pieces_.size(), " tokens is too many");
   by_text_.resize(pieces_.size());
   for (size_t i = 0; i < pieces_.size(); ++i) by_text_[i] = static_cast<int32_t>(i);
@@ -110,26 +114,18 @@ std::vector<int32_t> Tokenizer::encode(const std::string& input, bool bos, bool 
     if (id >= 0) tokens.push_back(id); else push_bytes(character);
     character.clear();
   }
-  // Merge the best-scoring adjacent pair until none merges.
+  // Merge the best-scoring adjacent pair (the leftmost of equals) until none merges; like run.c,
+  // BOS takes part too, and a pair scoring -1e10 or less never merges.
   std::string pair;
-  for (;;) {
-    float best_score = -1e10f;
-    int32_t best_id = -1;
-    size_t best_index = 0;
-    for (size_t i = 0; i + 1 < tokens.size(); ++i) {  // like run.c, BOS takes part too
-      pair = pieces_[tokens[i]];
-      pair += pieces_[tokens[i + 1]];
-      int32_t id = lookup(pair);
-      if (id >= 0 && scores_[id] > best_score) {
-        best_score = scores_[id];
-        best_id = id;
-        best_index = i;
-      }
-    }
-    if (best_id < 0) break;
-    tokens[best_index] = best_id;
-    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_index) + 1);
-  }
+  bpe_merge(tokens, [&](int32_t left, int32_t right, int32_t* merged, double* priority) {
+    pair = pieces_[left];
+    pair += pieces_[right];
+    const int32_t id = lookup(pair);
+    if (id < 0 || !(scores_[id] > -1e10f)) return false;
+    *merged = id;
+    *priority = scores_[id];
+    return true;
+  });
   if (eos) tokens.push_back(2);
   return tokens;
 }

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,11 +31,14 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args, const CliOptions& options) {
   ScratchDir dir("cli");
-  const std::string out_path = dir.file("stdout"), err_path = dir.file("stderr");
+  const std::string out_path = options.stdout_path.empty() ? dir.file("stdout") : options.stdout_path;
+  const std::string err_path = dir.file("stderr");
+  const std::string in_path = options.stdin_path.empty() ? "/dev/null" : options.stdin_path;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, in_path.c_str(), O_RDONLY | O_NONBLOCK, 0);
   posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<std::string> argv_storage = {MINFER_CLI_PATH};
@@ -41,15 +46,33 @@ CliResult run_cli(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) env_storage.push_back(*e);
+  env_storage.insert(env_storage.end(), options.env.begin(), options.env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
   CliResult result;
-  if (posix_spawn(&pid, MINFER_CLI_PATH, &actions, nullptr, argv.data(), environ) == 0) {
+  const auto start = std::chrono::steady_clock::now();
+  if (posix_spawn(&pid, MINFER_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) == 0) {
     int status = 0;
-    waitpid(pid, &status, 0);
+    for (;;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) break;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > options.timeout_s) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        result.timed_out = true;
+        break;
+      }
+      usleep(2000);
+    }
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   posix_spawn_file_actions_destroy(&actions);
-  result.out = read_file(out_path);
+  if (options.stdout_path.empty()) result.out = read_file(out_path);
   result.err = read_file(err_path);
   return result;
 }

@@ -20,11 +20,19 @@ bool golden_exists(const std::string& file);
                << " is absent (see ../shared/golden/README.md)"
 
 struct CliResult {
-  int exit_code = -1;
+  int exit_code = -1;   // 128 + signal when a signal ended it
+  bool timed_out = false;
+  double seconds = 0.0;
   std::string out, err;
 };
+struct CliOptions {
+  std::string stdout_path;       // stdout goes here instead of being captured (e.g. /dev/full)
+  std::string stdin_path;        // stdin comes from here (default: /dev/null)
+  std::vector<std::string> env;  // extra "NAME=value" entries
+  double timeout_s = 600;        // killed with SIGKILL after this long (timed_out)
+};
 // Runs the minfer executable built with these tests, with these arguments.
-CliResult run_cli(const std::vector<std::string>& args);
+CliResult run_cli(const std::vector<std::string>& args, const CliOptions& options = {});
 
 // A fresh directory under the system temp directory, removed with its contents at destruction.
 class ScratchDir {

@@ -51,16 +51,18 @@ void Args::parse(int argc, char** argv, int first) {
     }
     const Option* o = find(arg);
     if (o == nullptr) fail(command_, ": unknown option '", arg, "' (see minfer ", command_, " --help)");
+    const std::string name = split(o->names, ',').back();
+    MINFER_CHECK(o->repeatable || values_.count(name) == 0, command_, ": option ", arg, " is given twice");
     if (o->value.empty()) {
       MINFER_CHECK(!inline_value, command_, ": option ", arg, " takes no value");
-      values_[split(o->names, ',').back()].push_back("1");
+      values_[name].push_back("1");
       continue;
     }
     if (!inline_value) {
       if (i + 1 >= argc) fail(command_, ": option ", arg, " needs a value (", o->value, ")");
       value = argv[++i];
     }
-    values_[split(o->names, ',').back()].push_back(value);
+    values_[name].push_back(value);
   }
 }
 
@@ -117,10 +119,25 @@ double parse_double(const std::string& text, const std::string& what, double min
   return v;
 }
 
+std::vector<std::string> parse_list(const std::string& text, const std::string& what) {
+  MINFER_CHECK(!text.empty(), what, ": empty list");
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    MINFER_CHECK(!item.empty(), what, ": '", text, "' has an empty item");
+    items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what, int64_t min,
                                     int64_t max) {
   std::vector<int64_t> values;
-  for (const auto& part : split(text, ',')) {
+  for (const auto& part : parse_list(text, what)) {
     auto dash = part.find('-', 1);
     if (dash == std::string::npos) {
       values.push_back(parse_int(part, what, min, max));

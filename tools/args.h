@@ -1,5 +1,7 @@
-// Command-line options for the minfer subcommands: declared up front, so an unknown option, a
-// missing value or a number out of range is refused with one line naming the option.
+// Command-line options for the minfer subcommands, one rule for every command: options are
+// declared up front, so an unknown option, a missing value, a repeated option (unless declared
+// repeatable), a number out of range or a list with an empty item is refused with one line
+// naming the option.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@ struct Option {
   std::string names;  // "-m,--model": every spelling, comma-separated; the last is canonical
   std::string value;  // placeholder for the value ("MODEL"); empty for a flag
   std::string help;
+  bool repeatable = false;  // may be given several times (get_all)
 };
 
 class Args {
@@ -23,6 +26,7 @@ class Args {
   bool help_requested() const { return help_; }
   std::string usage() const;
 
+  bool declared(const std::string& name) const { return find(name) != nullptr; }
   bool has(const std::string& name) const;
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::vector<std::string> get_all(const std::string& name) const;  // a repeatable option
@@ -44,5 +48,7 @@ double parse_double(const std::string& text, const std::string& what, double min
 // "1,4,16" or "1-8" or "1,2,4-6": a comma list of values and inclusive ranges.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what, int64_t min,
                                     int64_t max);
+// "f32,bf16": a comma list of words; an empty list or item ("", "f32,", "a,,b") is an error.
+std::vector<std::string> parse_list(const std::string& text, const std::string& what);
 
 }  // namespace minfer::cli

@@ -12,13 +12,14 @@
 // cache read so far, averaged over the steps; models/llama_cost.h) and the achieved GB/s; for
 // prefill the FLOPs and the achieved GFLOP/s. With --roofline the machine's read bandwidth and
 // matmul peak are measured first (engine/roofline.h) and every row is given as a fraction of them.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "engine/decoder.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "engine/profiler.h"
 #include "engine/roofline.h"
 #include "models/llama_cost.h"
@@ -38,24 +39,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > start) parts.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return parts;
-}
-
 struct Settings {
   std::vector<std::string> models;
   std::vector<int64_t> prompts, gens, batches, threads;
   std::vector<std::string> dtypes, kernels, graphs;
   int reps = 5;
-  std::string device;
+  BackendKind device = BackendKind::cpu;
   std::string output;
   bool roofline = false;
   bool explicit_prompt = false;  // -p given: a prompt longer than a model's context is an error
@@ -95,7 +84,7 @@ class Bench {
   void run_model(const std::string& spec, DType dtype, int threads) {
     BackendOptions options = s_.backend;
     options.threads = threads;
-    const BackendKind kind = parse_backend_kind(s_.device);
+    const BackendKind kind = s_.device;
     std::unique_ptr<Backend> backend = make_backend(kind, options);
     Roofline roofline;
     if (s_.roofline) {
@@ -179,7 +168,7 @@ class Bench {
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s)
       for (int64_t i = 0; i < P; ++i)
-        prompts[s].push_back(static_cast<int32_t>(3 + (s * 7919 + i * 104729) % (c.vocab_size - 3)));
+        prompts[s].push_back(static_cast<int32_t>((s * 7919 + i * 104729) % c.vocab_size));
     std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
       decoder.reset();
       decoder.prefill(prompts);
@@ -199,7 +188,7 @@ class Bench {
                       int64_t N) {
     const int64_t B = decoder.n_seqs();
     std::vector<int32_t> tokens(static_cast<size_t>(B));
-    for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>(3 + (s * 31) % (c.vocab_size - 3));
+    for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>((3 + s * 31) % c.vocab_size);
     std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
       decoder.reset();
       for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
@@ -238,12 +227,12 @@ class Bench {
 
 int cmd_bench(int argc, char** argv) {
   Args args("bench", "Measures prefill (ppP) and decode (tgN) throughput, with the roofline beside each figure.",
-            {{"-m,--model", "MODEL", "a .bin checkpoint or preset:NAME; repeatable (default preset:stories15M)"},
+            {{"-m,--model", "MODEL", "a .bin checkpoint or preset:NAME; repeatable (default preset:stories15M)", true},
              {"-p,--n-prompt", "LIST", "prompt lengths, e.g. 512 or 128,512; 0 skips prefill (default 512)"},
              {"-n,--n-gen", "LIST", "generated tokens, e.g. 128; 0 skips decode (default 128)"},
              {"-B,--batch", "LIST", "parallel sequences: 1,4,16 or 1-4 (default 1)"},
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
-             {"-t,--threads", "LIST", "CPU threads, e.g. 1,2 (default: every core)"},
+             {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
              {"--dtype", "LIST", "weights: f32, f16, bf16 (default f32)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
@@ -264,32 +253,33 @@ int cmd_bench(int argc, char** argv) {
   if (s.models.empty()) s.models = {"preset:stories15M"};
   s.prompts = parse_int_list(args.get("-p", "512"), "-p", 0, 1 << 20);
   s.gens = parse_int_list(args.get("-n", "128"), "-n", 0, 1 << 20);
+  MINFER_CHECK(std::any_of(s.prompts.begin(), s.prompts.end(), [](int64_t p) { return p > 0; }) ||
+                   std::any_of(s.gens.begin(), s.gens.end(), [](int64_t n) { return n > 0; }),
+               "nothing to measure: every -p and -n is 0");
   s.batches = parse_int_list(args.get("-B", "1"), "-B", 1, 4096);
   s.threads = parse_int_list(args.get("-t", std::to_string(ThreadPool::hardware_threads())), "-t", 1, 1024);
   s.reps = static_cast<int>(args.get_int("-r", 5, 1, 1000));
-  s.device = args.get("--device", "auto");
-  s.dtypes = split_list(args.get("--dtype", "f32"));
+  s.device = parse_backend_kind(args.get("--device", "auto"));
+  check_backend_options(args, s.device);
+  s.dtypes = parse_list(args.get("--dtype", "f32"), "--dtype");
   for (const auto& d : s.dtypes) MINFER_CHECK(parse_dtype(d.c_str()) != DType::i32, "--dtype: weights are f32, f16 or bf16");
-  s.kernels = split_list(args.get("--kernels", "fused"));
+  s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
   for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
   s.output = args.get("-o", "md");
   MINFER_CHECK(s.output == "md" || s.output == "csv" || s.output == "json", "-o: '", s.output, "' is not md, csv or json");
   s.roofline = args.has("--roofline");
   s.backend.gemm = parse_gemm(args.get("--gemm", "cublas"));
-  s.graphs = split_list(args.get("--graphs", "on"));
+  s.graphs = parse_list(args.get("--graphs", "on"), "--graphs");
   for (const auto& g : s.graphs) parse_on_off(g, "--graphs");
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
   s.explicit_prompt = args.has("-p");
   s.profile = args.has("--profile");
+  if (args.has("--save-json")) check_output_path(args.get("--save-json"), "--save-json");  // before the work
   Bench bench(s);
   std::vector<BenchRow> rows = bench.run();
   std::string json = to_json(rows);
   if (s.output == "json") std::fputs(json.c_str(), stdout);
-  if (args.has("--save-json")) {
-    std::ofstream out(args.get("--save-json"));
-    MINFER_CHECK(out.good(), "--save-json: cannot write ", args.get("--save-json"));
-    out << json;
-  }
+  if (args.has("--save-json")) write_file_atomic(args.get("--save-json"), json);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace minfer::cli {
 
@@ -11,7 +12,7 @@ std::vector<Option> engine_options() {
       {"-m,--model", "MODEL", "a llama2.c checkpoint (.bin) or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
       {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default f32)"},
-      {"--threads", "N", "CPU threads (default: every core)"},
+      {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
       {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
@@ -24,9 +25,18 @@ bool parse_on_off(const std::string& value, const std::string& option) {
   return value == "on";
 }
 
+void check_backend_options(const Args& args, BackendKind kind) {
+  for (const char* option : {"--gemm", "--graphs"})
+    if (args.declared(option) && args.has(option) && kind != BackendKind::cuda)
+      fail(option, " applies to CUDA only; it does nothing on the ", backend_kind_name(kind), " device");
+  for (const char* option : {"--threads", "--spin-us"})
+    if (args.declared(option) && args.has(option) && kind != BackendKind::cpu)
+      fail(option, " sets the CPU backend's workers; it does nothing on the ", backend_kind_name(kind), " device");
+}
+
 BackendOptions backend_options(const Args& args) {
   BackendOptions options;
-  options.threads = static_cast<int>(args.get_int("--threads", 0, 0, 1024));
+  options.threads = static_cast<int>(args.get_int("--threads", 0, 1, 1024));
   options.spin_us = static_cast<int>(args.get_int("--spin-us", options.spin_us, 0, 1000000));
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
@@ -44,6 +54,12 @@ LlamaOptions llama_options(const Args& args) {
   return options;
 }
 
+std::string prompt_text(const Args& args) {
+  MINFER_CHECK(args.has("-i") != args.has("-f"), "give the text as -i TEXT or -f FILE, one of them");
+  if (args.has("-i")) return args.get("-i");
+  return InputFile(args.get("-f"), "text file").read_all(uint64_t(64) << 20);
+}
+
 std::string format_bytes(uint64_t bytes) {
   char text[32];
   if (bytes >= (uint64_t(1) << 30))
@@ -56,7 +72,9 @@ std::string format_bytes(uint64_t bytes) {
 Engine load_engine(const Args& args, const std::string& model_spec) {
   MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a .bin checkpoint or preset:NAME)");
   Engine engine;
-  engine.backend = make_backend(parse_backend_kind(args.get("--device", "auto")), backend_options(args));
+  const BackendKind kind = parse_backend_kind(args.get("--device", "auto"));
+  check_backend_options(args, kind);
+  engine.backend = make_backend(kind, backend_options(args));
   engine.model = LlamaModel::load(model_spec, *engine.backend, llama_options(args));
   const ModelInfo& info = engine.model->info();
   std::fprintf(stderr, "minfer: model %s (%s), %.1fM params, %s of %s weights on %s\n",

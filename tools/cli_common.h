@@ -16,6 +16,10 @@ namespace minfer::cli {
 std::vector<Option> engine_options();
 
 BackendOptions backend_options(const Args& args);
+// An option that does nothing on the chosen backend is an error naming it: --gemm and --graphs
+// (CUDA only) on ref or cpu; --threads and --spin-us (CPU workers) on cuda, and on ref, which
+// runs on one thread.
+void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
 
@@ -27,5 +31,9 @@ struct Engine {
 Engine load_engine(const Args& args, const std::string& model_spec);
 
 std::string format_bytes(uint64_t bytes);  // "57.6 MiB"
+
+// The text of -i TEXT or -f FILE (exactly one of them; Error otherwise). A file is read whole,
+// up to 64 MiB, and must be a regular file.
+std::string prompt_text(const Args& args);
 
 }  // namespace minfer::cli

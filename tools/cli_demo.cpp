@@ -1,9 +1,11 @@
 // `minfer demo NAME|all [--quick] [--out DIR]`: the GPU lessons as measured experiments.
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "lessons/demos.h"
@@ -57,7 +59,12 @@ int cmd_demo(int argc, char** argv) {
   MINFER_CHECK(!name.empty(), "demo: name a demo or all (minfer demo --list)");
   o.quick = args.has("--quick");
   o.out_dir = args.get("--out", "results");
-  o.threads = static_cast<int>(args.get_int("-t", 0, 0, 1024));
+  // The output directory is made (and checked writable) before any demo runs, not after.
+  std::error_code error;
+  std::filesystem::create_directories(o.out_dir, error);
+  if (error) fail("--out: cannot create ", o.out_dir, ": ", error.message());
+  check_output_path(o.out_dir + "/.probe.json", "--out");
+  o.threads = static_cast<int>(args.get_int("-t", 0, 1, 1024));
   bool found = false;
   const auto start = std::chrono::steady_clock::now();
   for (const auto& l : kLessons)

@@ -34,10 +34,13 @@ int cmd_generate(int argc, char** argv) {
   options.insert(options.end(), {
       {"-z,--tokenizer", "PATH", "llama2.c tokenizer.bin, for a text prompt and text output"},
       {"-i,--prompt", "TEXT", "the prompt as text (encoded with BOS, like run.c)"},
+      {"-f,--file", "PATH", "the prompt as text, from a file (instead of -i)"},
       {"--prompt-ids", "IDS", "the prompt as token ids, e.g. 1,450,4996 (instead of -i)"},
       {"-n,--n-new", "N", "new tokens per sequence after the prompt (default 256)"},
-      {"--temp", "T", "temperature; 0 is greedy (default 1.0)"},
-      {"--top-p", "P", "nucleus sampling threshold in [0, 1] (default 0.9)"},
+      {"--temp", "T", "temperature >= 0; 0 is greedy, and so is one so small that logits / T\n"
+                      "                              overflows float (default 1.0)"},
+      {"--top-p", "P", "nucleus sampling threshold in (0, 1]; 1 samples the whole distribution\n"
+                       "                              (default 0.9)"},
       {"--seed", "S", "random seed >= 1 (default: from the clock); sequence i uses S + i"},
       {"--batch", "B", "sequences generated together (default 1)"},
       {"--ctx", "N", "positions per sequence (default: what the request needs)"},
@@ -51,15 +54,17 @@ int cmd_generate(int argc, char** argv) {
     std::printf("%s", args.usage().c_str());
     return 0;
   }
-  MINFER_CHECK(!(args.has("-i") && args.has("--prompt-ids")), "give the prompt as -i TEXT or --prompt-ids, not both");
+  const bool text_prompt = args.has("-i") || args.has("-f");
+  MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
   std::unique_ptr<Tokenizer> tokenizer;
   if (args.has("-z")) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.get("-z")));
-  MINFER_CHECK(!args.has("-i") || tokenizer, "a text prompt (-i) needs a tokenizer (-z tokenizer.bin)");
+  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer (-z tokenizer.bin)");
 
   GenerateOptions gen;
   gen.n_new = args.get_int("-n", 256, 1, 1 << 20);
   gen.temperature = static_cast<float>(args.get_double("--temp", 1.0, 0.0, 1e6));
   gen.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
+  MINFER_CHECK(gen.top_p > 0.0f, "--top-p: ", gen.top_p, " is outside (0, 1]");
   gen.seed = args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
                                 : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
   const std::string prefill = args.get("--prefill", "batched");
@@ -70,7 +75,7 @@ int cmd_generate(int argc, char** argv) {
   const int64_t batch = args.get_int("--batch", 1, 1, 4096);
 
   std::vector<int32_t> prompt = {1};  // BOS alone, run.c's empty prompt
-  if (args.has("-i")) prompt = tokenizer->encode(args.get("-i"), true, false);
+  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true, false);
   if (args.has("--prompt-ids")) prompt = parse_ids(args.get("--prompt-ids"));
   MINFER_CHECK(!prompt.empty(), "the prompt has no tokens");
 

@@ -4,6 +4,7 @@
 
 #include "engine/backend_cpu.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "tools/args.h"
@@ -27,13 +28,14 @@ int cmd_make_model(int argc, char** argv) {
              {"--seq-len", "N", "context length"},
              {"--separate-classifier", "", "an output classifier of its own (not the embedding)"},
              {"--seed", "S", "weights seed (default: the presets' seed)"},
-             {"--threads", "N", "threads generating weights (default: every core)"}});
+             {"--threads", "N", "threads generating weights, 1 to 1024 (default: every core)"}});
   args.parse(argc, argv, 2);
   if (args.help_requested()) {
     std::printf("%s", args.usage().c_str());
     return 0;
   }
   MINFER_CHECK(args.has("-o"), "-o PATH is required");
+  check_output_path(args.get("-o"), "-o");  // before generating anything
   const std::string format = args.get("--format", "v0");
   MINFER_CHECK(format == "v0" || format == "v1", "--format: '", format, "' is not v0 or v1");
   LlamaConfig c = find_preset(args.get("--preset", "tiny")).config;
@@ -51,7 +53,7 @@ int cmd_make_model(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", int64_t(kDefaultModelSeed), 0, INT64_MAX));
 
   BackendOptions backend_options;
-  backend_options.threads = static_cast<int>(args.get_int("--threads", 0, 0, 1024));
+  backend_options.threads = static_cast<int>(args.get_int("--threads", 0, 1, 1024));
   CpuBackend cpu(backend_options);
   size_t free_bytes = 0, total_bytes = 0;
   uint64_t bytes = c.n_params() * 4;

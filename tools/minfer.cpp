@@ -1,11 +1,16 @@
 // minfer: the command-line tool. `minfer help` lists the subcommands; every error is one line on
-// stderr ("minfer: error: ...") and a non-zero exit status.
+// stderr ("minfer: error: ...") and a non-zero exit status. A command's output that could not be
+// written (a full disk or pipe behind stdout) is an error too, and an interrupted command leaves
+// no half-written file behind (core/files.h).
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "tools/commands.h"
 
 namespace {
@@ -42,9 +47,18 @@ int main(int argc, char** argv) {
     print_usage(stdout);
     return 0;
   }
+  minfer::install_signal_cleanup();
+  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe on stdout is a write error (EPIPE), not a signal
   try {
     for (const auto& c : kCommands)
-      if (std::strcmp(argv[1], c.name) == 0) return c.run(argc, argv);
+      if (std::strcmp(argv[1], c.name) == 0) {
+        const int status = c.run(argc, argv);
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+          std::fprintf(stderr, "minfer: error: writing to standard output failed: %s\n", std::strerror(errno));
+          return 1;
+        }
+        return status;
+      }
     std::fprintf(stderr, "minfer: error: unknown command '%s' (see minfer help)\n", argv[1]);
     return 2;
   } catch (const minfer::Error& e) {

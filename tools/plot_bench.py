@@ -20,6 +20,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_whole(fig, path, dpi):
+    """Writes the figure whole or not at all: a temporary file beside it, renamed over it."""
+    temp = os.path.join(os.path.dirname(path) or ".", "." + os.path.basename(path) + ".tmp.png")
+    try:
+        fig.savefig(temp, dpi=dpi)
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+
+
 def series_key(r):
     threads = f", {r['threads']} threads" if r.get("threads") else ""
     return f"{r['model']} {r['device']} {r['dtype']}{threads} {r.get('kernels', '')}".strip()
@@ -45,7 +56,7 @@ def plot_throughput(records, path):
         if groups:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_whole(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -73,7 +84,7 @@ def plot_roofline(records, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_whole(fig, path, dpi=120)
     plt.close(fig)
     return True
 

@@ -21,6 +21,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_whole(fig, path, dpi):
+    """Writes the figure whole or not at all: a temporary file beside it, renamed over it."""
+    temp = os.path.join(os.path.dirname(path) or ".", "." + os.path.basename(path) + ".tmp.png")
+    try:
+        fig.savefig(temp, dpi=dpi)
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+
+
 def panels_of(demo):
     """[(half, kind, rows)] with kind 'line' or 'bar', in a stable order."""
     panels = []
@@ -90,7 +101,7 @@ def plot(path, out_dir):
     fig.text(0.01, 0.01, text, fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.05 + 0.025 * text.count("\n"), 1, 0.95))
     out = os.path.join(out_dir, demo["demo"] + ".png")
-    fig.savefig(out, dpi=110)
+    save_whole(fig, out, dpi=110)
     plt.close(fig)
     return out
 

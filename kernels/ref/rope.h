@@ -10,6 +10,9 @@ namespace minfer::ref {
 // Every backend reads this one table, so all of them rotate by identical angles.
 void rope_table(float* table,  // (n_positions, head_dim / 2, 2)
                 int64_t n_positions, int64_t head_dim);
+// One position's row of that table.
+void rope_table_row(float* row,  // (head_dim / 2, 2)
+                    int64_t position, int64_t head_dim);
 
 // Rotates each consecutive pair (x0, x1) of every head of row m by the angle of position pos[m]:
 //   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)      (llama2.c's interleaved pairs)
