@@ -1,6 +1,7 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -107,6 +109,32 @@ std::string InputFile::read_all(uint64_t max_bytes) const {
     done += static_cast<size_t>(n);
   }
   return data;
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, const std::string& what) {
+  InputFile file(path, what);
+  if (file.size() == 0) fail(path, ": the ", what, " is empty");
+  if (file.size() > uint64_t(SIZE_MAX)) fail(path, ": ", file.size(), " bytes do not fit in memory");
+  void* map = ::mmap(nullptr, static_cast<size_t>(file.size()), PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  if (map == MAP_FAILED) fail(path, ": cannot map the ", what, ": ", std::strerror(errno));
+  std::shared_ptr<MappedFile> mapped(new MappedFile());
+  mapped->path_ = path;
+  mapped->data_ = static_cast<const uint8_t*>(map);
+  mapped->size_ = file.size();
+  return mapped;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+}
+
+void MappedFile::drop(const void* begin, size_t bytes) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin), hi = lo + bytes;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(data_), end = base + size_;
+  if (lo < base || hi > end) return;  // not ours
+  const uintptr_t first = (lo + page - 1) & ~(page - 1), last = hi & ~(page - 1);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);  // advice: may fail
 }
 
 void check_output_path(const std::string& path, const std::string& what) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 namespace minfer {
@@ -36,6 +37,27 @@ class InputFile {
  private:
   std::string path_;
   int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// A regular file mapped read-only (private), for loaders that hand out views of its bytes.
+// drop() gives back the pages of a range once it has been copied elsewhere (madvise), so that a
+// loader that copies every tensor peaks near one copy, not the file plus the copy.
+class MappedFile {
+ public:
+  static std::shared_ptr<MappedFile> open(const std::string& path, const std::string& what);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  void drop(const void* begin, size_t bytes) const;  // the whole pages inside [begin, begin + bytes)
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
 };
 

@@ -74,6 +74,11 @@ void Decoder::reset() {
   host_logits_valid_ = false;
 }
 
+bool Decoder::is_stop(int32_t token) const {
+  const auto& stops = model_.info().stop_ids;
+  return std::find(stops.begin(), stops.end(), token) != stops.end();
+}
+
 void Decoder::check_token(int32_t token) const {
   MINFER_CHECK(token >= 0 && token < vocab_, "token id ", token, " is outside the vocabulary [0, ",
                vocab_, ")");
@@ -235,7 +240,7 @@ GenerateResult Decoder::generate(const std::vector<std::vector<int32_t>>& prompt
     int64_t active = 0;
     for (int64_t s = 0; s < n_seqs_; ++s) {
       if (done[s]) continue;
-      if (options.stop_at_eos && (next_[s] == 1 || next_[s] == 2)) {
+      if (options.stop_at_eos && is_stop(next_[s])) {
         done[s] = true;
         continue;
       }

@@ -37,7 +37,9 @@ struct GenerateOptions {
   float temperature = 0.0f;
   float top_p = 0.9f;
   uint64_t seed = 1;           // sequence i samples with seed + i
-  bool stop_at_eos = true;     // stop a sequence when it produces BOS (1) or EOS (2)
+  // Stop a sequence when it produces one of the model's stop tokens (ModelInfo::stop_ids: BOS
+  // or EOS for a llama2.c model, as run.c stops; the eos_token_id(s) of a Hugging Face model).
+  bool stop_at_eos = true;
   bool prefill_one_by_one = false;  // feed the prompt a token per forward pass (run.c's way)
 };
 
@@ -87,6 +89,7 @@ class Decoder {
  private:
   void run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows);
   void check_token(int32_t token) const;
+  bool is_stop(int32_t token) const;
 
   // note: a decode step's work is the same at every position (positions live on the device), so
   // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches

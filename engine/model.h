@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
@@ -32,6 +33,8 @@ struct ModelInfo {
   uint64_t n_params = 0;
   uint64_t weight_bytes = 0;   // every weight as stored on the device
   DType dtype = DType::f32;    // of the matrices and the embedding table
+  int32_t bos_id = 1;          // -1: none
+  std::vector<int32_t> stop_ids;  // tokens that end a generation
 };
 
 class Model {

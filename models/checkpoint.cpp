@@ -1,6 +1,5 @@
 #include "models/checkpoint.h"
 
-#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -127,23 +126,31 @@ LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& la
   const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
   LlamaHostWeights w;
   w.config = c;
+  w.owner = owner;
+  w.layers.resize(static_cast<size_t>(L));
+  // The file stacks each kind of weight over the layers: (L, ...) per kind, one view per layer.
+  auto per_layer = [&](uint64_t count, std::vector<int64_t> shape, Tensor LlamaHostWeights::Layer::*field) {
+    Tensor all = next(count, shape);
+    for (int64_t l = 0; l < L; ++l) w.layers[l].*field = all.select(0, l);
+  };
+  using Layer = LlamaHostWeights::Layer;
   if (layout.format == CheckpointFormat::v1) {
-    w.rms_att = next(s.rms, {L, d});
-    w.rms_ffn = next(s.rms, {L, d});
+    per_layer(s.rms, {L, d}, &Layer::rms_att);
+    per_layer(s.rms, {L, d}, &Layer::rms_ffn);
     w.rms_final = next(s.rms_final, {d});
     w.token_embedding = next(s.embedding, {V, d});
   } else {
     w.token_embedding = next(s.embedding, {V, d});
-    w.rms_att = next(s.rms, {L, d});
+    per_layer(s.rms, {L, d}, &Layer::rms_att);
   }
-  w.wq = next(s.wq, {L, d, d});
-  w.wk = next(s.wkv, {L, kv, d});
-  w.wv = next(s.wkv, {L, kv, d});
-  w.wo = next(s.wo, {L, d, d});
-  if (layout.format == CheckpointFormat::v0) w.rms_ffn = next(s.rms, {L, d});
-  w.w1 = next(s.w13, {L, h, d});
-  w.w2 = next(s.w2, {L, d, h});
-  w.w3 = next(s.w13, {L, h, d});
+  per_layer(s.wq, {L, d, d}, &Layer::wq);
+  per_layer(s.wkv, {L, kv, d}, &Layer::wk);
+  per_layer(s.wkv, {L, kv, d}, &Layer::wv);
+  per_layer(s.wo, {L, d, d}, &Layer::wo);
+  if (layout.format == CheckpointFormat::v0) per_layer(s.rms, {L, d}, &Layer::rms_ffn);
+  per_layer(s.w13, {L, h, d}, &Layer::w1);
+  per_layer(s.w2, {L, d, h}, &Layer::w2);
+  per_layer(s.w13, {L, h, d}, &Layer::w3);
   if (layout.format == CheckpointFormat::v0) {
     w.rms_final = next(s.rms_final, {d});
     offset += s.rope;  // freq_cis_real and freq_cis_imag: minfer computes its own RoPE table
@@ -153,17 +160,16 @@ LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& la
 }
 
 LlamaHostWeights load_checkpoint(const std::string& path) {
-  InputFile file(path, "checkpoint");
-  const size_t size = checked_size(file.size(), path.c_str());
-  if (size == 0) fail(path, ": file is empty");
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
-  if (map == MAP_FAILED) fail(path, ": cannot map: ", std::strerror(errno));
-  std::shared_ptr<void> owner(map, [size](void* p) { ::munmap(p, size); });
-  CheckpointLayout layout = parse_checkpoint(static_cast<const uint8_t*>(map), size, path);
-  return view_checkpoint(static_cast<const uint8_t*>(map), layout, owner);
+  auto file = MappedFile::open(path, "checkpoint");
+  CheckpointLayout layout = parse_checkpoint(file->data(), file->size(), path);
+  LlamaHostWeights w = view_checkpoint(file->data(), layout, file);
+  w.release = [file](const Tensor& t) { file->drop(t.data(), t.nbytes()); };
+  return w;
 }
 
 namespace {
+
+using Layer = LlamaHostWeights::Layer;
 
 void write_tensor(AtomicFile& out, const Tensor& t) {
   MINFER_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.device() == DeviceKind::cpu,
@@ -171,11 +177,22 @@ void write_tensor(AtomicFile& out, const Tensor& t) {
   out.write(t.data(), t.nbytes());
 }
 
+// One kind of weight for every layer, stacked as llama2.c stores it.
+void write_layers(AtomicFile& out, const LlamaHostWeights& w, Tensor Layer::*field) {
+  for (const Layer& layer : w.layers) write_tensor(out, layer.*field);
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& path, const LlamaHostWeights& w, CheckpointFormat format) {
   const LlamaConfig& c = w.config;
   c.validate("write_checkpoint");
+  MINFER_CHECK(c.head_size == 0 || c.head_size == c.dim / c.n_heads, "write_checkpoint: llama2.c files have heads of ",
+               "dim / n_heads, not ", c.head_size);
+  MINFER_CHECK(!w.rotate_half, "write_checkpoint: q and k must be in interleaved RoPE order");
+  MINFER_CHECK(c.rope_theta == 10000.0 && c.rope_scaling.type == RopeScaling::Type::none && c.rms_eps == 1e-5f,
+               "write_checkpoint: a llama2.c file has RoPE theta 10000, no scaling and RMSNorm epsilon 1e-5");
+  MINFER_CHECK(int64_t(w.layers.size()) == c.n_layers, "write_checkpoint: ", w.layers.size(), " layers for ", c.n_layers);
   AtomicFile out(path, checkpoint_bytes(c, format));
   int32_t fields[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers),
                        int32_t(c.n_heads), int32_t(c.n_kv_heads), int32_t(c.vocab_size),
@@ -188,23 +205,30 @@ void write_checkpoint(const std::string& path, const LlamaHostWeights& w, Checkp
     std::memcpy(header + 8, fields, sizeof(fields));
     header[36] = c.shared_classifier ? 1 : 0;
     out.write(header, sizeof(header));
-    for (const Tensor* t : {&w.rms_att, &w.rms_ffn, &w.rms_final, &w.token_embedding, &w.wq, &w.wk,
-                            &w.wv, &w.wo, &w.w1, &w.w2, &w.w3})
-      write_tensor(out, *t);
+    write_layers(out, w, &Layer::rms_att);
+    write_layers(out, w, &Layer::rms_ffn);
+    write_tensor(out, w.rms_final);
+    write_tensor(out, w.token_embedding);
+    for (auto field : {&Layer::wq, &Layer::wk, &Layer::wv, &Layer::wo, &Layer::w1, &Layer::w2, &Layer::w3})
+      write_layers(out, w, field);
   } else {
     if (!c.shared_classifier) fields[5] = -fields[5];
     out.write(fields, sizeof(fields));
-    for (const Tensor* t : {&w.token_embedding, &w.rms_att, &w.wq, &w.wk, &w.wv, &w.wo, &w.rms_ffn,
-                            &w.w1, &w.w2, &w.w3, &w.rms_final})
-      write_tensor(out, *t);
+    write_tensor(out, w.token_embedding);
+    for (auto field : {&Layer::rms_att, &Layer::wq, &Layer::wk, &Layer::wv, &Layer::wo, &Layer::rms_ffn, &Layer::w1,
+                       &Layer::w2, &Layer::w3})
+      write_layers(out, w, field);
+    write_tensor(out, w.rms_final);
     // llama2.c's freq_cis tables, (n_ctx, head_dim / 2) of cosines then of sines: run.c skips
     // them and so does minfer, but they are written with the values export.py writes so that the
     // file is a faithful v0 checkpoint. A position at a time: a long context costs no memory.
     const int64_t half = c.head_dim() / 2;
     std::vector<float> row(static_cast<size_t>(2 * half)), part(static_cast<size_t>(half));
+    std::vector<float> inv_freq(static_cast<size_t>(half));
+    ref::rope_inv_freq_default(inv_freq.data(), c.head_dim());
     for (int parity = 0; parity < 2; ++parity)
       for (int64_t p = 0; p < c.n_ctx; ++p) {
-        ref::rope_table_row(row.data(), p, c.head_dim());
+        ref::rope_table_row(row.data(), p, inv_freq.data(), c.head_dim());
         for (int64_t j = 0; j < half; ++j) part[j] = row[2 * j + parity];
         out.write(part.data(), part.size() * sizeof(float));
       }

@@ -22,27 +22,11 @@
 
 #include "core/tensor.h"
 #include "models/llama_config.h"
+#include "models/llama_weights.h"
 
 namespace minfer {
 
 enum class CheckpointFormat { v0, v1 };
-
-// Every weight of a Llama model as host f32 tensors (views into a mapped file, or owned memory).
-struct LlamaHostWeights {
-  LlamaConfig config;
-  Tensor token_embedding;  // (vocab, dim)
-  Tensor rms_att;          // (L, dim)
-  Tensor wq;               // (L, dim, dim)
-  Tensor wk;               // (L, kv_dim, dim)
-  Tensor wv;               // (L, kv_dim, dim)
-  Tensor wo;               // (L, dim, dim)
-  Tensor rms_ffn;          // (L, dim)
-  Tensor w1;               // (L, hidden, dim)
-  Tensor w2;               // (L, dim, hidden)
-  Tensor w3;               // (L, hidden, dim)
-  Tensor rms_final;        // (dim)
-  Tensor classifier;       // (vocab, dim); the embedding table itself when shared
-};
 
 struct CheckpointLayout {
   LlamaConfig config;
@@ -58,8 +42,8 @@ uint64_t checkpoint_bytes(const LlamaConfig& config, CheckpointFormat format);
 // Error naming `source`, the field, its value and the limit for the first problem found.
 CheckpointLayout parse_checkpoint(const uint8_t* data, size_t size, const std::string& source);
 
-// Views of every weight of a checkpoint already validated by parse_checkpoint; `owner` keeps
-// the bytes alive.
+// Views of every weight (f32) of a checkpoint already validated by parse_checkpoint; `owner`
+// keeps the bytes alive.
 LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& layout,
                                  std::shared_ptr<void> owner);
 
@@ -67,7 +51,7 @@ LlamaHostWeights view_checkpoint(const uint8_t* data, const CheckpointLayout& la
 // malformed files with one line naming the file.
 LlamaHostWeights load_checkpoint(const std::string& path);
 
-// Writes host weights (f32, contiguous) as a v0 or v1 checkpoint.
+// Writes host weights (f32, contiguous, interleaved RoPE pairs) as a v0 or v1 checkpoint.
 void write_checkpoint(const std::string& path, const LlamaHostWeights& weights,
                       CheckpointFormat format);
 

@@ -23,10 +23,11 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "kernels/ref/rope.h"
+#include "models/model_files.h"
+
+#include <cstring>
 
 namespace minfer {
-
-constexpr float kRmsEps = 1e-5f;
 
 uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
   const char* what = "model size";
@@ -41,38 +42,39 @@ uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& spec, Backend& backend,
                                              const LlamaOptions& options) {
-  MINFER_CHECK(options.dtype != DType::i32, "weights must be f32, f16 or bf16");
-  auto check_fits = [&](const LlamaConfig& c, const std::string& name) {
-    uint64_t bytes = weight_bytes(c, options.dtype);
+  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be f32, f16 or bf16");
+  auto check_fits = [&](const LlamaConfig& c, DType dtype, const std::string& name) {
+    uint64_t bytes = weight_bytes(c, dtype);
     size_t free_bytes = 0, total_bytes = 0;
     if (backend.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
-      fail(name, " needs ", bytes, " bytes of ", dtype_name(options.dtype), " weights, ", free_bytes,
+      fail(name, " needs ", bytes, " bytes of ", dtype_name(dtype), " weights, ", free_bytes,
            " bytes are available on ", device_name(backend.device()), " (", total_bytes, " in all)");
   };
   if (spec.rfind("preset:", 0) == 0) {
     const Preset& preset = find_preset(spec.substr(7));
-    check_fits(preset.config, spec);
+    check_fits(preset.config, options.dtype.value_or(DType::f32), spec);
     return std::make_unique<LlamaModel>(backend, preset.config, spec, options);
   }
-  LlamaHostWeights weights = load_checkpoint(spec);
-  check_fits(weights.config, spec);
+  LlamaHostWeights weights = load_model_weights(spec);
+  check_fits(weights.config, options.dtype.value_or(weights.token_embedding.dtype()), spec);
   return std::make_unique<LlamaModel>(backend, weights, spec, options);
 }
 
 void LlamaModel::allocate(const std::string& name) {
   const LlamaConfig& c = config_;
-  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
+  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
   w_.token_embedding = backend_.empty({V, d}, dtype_);
   w_.classifier = c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, dtype_);
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
-  w_.wqkv = backend_.empty({L, d + 2 * kv, d}, dtype_);
-  w_.wo = backend_.empty({L, d, d}, dtype_);
+  w_.wqkv = backend_.empty({L, q + 2 * kv, d}, dtype_);
+  w_.wo = backend_.empty({L, d, q}, dtype_);
   w_.w13 = backend_.empty({L, 2 * h, d}, dtype_);
   w_.w2 = backend_.empty({L, d, h}, dtype_);
+  const std::vector<float> inv_freq = c.rope_inv_freq();
   Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
-  ref::rope_table(rope.data_as<float>(), c.n_ctx, c.head_dim());
+  ref::rope_table(rope.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());
   w_.rope = backend_.empty({c.n_ctx, c.head_dim()}, DType::f32);
   w_.rope.copy_from(rope);
 
@@ -86,53 +88,91 @@ void LlamaModel::allocate(const std::string& name) {
   info_.n_params = c.n_params();
   info_.weight_bytes = weight_bytes(c, dtype_);
   info_.dtype = dtype_;
+  info_.bos_id = c.bos_id;
+  info_.stop_ids = c.stop_ids;
 }
 
 namespace {
 
-// Copies a host f32 tensor into a device tensor of any float dtype, through a host staging
-// buffer when a conversion or a device copy is needed.
+// Copies a host tensor (f32, f16 or bf16) into a tensor of the backend of any of those dtypes,
+// converting through a host staging buffer when the dtypes differ.
 void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == DType::f32) {
+  MINFER_CHECK(dst.shape() == src.shape(), "upload: ", src.str(), " into ", dst.str());
+  if (dst.dtype() == src.dtype()) {
     dst.copy_from(src);
     return;
   }
   Tensor staging = backend.empty_host(src.shape(), dst.dtype());
-  staging.convert_from(src);
+  if (src.dtype() == DType::f32 || dst.dtype() == DType::f32) {
+    staging.convert_from(src);
+  } else {  // f16 <-> bf16 through f32
+    Tensor wide = backend.empty_host(src.shape(), DType::f32);
+    wide.convert_from(src);
+    staging.convert_from(wide);
+  }
   dst.copy_from(staging);
+}
+
+// The rows of a q or k projection (heads * head_dim, in) reordered from Hugging Face's
+// rotate-half pairs (j, j + head_dim / 2) to interleaved pairs (2j, 2j + 1); see
+// models/llama_weights.h.
+Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, int64_t head_dim) {
+  Tensor out = backend.empty_host(w.shape(), w.dtype());
+  const int64_t half = head_dim / 2, row_bytes = w.size(1) * int64_t(w.element_size());
+  const char* src = static_cast<const char*>(w.data());
+  char* dst = static_cast<char*>(out.data());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < half; ++j)
+      for (int64_t i = 0; i < 2; ++i)
+        std::memcpy(dst + (h * head_dim + 2 * j + i) * row_bytes, src + (h * head_dim + i * half + j) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+  return out;
 }
 
 }  // namespace
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(weights.config), dtype_(options.dtype), fused_(options.fused) {
+    : backend_(backend), config_(weights.config), dtype_(options.dtype.value_or(weights.token_embedding.dtype())),
+      fused_(options.fused) {
+  weights.validate(name);
   allocate(name);
-  const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
-  upload(backend_, w_.token_embedding, weights.token_embedding);
-  if (!config_.shared_classifier) upload(backend_, w_.classifier, weights.classifier);
-  w_.rms_att.copy_from(weights.rms_att);
-  w_.rms_ffn.copy_from(weights.rms_ffn);
-  w_.rms_final.copy_from(weights.rms_final);
+  const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
+  // Each tensor is released (its file pages dropped) as soon as it is on the device.
+  auto put = [&](const Tensor& dst, const Tensor& src) {
+    upload(backend_, dst, src);
+    if (weights.release) weights.release(src);
+  };
+  auto put_rope_rows = [&](const Tensor& dst, const Tensor& src, int64_t heads) {
+    if (!weights.rotate_half) return put(dst, src);
+    upload(backend_, dst, interleave_rope_rows(backend_, src, heads, hd));
+    if (weights.release) weights.release(src);
+  };
+  put(w_.token_embedding, weights.token_embedding);
+  if (!config_.shared_classifier) put(w_.classifier, weights.classifier);
+  put(w_.rms_final, weights.rms_final);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const LlamaHostWeights::Layer& src = weights.layers[static_cast<size_t>(l)];
     Tensor qkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
-    upload(backend_, qkv.slice(0, 0, d), weights.wq.select(0, l));
-    upload(backend_, qkv.slice(0, d, d + kv), weights.wk.select(0, l));
-    upload(backend_, qkv.slice(0, d + kv, d + 2 * kv), weights.wv.select(0, l));
-    upload(backend_, w_.wo.select(0, l), weights.wo.select(0, l));
-    upload(backend_, w13.slice(0, 0, h), weights.w1.select(0, l));
-    upload(backend_, w13.slice(0, h, 2 * h), weights.w3.select(0, l));
-    upload(backend_, w_.w2.select(0, l), weights.w2.select(0, l));
+    put(w_.rms_att.select(0, l), src.rms_att);
+    put(w_.rms_ffn.select(0, l), src.rms_ffn);
+    put_rope_rows(qkv.slice(0, 0, q), src.wq, config_.n_heads);
+    put_rope_rows(qkv.slice(0, q, q + kv), src.wk, config_.n_kv_heads);
+    put(qkv.slice(0, q + kv, q + 2 * kv), src.wv);
+    put(w_.wo.select(0, l), src.wo);
+    put(w13.slice(0, 0, h), src.w1);
+    put(w13.slice(0, h, 2 * h), src.w3);
+    put(w_.w2.select(0, l), src.w2);
   }
   backend_.synchronize();
 }
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(config), dtype_(options.dtype), fused_(options.fused) {
+    : backend_(backend), config_(config), dtype_(options.dtype.value_or(DType::f32)), fused_(options.fused) {
   config_.validate(name);
   allocate(name);
-  const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
+  const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim();
   auto fill = [&](const Tensor& t, WeightKind kind, int64_t layer) {
     WeightInit init = weight_init(config_, options.seed, kind, layer);
     backend_.fill_uniform(t, init.seed, init.lo, init.hi);
@@ -144,9 +184,9 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
     Tensor qkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
     fill(w_.rms_att.select(0, l), WeightKind::rms_att, l);
     fill(w_.rms_ffn.select(0, l), WeightKind::rms_ffn, l);
-    fill(qkv.slice(0, 0, d), WeightKind::wq, l);
-    fill(qkv.slice(0, d, d + kv), WeightKind::wk, l);
-    fill(qkv.slice(0, d + kv, d + 2 * kv), WeightKind::wv, l);
+    fill(qkv.slice(0, 0, q), WeightKind::wq, l);
+    fill(qkv.slice(0, q, q + kv), WeightKind::wk, l);
+    fill(qkv.slice(0, q + kv, q + 2 * kv), WeightKind::wv, l);
     fill(w_.wo.select(0, l), WeightKind::wo, l);
     fill(w13.slice(0, 0, h), WeightKind::w1, l);
     fill(w13.slice(0, h, 2 * h), WeightKind::w3, l);
@@ -156,8 +196,8 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
 }
 
 uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) const {
-  const uint64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
-  const uint64_t per_row = 5 * d + 2 * kv + 3 * h;  // x, xb, qkv, att, proj, h13, hb (below)
+  const uint64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
+  const uint64_t per_row = 3 * d + 2 * q + 2 * kv + 3 * h;  // x, xb, qkv, att, proj, h13, hb (below)
   const char* what = "activations";
   return checked_add(checked_product({uint64_t(max_rows), per_row, 4}, what),
                      checked_product({uint64_t(max_logit_rows), 2 * d, 4}, what), what);
@@ -166,15 +206,15 @@ uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) 
 void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   if (max_rows <= ws_.rows && max_logit_rows <= ws_.logit_rows) return;
   const int64_t rows = std::max(max_rows, ws_.rows), logit_rows = std::max(max_logit_rows, ws_.logit_rows);
-  const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim();
+  const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   ws_ = Workspace();  // give the old buffers back to the pool first
   ++graph_epoch_;
   ws_.rows = rows;
   ws_.logit_rows = logit_rows;
   ws_.x = backend_.empty({rows, d}, DType::f32);
   ws_.xb = backend_.empty({rows, d}, DType::f32);
-  ws_.qkv = backend_.empty({rows, d + 2 * kv}, DType::f32);
-  ws_.att = backend_.empty({rows, d}, DType::f32);
+  ws_.qkv = backend_.empty({rows, q + 2 * kv}, DType::f32);
+  ws_.att = backend_.empty({rows, q}, DType::f32);
   ws_.proj = backend_.empty({rows, d}, DType::f32);
   ws_.h13 = backend_.empty({rows, 2 * h}, DType::f32);
   ws_.hb = backend_.empty({rows, h}, DType::f32);
@@ -183,24 +223,25 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
 }
 
 void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, const KvCache& cache) {
-  const int64_t d = config_.dim, h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
+  const int64_t qd = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
+  const float eps = config_.rms_eps;
   Backend& be = backend_;
   Tensor x = ws_.x.slice(0, 0, M), xb = ws_.xb.slice(0, 0, M), qkv = ws_.qkv.slice(0, 0, M);
-  Tensor q = qkv.slice(1, 0, d), k = qkv.slice(1, d, d + kv), v = qkv.slice(1, d + kv, d + 2 * kv);
+  Tensor q = qkv.slice(1, 0, qd), k = qkv.slice(1, qd, qd + kv), v = qkv.slice(1, qd + kv, qd + 2 * kv);
   Tensor att = ws_.att.slice(0, 0, M), proj = ws_.proj.slice(0, 0, M);
   Tensor h13 = ws_.h13.slice(0, 0, M), hb = ws_.hb.slice(0, 0, M);
   Tensor wqkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
   Tensor k_cache = cache.k(l), v_cache = cache.v(l);
 
   // Attention block. With fused kernels, xb already holds rmsnorm(x) (see the end of the layer).
-  if (!fused_ || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), kRmsEps);
+  if (!fused_ || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), eps);
   if (fused_) {
     be.matmul(qkv, xb, wqkv);
     be.rope_kv_store(k_cache, v_cache, q, k, v, b.seq, b.pos, w_.rope, hd);
   } else {
-    be.matmul(q, xb, wqkv.slice(0, 0, d));
-    be.matmul(k, xb, wqkv.slice(0, d, d + kv));
-    be.matmul(v, xb, wqkv.slice(0, d + kv, d + 2 * kv));
+    be.matmul(q, xb, wqkv.slice(0, 0, qd));
+    be.matmul(k, xb, wqkv.slice(0, qd, qd + kv));
+    be.matmul(v, xb, wqkv.slice(0, qd + kv, qd + 2 * kv));
     be.rope(q, b.pos, w_.rope, hd);
     be.rope(k, b.pos, w_.rope, hd);
     be.kv_store(k_cache, v_cache, k, v, b.seq, b.pos);
@@ -211,11 +252,11 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
 
   // Feed-forward block.
   if (fused_) {
-    be.residual_rmsnorm(xb, x, proj, w_.rms_ffn.select(0, l), kRmsEps);
+    be.residual_rmsnorm(xb, x, proj, w_.rms_ffn.select(0, l), eps);
     be.matmul(h13, xb, w13);
   } else {
     be.add(x, x, proj);
-    be.rmsnorm(xb, x, w_.rms_ffn.select(0, l), kRmsEps);
+    be.rmsnorm(xb, x, w_.rms_ffn.select(0, l), eps);
     be.matmul(h13.slice(1, 0, h), xb, w13.slice(0, 0, h));
     be.matmul(h13.slice(1, h, 2 * h), xb, w13.slice(0, h, 2 * h));
   }
@@ -223,7 +264,7 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
   be.matmul(proj, hb, w_.w2.select(0, l));
   // The residual add, fused with the next layer's first RMSNorm when there is a next layer.
   if (fused_ && l + 1 < config_.n_layers)
-    be.residual_rmsnorm(xb, x, proj, w_.rms_att.select(0, l + 1), kRmsEps);
+    be.residual_rmsnorm(xb, x, proj, w_.rms_att.select(0, l + 1), eps);
   else
     be.add(x, x, proj);
 }
@@ -245,7 +286,7 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   // Logits only where they are needed: gather those rows, normalise, classify.
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
   backend_.embedding(last, x, b.logit_rows);
-  backend_.rmsnorm(last_norm, last, w_.rms_final, kRmsEps);
+  backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
   backend_.matmul(logits, last_norm, w_.classifier);
 }
 

@@ -3,29 +3,34 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "models/checkpoint.h"
 #include "models/llama_config.h"
+#include "models/llama_weights.h"
 #include "models/presets.h"
 
 namespace minfer {
 
 struct LlamaOptions {
-  DType dtype = DType::f32;  // of the weight matrices and the embedding table (f32, f16, bf16)
+  // Of the weight matrices and the embedding table (f32, f16, bf16); unset: as the file stores
+  // them (f32 for llama2.c files and presets).
+  std::optional<DType> dtype;
   bool fused = true;         // fused kernels (see Model::set_fused)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
 };
 
 class LlamaModel final : public Model {
  public:
-  // `spec` is a checkpoint path or "preset:NAME". Refuses, before allocating, a model whose
-  // weights do not fit in the backend's memory, stating the bytes needed and available.
+  // `spec` is a model file or folder (models/model_files.h) or "preset:NAME". Refuses, before
+  // allocating, a model whose weights do not fit in the backend's memory, stating the bytes
+  // needed and available.
   static std::unique_ptr<LlamaModel> load(const std::string& spec, Backend& backend,
                                           const LlamaOptions& options);
-  // Weights from a checkpoint, converted to options.dtype and copied to the backend.
+  // Weights from the host (a file's views), converted to options.dtype and copied to the
+  // backend tensor by tensor, each released as soon as it is copied.
   LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
              const LlamaOptions& options);
   // Synthetic weights generated on the backend (see models/presets.h).
@@ -67,8 +72,8 @@ class LlamaModel final : public Model {
     Tensor rms_att;          // (L, dim) f32
     Tensor rms_ffn;          // (L, dim) f32
     Tensor rms_final;        // (dim) f32
-    Tensor wqkv;             // (L, dim + 2 kv_dim, dim)
-    Tensor wo;               // (L, dim, dim)
+    Tensor wqkv;             // (L, q_dim + 2 kv_dim, dim)
+    Tensor wo;               // (L, dim, q_dim)
     Tensor w13;              // (L, 2 hidden, dim)
     Tensor w2;               // (L, dim, hidden)
     Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
@@ -78,8 +83,8 @@ class LlamaModel final : public Model {
     int64_t rows = 0, logit_rows = 0;
     Tensor x;     // (rows, dim): the residual stream
     Tensor xb;    // (rows, dim): normalised input of a block
-    Tensor qkv;   // (rows, dim + 2 kv_dim): q | k | v
-    Tensor att;   // (rows, dim): attention output
+    Tensor qkv;   // (rows, q_dim + 2 kv_dim): q | k | v
+    Tensor att;   // (rows, q_dim): attention output
     Tensor proj;  // (rows, dim): output of wo and w2, added to the residual stream
     Tensor h13;   // (rows, 2 hidden): w1 x | w3 x
     Tensor hb;    // (rows, hidden): silu(w1 x) * w3 x

@@ -1,11 +1,28 @@
-// The shape of a Llama-style decoder, as llama2.c's checkpoint header describes it, with the
-// checks every header must pass before a byte is allocated and the sizes derived from it.
+// The shape of a Llama-style decoder and the constants of its layers, as a llama2.c header, a
+// Hugging Face config.json or GGUF metadata describe it, with the checks every description must
+// pass before a byte is allocated and the sizes derived from it.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace minfer {
+
+// How positions are scaled before RoPE (Hugging Face's rope_scaling / rope_parameters):
+//   none     angle = position * inv_freq[j],  inv_freq[j] = 1 / theta^(2j / head_dim)
+//   linear   every inv_freq divided by `factor` (positions stretched)
+//   llama3   Llama 3.1's rule: low frequencies divided by `factor`, high ones kept, a smooth
+//            blend between (original_max_positions, low_freq_factor, high_freq_factor)
+//   factors  inv_freq[j] divided by factors[j], given per frequency (GGUF's rope_freqs tensor,
+//            which is how llama.cpp's converter stores llama3 scaling)
+struct RopeScaling {
+  enum class Type { none, linear, llama3, factors } type = Type::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_positions = 8192;
+  std::vector<float> factors;  // (head_dim / 2), Type::factors only
+};
 
 struct LlamaConfig {
   int64_t dim = 0;          // width of the residual stream
@@ -15,9 +32,18 @@ struct LlamaConfig {
   int64_t n_kv_heads = 0;   // key/value heads (grouped-query attention when < n_heads)
   int64_t vocab_size = 0;
   int64_t n_ctx = 0;        // the longest context the model supports (llama2.c: seq_len)
+  int64_t head_size = 0;    // the width of a head when it is not dim / n_heads (0: dim / n_heads)
   bool shared_classifier = true;  // the output classifier is the token embedding table
+  float rms_eps = 1e-5f;    // RMSNorm's epsilon (llama2.c's 1e-5; config.json's rms_norm_eps)
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  // Token ids: BOS, and the ids that end a generation (llama2.c: BOS 1; BOS and EOS, 1 and 2,
+  // stop, as in run.c; a Hugging Face model stops at its eos_token_id(s)).
+  int32_t bos_id = 1;
+  std::vector<int32_t> stop_ids = {1, 2};
 
-  int64_t head_dim() const { return dim / n_heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  int64_t q_dim() const { return n_heads * head_dim(); }     // width of q and of attention's output
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
 
   // Limits a header must respect: large enough for any model minfer targets, small enough that
@@ -36,6 +62,9 @@ struct LlamaConfig {
   uint64_t n_params() const;            // including the classifier if it is not shared
   uint64_t n_matmul_params() const;     // the weights each decode step reads: layers + classifier
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
+  // The RoPE frequencies of a head, theta and the scaling applied, in float as the references
+  // compute them (PyTorch in float32, run.c in float): (head_dim / 2).
+  std::vector<float> rope_inv_freq() const;
 };
 
 }  // namespace minfer

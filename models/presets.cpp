@@ -56,10 +56,10 @@ WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kin
     case WeightKind::rms_ffn:
     case WeightKind::rms_final: return {seed, 1.0f, 1.0f};
     case WeightKind::w2: return around(c.hidden_dim);
+    case WeightKind::wo: return around(c.q_dim());
     case WeightKind::wq:
     case WeightKind::wk:
     case WeightKind::wv:
-    case WeightKind::wo:
     case WeightKind::w1:
     case WeightKind::w3:
     case WeightKind::classifier: return around(c.dim);

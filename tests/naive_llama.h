@@ -9,18 +9,27 @@
 #include <random>
 #include <vector>
 
-#include "models/checkpoint.h"
+#include "models/llama_weights.h"
 
 namespace minfer::test {
 
 class NaiveLlama {
  public:
-  explicit NaiveLlama(const LlamaHostWeights& weights);  // f32 host tensors
+  // Host tensors in f32, f16 or bf16, in either RoPE layout (rotate_half rotates pairs
+  // (j, j + head_dim / 2), as Hugging Face's checkpoints expect: an independent check of the
+  // row permutation LlamaModel applies to them); theta, scaling and epsilon from the config.
+  explicit NaiveLlama(const LlamaHostWeights& weights);
   // Feeds `token` at position `pos` (positions 0, 1, 2, ... in order) and returns the logits.
   std::vector<double> forward(int32_t token, int64_t pos);
 
  private:
-  const LlamaHostWeights& w_;
+  struct Layer {
+    std::vector<double> rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3;
+  };
+  LlamaConfig config_;
+  bool rotate_half_;
+  std::vector<double> embedding_, classifier_, rms_final_, inv_freq_;
+  std::vector<Layer> layers_;
   std::vector<double> k_cache_, v_cache_;  // (n_layers, n_ctx, kv_dim)
 };
 

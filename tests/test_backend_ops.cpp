@@ -120,6 +120,13 @@ class BackendOps : public ::testing::TestWithParam<Case> {
   std::mt19937 rng_{12345};
 };
 
+// llama2.c's RoPE table: theta 10000, no scaling.
+void rope_table_default(float* table, int64_t positions, int64_t head_dim) {
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  ref::rope_inv_freq_default(inv_freq.data(), head_dim);
+  ref::rope_table(table, positions, inv_freq.data(), head_dim);
+}
+
 // Distinct (seq, pos) pairs for M rows of a cache of n_seqs x n_ctx: what a batch writes in one step.
 void distinct_slots(std::mt19937& rng, int64_t M, int64_t n_seqs, int64_t n_ctx,
                     std::vector<int32_t>* seq, std::vector<int32_t>* pos) {
@@ -186,7 +193,7 @@ TEST_P(BackendOps, MatchesReference) {
     case Op::rope: {
       const int64_t heads = k.a, head_dim = k.b, positions = 97;
       Tensor table = host_tensor({positions, head_dim}, DType::f32);
-      ref::rope_table(table.data_as<float>(), positions, head_dim);
+      rope_table_default(table.data_as<float>(), positions, head_dim);
       std::vector<int32_t> pos;
       for (int64_t m = 0; m < M; ++m) pos.push_back(static_cast<int32_t>(rng_() % positions));
       auto [x, x_host] = activation(M, heads * head_dim);
@@ -211,7 +218,7 @@ TEST_P(BackendOps, MatchesReference) {
       auto [kx, k_host] = activation(M, kv_dim);
       auto [vx, v_host] = activation(M, kv_dim);
       Tensor table = host_tensor({n_ctx, head_dim}, DType::f32);
-      ref::rope_table(table.data_as<float>(), n_ctx, head_dim);
+      rope_table_default(table.data_as<float>(), n_ctx, head_dim);
       if (k.op == Op::kv_store) {
         backend_->kv_store(k_cache, v_cache, kx, vx, indices(seq), indices(pos));
       } else {
@@ -471,7 +478,7 @@ TEST(RopeTable, MatchesCosAndSinComputedInDouble) {
   for (int64_t head_dim : {8, 48, 64, 128}) {
     const int64_t positions = 4096, half = head_dim / 2;
     std::vector<float> table(static_cast<size_t>(positions * head_dim));
-    ref::rope_table(table.data(), positions, head_dim);
+    rope_table_default(table.data(), positions, head_dim);
     double worst = 0.0;
     for (int64_t p = 0; p < positions; ++p)
       for (int64_t j = 0; j < half; ++j) {

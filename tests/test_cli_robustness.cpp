@@ -124,7 +124,7 @@ TEST(CliRobustness, InputsMustBeRegularFilesAndSayWhyNot) {
   const std::vector<Case> cases = {
       {{"generate", "-m", fifo, "-n", "2"}, 1, "is a FIFO (named pipe), not a regular file"},
       {{"tokenize", "-z", fifo, "-i", "hi"}, 1, "is a FIFO (named pipe), not a regular file"},
-      {{"generate", "-m", dir.file("a-directory"), "-n", "2"}, 1, "is a directory, not a regular file"},
+      {{"generate", "-m", dir.file("a-directory"), "-n", "2"}, 1, "a directory, but not a Hugging Face model folder"},
       {{"tokenize", "-z", dir.file("a-directory"), "-i", "hi"}, 1, "is a directory, not a regular file"},
       {{"tokenize", "-z", dir.file("missing.bin"), "-i", "hi"}, 1, "cannot open the tokenizer: No such file or directory"},
       {{"generate", "-m", "/dev/zero", "-n", "2"}, 1, "is a character device"},

@@ -39,15 +39,46 @@ LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, in
 struct Named {
   const char* name;
   LlamaConfig config;
+  bool rotate_half = false;  // weights in Hugging Face's layout, permuted by LlamaModel at upload
 };
+
+// The constants of Hugging Face's models: heads whose width is not dim / heads, another theta,
+// Llama 3.1's frequency scaling, another epsilon.
+LlamaConfig llama3_like(LlamaConfig c) {
+  c.head_size = 24;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeScaling::Type::llama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.original_max_positions = 16;  // short, so that the 40 positions reach the scaled band
+  c.rms_eps = 1e-6f;
+  c.bos_id = 0;
+  c.stop_ids = {3};
+  return c;
+}
+
+LlamaConfig linear_scaled(LlamaConfig c) {
+  c.rope_scaling.type = RopeScaling::Type::linear;
+  c.rope_scaling.factor = 4.0;
+  return c;
+}
 
 const std::vector<Named>& shapes() {
   static const std::vector<Named> all = {
       {"multi-head, shared classifier", shape(64, 160, 2, 4, 4, 97, true)},
       {"grouped-query 8/2, separate classifier", shape(64, 172, 2, 8, 2, 101, false)},
       {"multi-query 6/1, separate classifier", shape(48, 100, 3, 6, 1, 83, false)},
+      {"llama3-like: 4/2 heads of 24, theta 5e5, llama3 scaling, rotate-half weights",
+       llama3_like(shape(64, 160, 2, 4, 2, 89, false)), true},
+      {"linear rope scaling, rotate-half weights, shared classifier", linear_scaled(shape(48, 128, 2, 4, 4, 79, true)),
+       true},
   };
   return all;
+}
+
+LlamaHostWeights weights_for(const Named& n, uint64_t seed) {
+  LlamaHostWeights w = random_llama_weights(n.config, seed, 2.5);
+  w.rotate_half = n.rotate_half;
+  return w;
 }
 
 // Three sequences: prompts of 7, 1 and 12 tokens, then four decode steps.
@@ -147,7 +178,7 @@ void expect_logits_close(const Logits& expected, const Logits& actual, double li
 // positions and after different histories, so a misplaced row could not go unnoticed.
 TEST(WholeModel, RandomModelsAreSensitiveToTokensAndPositions) {
   for (const Named& n : shapes()) {
-    LlamaHostWeights w = random_llama_weights(n.config, 11, 2.5);
+    LlamaHostWeights w = weights_for(n, 11);
     NaiveLlama a(w), b(w);
     std::vector<double> at0 = a.forward(5, 0), a1 = a.forward(9, 1), a2 = a.forward(5, 2);
     std::vector<double> b0 = b.forward(7, 0), b1 = b.forward(9, 1);
@@ -159,7 +190,7 @@ TEST(WholeModel, RandomModelsAreSensitiveToTokensAndPositions) {
 TEST(WholeModel, RefBackendMatchesTheNaiveForwardPass) {
   auto ref = make_backend(BackendKind::ref);
   for (const Named& n : shapes()) {
-    LlamaHostWeights w = random_llama_weights(n.config, 21, 2.5);
+    LlamaHostWeights w = weights_for(n, 21);
     Script script = make_script(n.config.vocab_size, 5);
     Logits expected = naive_logits(w, script);
     for (bool fused : {true, false})
@@ -183,7 +214,7 @@ TEST(WholeModel, CpuBackendMatchesTheReferenceBackend) {
   options.threads = 2;
   auto cpu = make_backend(BackendKind::cpu, options);
   for (const Named& n : shapes()) {
-    LlamaHostWeights w = random_llama_weights(n.config, 31, 2.5);
+    LlamaHostWeights w = weights_for(n, 31);
     Script script = make_script(n.config.vocab_size, 6);
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       RunOptions base;
@@ -213,7 +244,7 @@ TEST(WholeModel, CudaBackendMatchesTheReferenceBackend) {
     options.gemm = parse_gemm(gemm);
     auto cuda = make_backend(BackendKind::cuda, options);
     for (const Named& n : shapes()) {
-      LlamaHostWeights w = random_llama_weights(n.config, 41, 2.5);
+      LlamaHostWeights w = weights_for(n, 41);
       Script script = make_script(n.config.vocab_size, 7);
       for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
         RunOptions base;
@@ -235,7 +266,7 @@ TEST(WholeModel, CudaBackendMatchesTheReferenceBackend) {
 // run.c's way of feeding a prompt, a token per forward pass, against one batched pass.
 TEST(WholeModel, OneByOnePrefillMatchesBatchedOnEveryBackend) {
   const Named& n = shapes()[1];
-  LlamaHostWeights w = random_llama_weights(n.config, 51, 2.5);
+  LlamaHostWeights w = weights_for(n, 51);
   Script script = make_script(n.config.vocab_size, 8);
   for (auto& p : script.prompts) p.resize(6, 3);  // equal lengths
   Logits expected = naive_logits(w, script);

@@ -14,6 +14,7 @@
 // matmul peak are measured first (engine/roofline.h) and every row is given as a fraction of them.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <vector>
 
@@ -76,27 +77,28 @@ class Bench {
     if (s_.output == "csv") print_csv_header(stdout);
     for (const std::string& spec : s_.models)
       for (const std::string& dtype : s_.dtypes)
-        for (int64_t threads : s_.threads) run_model(spec, parse_dtype(dtype.c_str()), static_cast<int>(threads));
+        for (int64_t threads : s_.threads)
+          run_model(spec, dtype == "auto" ? std::optional<DType>() : parse_dtype(dtype.c_str()), static_cast<int>(threads));
     return rows_;
   }
 
  private:
-  void run_model(const std::string& spec, DType dtype, int threads) {
+  void run_model(const std::string& spec, std::optional<DType> dtype, int threads) {
     BackendOptions options = s_.backend;
     options.threads = threads;
     const BackendKind kind = s_.device;
     std::unique_ptr<Backend> backend = make_backend(kind, options);
-    Roofline roofline;
-    if (s_.roofline) {
-      roofline = measure_roofline(*backend, dtype);
-      std::fprintf(stderr, "minfer: roofline on %s: %s\n", backend->name().c_str(), roofline.describe().c_str());
-    }
     LlamaOptions model_options;
     model_options.dtype = dtype;
     std::unique_ptr<ProfilingBackend> profiler;
     if (s_.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
     Backend& runner = profiler ? static_cast<Backend&>(*profiler) : *backend;
     auto model = LlamaModel::load(spec, runner, model_options);
+    Roofline roofline;
+    if (s_.roofline) {
+      roofline = measure_roofline(*backend, model->info().dtype);
+      std::fprintf(stderr, "minfer: roofline on %s: %s\n", backend->name().c_str(), roofline.describe().c_str());
+    }
     const LlamaConfig& config = model->config();
     std::vector<int64_t> prompts = s_.prompts;
     for (auto& p : prompts) {
@@ -123,7 +125,7 @@ class Bench {
     base.model_bytes = model->info().weight_bytes;
     base.device = backend_kind_name(kind);
     base.device_name = backend->name();
-    base.dtype = dtype_name(dtype);
+    base.dtype = dtype_name(model->info().dtype);
     base.threads = backend->cpu_threads();
     base.gemm = gemm_name(options.gemm);
     base.roofline_gbps = roofline.read_gbps;
@@ -234,7 +236,7 @@ int cmd_bench(int argc, char** argv) {
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
              {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
-             {"--dtype", "LIST", "weights: f32, f16, bf16 (default f32)"},
+             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16 (default auto)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
@@ -261,8 +263,9 @@ int cmd_bench(int argc, char** argv) {
   s.reps = static_cast<int>(args.get_int("-r", 5, 1, 1000));
   s.device = parse_backend_kind(args.get("--device", "auto"));
   check_backend_options(args, s.device);
-  s.dtypes = parse_list(args.get("--dtype", "f32"), "--dtype");
-  for (const auto& d : s.dtypes) MINFER_CHECK(parse_dtype(d.c_str()) != DType::i32, "--dtype: weights are f32, f16 or bf16");
+  s.dtypes = parse_list(args.get("--dtype", "auto"), "--dtype");
+  for (const auto& d : s.dtypes)
+    MINFER_CHECK(d == "auto" || parse_dtype(d.c_str()) != DType::i32, "--dtype: weights are auto, f32, f16 or bf16");
   s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
   for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
   s.output = args.get("-o", "md");

@@ -9,9 +9,11 @@ namespace minfer::cli {
 
 std::vector<Option> engine_options() {
   return {
-      {"-m,--model", "MODEL", "a llama2.c checkpoint (.bin) or preset:NAME (required)"},
+      {"-m,--model", "MODEL", "a model: a Hugging Face folder, a .safetensors or .gguf file, a llama2.c\n"
+                              "                              checkpoint, or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
-      {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default f32)"},
+      {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default: as the model stores them; f32 for\n"
+                          "                              llama2.c files and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
@@ -45,8 +47,10 @@ BackendOptions backend_options(const Args& args) {
 
 LlamaOptions llama_options(const Args& args) {
   LlamaOptions options;
-  options.dtype = parse_dtype(args.get("--dtype", "f32").c_str());
-  MINFER_CHECK(options.dtype != DType::i32, "--dtype: weights are f32, f16 or bf16");
+  if (args.has("--dtype")) {
+    options.dtype = parse_dtype(args.get("--dtype").c_str());
+    MINFER_CHECK(*options.dtype != DType::i32, "--dtype: weights are f32, f16 or bf16");
+  }
   std::string kernels = args.get("--kernels", "fused");
   MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
                "' is not fused or unfused");

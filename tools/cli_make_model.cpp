@@ -59,30 +59,31 @@ int cmd_make_model(int argc, char** argv) {
   uint64_t bytes = c.n_params() * 4;
   if (cpu.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
     fail("make-model: the weights need ", bytes, " bytes in memory, ", free_bytes, " are available");
-  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
+  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
   LlamaHostWeights w;
   w.config = c;
-  auto make = [&](std::vector<int64_t> shape, WeightKind kind) {
+  auto make = [&](std::vector<int64_t> shape, WeightKind kind, int64_t layer) {
     Tensor t = cpu.empty(shape, DType::f32);
-    const bool per_layer = shape.size() > 1 && kind != WeightKind::embedding && kind != WeightKind::classifier;
-    for (int64_t l = 0; l < (per_layer ? L : 1); ++l) {
-      WeightInit init = weight_init(c, seed, kind, l);
-      cpu.fill_uniform(per_layer ? t.select(0, l) : t, init.seed, init.lo, init.hi);
-    }
+    WeightInit init = weight_init(c, seed, kind, layer);
+    cpu.fill_uniform(t, init.seed, init.lo, init.hi);
     return t;
   };
-  w.token_embedding = make({V, d}, WeightKind::embedding);
-  w.rms_att = make({L, d}, WeightKind::rms_att);
-  w.wq = make({L, d, d}, WeightKind::wq);
-  w.wk = make({L, kv, d}, WeightKind::wk);
-  w.wv = make({L, kv, d}, WeightKind::wv);
-  w.wo = make({L, d, d}, WeightKind::wo);
-  w.rms_ffn = make({L, d}, WeightKind::rms_ffn);
-  w.w1 = make({L, h, d}, WeightKind::w1);
-  w.w2 = make({L, d, h}, WeightKind::w2);
-  w.w3 = make({L, h, d}, WeightKind::w3);
-  w.rms_final = make({d}, WeightKind::rms_final);
-  w.classifier = c.shared_classifier ? w.token_embedding : make({V, d}, WeightKind::classifier);
+  w.token_embedding = make({V, d}, WeightKind::embedding, 0);
+  for (int64_t l = 0; l < L; ++l) {
+    LlamaHostWeights::Layer layer;
+    layer.rms_att = make({d}, WeightKind::rms_att, l);
+    layer.wq = make({q, d}, WeightKind::wq, l);
+    layer.wk = make({kv, d}, WeightKind::wk, l);
+    layer.wv = make({kv, d}, WeightKind::wv, l);
+    layer.wo = make({d, q}, WeightKind::wo, l);
+    layer.rms_ffn = make({d}, WeightKind::rms_ffn, l);
+    layer.w1 = make({h, d}, WeightKind::w1, l);
+    layer.w2 = make({d, h}, WeightKind::w2, l);
+    layer.w3 = make({h, d}, WeightKind::w3, l);
+    w.layers.push_back(layer);
+  }
+  w.rms_final = make({d}, WeightKind::rms_final, 0);
+  w.classifier = c.shared_classifier ? w.token_embedding : make({V, d}, WeightKind::classifier, 0);
   write_checkpoint(args.get("-o"), w, format == "v1" ? CheckpointFormat::v1 : CheckpointFormat::v0);
   std::fprintf(stderr, "minfer: wrote %s (%s checkpoint, %s, %llu params)\n", args.get("-o").c_str(),
                format.c_str(), c.describe().c_str(), static_cast<unsigned long long>(c.n_params()));

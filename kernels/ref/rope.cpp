@@ -4,17 +4,21 @@
 
 namespace minfer::ref {
 
-void rope_table_row(float* row, int64_t position, int64_t head_dim) {
+void rope_inv_freq_default(float* inv_freq, int64_t head_dim) {
+  for (int64_t j = 0; j < head_dim / 2; ++j)
+    inv_freq[j] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+}
+
+void rope_table_row(float* row, int64_t position, const float* inv_freq, int64_t head_dim) {
   for (int64_t j = 0; j < head_dim / 2; ++j) {
-    float freq = 1.0f / std::pow(10000.0f, static_cast<float>(2 * j) / static_cast<float>(head_dim));
-    float angle = static_cast<float>(position) * freq;
+    float angle = static_cast<float>(position) * inv_freq[j];
     row[2 * j + 0] = std::cos(angle);
     row[2 * j + 1] = std::sin(angle);
   }
 }
 
-void rope_table(float* table, int64_t n_positions, int64_t head_dim) {
-  for (int64_t p = 0; p < n_positions; ++p) rope_table_row(table + p * head_dim, p, head_dim);
+void rope_table(float* table, int64_t n_positions, const float* inv_freq, int64_t head_dim) {
+  for (int64_t p = 0; p < n_positions; ++p) rope_table_row(table + p * head_dim, p, inv_freq, head_dim);
 }
 
 void rope(float* x, int64_t ld_x, const int32_t* pos, const float* table, int64_t M,
