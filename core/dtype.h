@@ -1,10 +1,17 @@
-// Element types and host-side conversions between float32 and the two 16-bit float formats.
+// Element types and host-side conversions between float32, the two 16-bit float formats and
+// llama.cpp's 8-bit blocks.
 //
 // f16 (IEEE binary16): 1 sign, 5 exponent, 10 mantissa bits; max 65504, subnormals down to 2^-24.
 // bf16 (bfloat16):     1 sign, 8 exponent,  7 mantissa bits; the top half of a float32.
 // Both conversions from f32 round to nearest, ties to even, keep NaN a NaN (quiet, sign kept) and
 // keep +-Inf. These are the host versions: the CUDA kernels use the hardware intrinsics, and the
 // CPU kernels use F16C / AVX-512 instructions where the build enables them.
+//
+// q8_0 (ggml's Q8_0): blocks of 32 weights along a row, each an f16 scale d and 32 int8 values q,
+// weight = d * q: 34 bytes per 32 weights, 3.76 times fewer than f32. Quantizing is llama.cpp's
+// rule exactly (bit for bit what GGUF Q8_0 holds): d = max|x| / 127 rounded to f16, and
+// q = round(x * 127 / max|x|) with the reciprocal of the unrounded d, halves away from zero. A
+// q8_0 tensor's rows are whole blocks: its last dimension is a multiple of 32.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +19,27 @@
 
 namespace minfer {
 
-enum class DType : uint8_t { f32, f16, bf16, i32 };
+enum class DType : uint8_t { f32, f16, bf16, i32, q8_0 };
 
-constexpr int dtype_size(DType t) { return (t == DType::f16 || t == DType::bf16) ? 2 : 4; }
+// Elements per block and bytes per block: (1, size) for plain types, (32, 34) for q8_0.
+constexpr int64_t dtype_block(DType t) { return t == DType::q8_0 ? 32 : 1; }
+constexpr int64_t dtype_block_bytes(DType t) {
+  return t == DType::q8_0 ? 34 : (t == DType::f16 || t == DType::bf16) ? 2 : 4;
+}
+// Bytes per element of a plain type (not q8_0, whose elements have no whole size).
+constexpr int dtype_size(DType t) { return static_cast<int>(dtype_block_bytes(t)); }
+// The bytes of `count` elements (a whole number of blocks; Error otherwise).
+uint64_t dtype_bytes(DType t, uint64_t count);
+
+// One block of ggml's Q8_0.
+struct BlockQ8 {
+  uint16_t d;     // f16 scale
+  int8_t q[32];
+};
+static_assert(sizeof(BlockQ8) == 34, "a Q8_0 block is 34 bytes");
+// llama.cpp's quantize_row_q8_0 and dequantize_row_q8_0 (n a multiple of 32).
+void quantize_q8_0(BlockQ8* dst, const float* src, size_t n);
+void dequantize_q8_0(float* dst, const BlockQ8* src, size_t n);
 const char* dtype_name(DType t);
 // Parses "f32", "f16", "bf16", "i32"; throws Error naming the accepted values otherwise.
 DType parse_dtype(const char* name);
@@ -78,7 +103,7 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-// Converts n elements between f32 and {f32, f16, bf16}.
+// Converts n elements between f32 and {f32, f16, bf16, q8_0} (n a multiple of 32 for q8_0).
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
 

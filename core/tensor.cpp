@@ -30,7 +30,9 @@ Tensor Tensor::empty(const std::vector<int64_t>& shape, DType dtype, DeviceKind 
   t.device_ = device;
   uint64_t count = 1;
   for (int64_t s : shape) count = checked_mul(count, static_cast<uint64_t>(s), "tensor size");
-  uint64_t bytes = checked_mul(count, static_cast<uint64_t>(dtype_size(dtype)), "tensor bytes");
+  MINFER_CHECK(shape.back() % dtype_block(dtype) == 0, "a ", dtype_name(dtype), " tensor's rows are whole blocks of ",
+               dtype_block(dtype), ", not ", shape.back());
+  uint64_t bytes = dtype_bytes(dtype, count);
   MINFER_CHECK(bytes <= (uint64_t(1) << 62), "tensor of ", bytes, " bytes is too large");
   t.storage_ = std::make_shared<Storage>();
   t.storage_->block = pool.allocate(checked_size(bytes, "tensor bytes"));
@@ -42,6 +44,8 @@ Tensor Tensor::wrap(void* data, const std::vector<int64_t>& shape, DType dtype, 
                     std::shared_ptr<void> owner) {
   Tensor t;
   t.set_shape(shape);
+  MINFER_CHECK(shape.back() % dtype_block(dtype) == 0, "a ", dtype_name(dtype), " tensor's rows are whole blocks of ",
+               dtype_block(dtype), ", not ", shape.back());
   t.dtype_ = dtype;
   t.device_ = device;
   t.storage_ = std::make_shared<Storage>();
@@ -89,7 +93,9 @@ Tensor Tensor::slice(int dim, int64_t begin, int64_t end) const {
                ") out of range for dimension ", dim, " of ", str());
   Tensor t = *this;
   t.shape_[dim] = end - begin;
-  t.data_ = data_ + begin * stride_[dim] * static_cast<int64_t>(element_size());
+  t.data_ = data_ + dtype_bytes(dtype_, static_cast<uint64_t>(begin * stride_[dim]));
+  MINFER_CHECK(dim + 1 < ndim_ || t.shape_[dim] % dtype_block(dtype_) == 0, "slice of ", str(),
+               " cuts a block of ", dtype_block(dtype_));
   return t;
 }
 
@@ -119,15 +125,15 @@ namespace {
 // Walks every dense run of the innermost dimension of two same-shaped tensors.
 template <class Fn>
 void for_each_row(int ndim, const int64_t* shape, const int64_t* dst_stride, const int64_t* src_stride,
-                  char* dst, const char* src, size_t element, Fn&& fn) {
+                  char* dst, const char* src, DType dtype, Fn&& fn) {
   if (ndim == 1) {
     fn(dst, src);
     return;
   }
   for (int64_t i = 0; i < shape[0]; ++i)
     for_each_row(ndim - 1, shape + 1, dst_stride + 1, src_stride + 1,
-                 dst + i * dst_stride[0] * static_cast<int64_t>(element),
-                 src + i * src_stride[0] * static_cast<int64_t>(element), element, fn);
+                 dst + dtype_bytes(dtype, static_cast<uint64_t>(i * dst_stride[0])),
+                 src + dtype_bytes(dtype, static_cast<uint64_t>(i * src_stride[0])), dtype, fn);
 }
 
 }  // namespace
@@ -141,16 +147,18 @@ void Tensor::copy_from(const Tensor& src) const {
     copy_bytes(data_, device_, src.data_, src.device_, nbytes());
     return;
   }
-  const size_t element = element_size();
   const int64_t inner = shape_[ndim_ - 1];
   const bool host = device_ == DeviceKind::cpu && src.device_ == DeviceKind::cpu;
   MINFER_CHECK(host || (rows_dense() && src.rows_dense()),
                "copy between devices needs dense rows: ", src.str(), " into ", str());
-  for_each_row(ndim_, shape_, stride_, src.stride_, data_, src.data_, element,
+  MINFER_CHECK(dtype_block(dtype_) == 1 || (rows_dense() && src.rows_dense()), "copy of ", src.str(), " into ",
+               str(), " needs dense rows of whole blocks");
+  for_each_row(ndim_, shape_, stride_, src.stride_, data_, src.data_, dtype_,
                [&](char* d, const char* s) {
                  if (stride_[ndim_ - 1] == 1 && src.stride_[ndim_ - 1] == 1) {
-                   copy_bytes(d, device_, s, src.device_, static_cast<size_t>(inner) * element);
+                   copy_bytes(d, device_, s, src.device_, static_cast<size_t>(dtype_bytes(dtype_, uint64_t(inner))));
                  } else {
+                   const size_t element = element_size();
                    for (int64_t i = 0; i < inner; ++i)
                      std::memcpy(d + i * stride_[ndim_ - 1] * static_cast<int64_t>(element),
                                  s + i * src.stride_[ndim_ - 1] * static_cast<int64_t>(element),

@@ -45,8 +45,9 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
+  // Bytes per element of a plain dtype; q8_0 has none (its bytes are counted per block of 32).
   size_t element_size() const { return static_cast<size_t>(dtype_size(dtype_)); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  size_t nbytes() const { return static_cast<size_t>(dtype_bytes(dtype_, static_cast<uint64_t>(numel()))); }
   bool is_contiguous() const;
   // Rows are dense (last stride 1) though rows may be spaced apart, e.g. a column slice.
   bool rows_dense() const { return ndim_ == 0 || stride_[ndim_ - 1] == 1 || shape_[ndim_ - 1] <= 1; }

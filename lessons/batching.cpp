@@ -64,12 +64,12 @@ void batching(const Options& o) {
   const std::vector<int64_t> cpu_batches = o.quick ? std::vector<int64_t>{1, 2, 4, 8, 16, 32}
                                                    : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256};
   // stories42M: 168 MB of f32 weights, far beyond the L3, so batch 1 really is memory-bound.
-  run_half(r, "cpu", *cpu, "preset:stories42M", DType::f32, cpu_batches, o.quick ? 8 : 32);
+  run_half(r, "cpu", *cpu, o.model_or("preset:stories42M"), DType::f32, cpu_batches, o.quick ? 8 : 32);
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {
     auto gpu = cuda_backend();
-    run_half(r, "cuda", *gpu, "preset:llama-1b", DType::f16, {1, 2, 4, 8, 16, 32, 64, 128, 256}, o.quick ? 16 : 64);
+    run_half(r, "cuda", *gpu, o.model_or("preset:llama-1b"), DType::f16, {1, 2, 4, 8, 16, 32, 64, 128, 256}, o.quick ? 16 : 64);
   }
   r.axes("batch size B", "tokens/s (all sequences)", true, true);
   r.write(o.out_dir);

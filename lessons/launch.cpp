@@ -66,7 +66,7 @@ void launch(const Options& o) {
   const double batched = median_seconds(5, [&] {
     pool.run(n * pool.size(), [&](int) { counter.fetch_add(1, std::memory_order_relaxed); });
   });
-  const std::string cpu_model = "preset:stories15M";
+  const std::string cpu_model = o.model_or("preset:stories15M");
   const int steps = o.quick ? 16 : 64;
   const StepResult cpu_fused = decode_step(*cpu, cpu_model, true, false, steps);
   const StepResult cpu_unfused = decode_step(*cpu, cpu_model, false, false, steps);
@@ -100,7 +100,7 @@ void launch(const Options& o) {
     double best = 0, worst = 0;
     for (bool fused : {true, false})
       for (bool graphs : {true, false}) {
-        const StepResult s = decode_step(*gpu, "preset:stories15M", fused, graphs, o.quick ? 32 : 128);
+        const StepResult s = decode_step(*gpu, o.model_or("preset:stories15M"), fused, graphs, o.quick ? 32 : 128);
         const std::string name = std::string("decode step, ") + (fused ? "fused" : "unfused") + ", graphs " + (graphs ? "on" : "off");
         rows.push_back({name, fmt("%.3f ms", s.ms_per_step), fmt("%.0f", s.ops_per_step)});
         r.bar("cuda", name + " (ms)", s.ms_per_step);

@@ -72,14 +72,15 @@ void report_half(Report& r, const std::string& half, const HalfResult& x, int64_
 void sequential(const Options& o) {
   Report r("sequential", "the autoregressive tax: 128 dependent steps against one batched pass");
   const int64_t H = o.quick ? 512 : 1024;
-  const std::string cpu_model = o.quick ? "preset:tiny" : "preset:stories15M";
+  const std::string cpu_model = o.model_or(o.quick ? "preset:tiny" : "preset:stories15M");
   auto cpu = cpu_backend(o);
   report_half(r, "cpu", run_half(*cpu, H, cpu_model, DType::f32, o.quick ? 3 : 5), H, cpu_model);
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {
     auto gpu = cuda_backend();
-    report_half(r, "cuda", run_half(*gpu, 1024, "preset:stories110M", DType::f16, 5), 1024, "preset:stories110M");
+    const std::string gpu_model = o.model_or("preset:stories110M");
+    report_half(r, "cuda", run_half(*gpu, 1024, gpu_model, DType::f16, 5), 1024, gpu_model);
   }
   r.axes("", "ms", false, true);
   r.write(o.out_dir);

@@ -209,7 +209,12 @@ GgufContents parse_gguf(const uint8_t* data, size_t size, const std::string& sou
 
 GgufFile::GgufFile(const std::string& path)
     : file_(MappedFile::open(path, "GGUF file")),
+      data_(file_->data()),
+      path_(path),
       contents_(parse_gguf(file_->data(), static_cast<size_t>(file_->size()), path)) {}
+
+GgufFile::GgufFile(const uint8_t* data, size_t size, const std::string& source)
+    : data_(data), path_(source), contents_(parse_gguf(data, size, source)) {}
 
 const GgufValue* GgufFile::find(const std::string& key) const {
   auto it = contents_.metadata.find(key);
@@ -265,7 +270,7 @@ Tensor GgufFile::view(const std::string& name) const {
   const uint64_t start = contents_.data_offset + t.offset;
   if (start % uint64_t(dtype_size(dtype)) != 0)
     fail(path(), ": tensor '", name, "' is not aligned to its ", dtype_size(dtype), "-byte elements");
-  auto* bytes = const_cast<uint8_t*>(file_->data() + start);
+  auto* bytes = const_cast<uint8_t*>(data_ + start);
   return Tensor::wrap(bytes, shape, dtype, DeviceKind::cpu, file_);
 }
 

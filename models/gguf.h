@@ -59,8 +59,10 @@ GgufContents parse_gguf(const uint8_t* data, size_t size, const std::string& sou
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);
+  // A GGUF image in memory that outlives this object (the fuzzer's input); `source` names it.
+  GgufFile(const uint8_t* data, size_t size, const std::string& source);
   const GgufContents& contents() const { return contents_; }
-  const std::string& path() const { return file_->path(); }
+  const std::string& path() const { return path_; }
   const GgufValue* find(const std::string& key) const;
   // Typed metadata; Error naming the key when it is missing (required) or of the wrong type.
   int64_t integer(const std::string& key, bool required, int64_t fallback) const;
@@ -70,10 +72,15 @@ class GgufFile {
   // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); F32, F16 and
   // BF16 tensors only, any other type refused by name.
   Tensor view(const std::string& name) const;
-  const std::shared_ptr<MappedFile>& file() const { return file_; }
+  // Gives back the file pages of a tensor once copied (nothing for an image in memory).
+  void drop(const Tensor& t) const {
+    if (file_) file_->drop(t.data(), t.nbytes());
+  }
 
  private:
-  std::shared_ptr<MappedFile> file_;
+  std::shared_ptr<MappedFile> file_;  // null for an image in memory
+  const uint8_t* data_;
+  std::string path_;
   GgufContents contents_;
 };
 

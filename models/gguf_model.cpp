@@ -5,9 +5,7 @@
 
 namespace minfer {
 
-namespace {
-
-LlamaConfig read_config(const GgufFile& f) {
+LlamaConfig read_gguf_config(const GgufFile& f) {
   const std::string arch = f.text("general.architecture", true, "");
   if (arch != "llama") fail(f.path(), ": architecture '", arch, "' is not supported (minfer runs llama)");
   LlamaConfig c;
@@ -53,6 +51,8 @@ LlamaConfig read_config(const GgufFile& f) {
   return c;
 }
 
+namespace {
+
 std::vector<std::string> strings(const GgufFile& f, const std::string& key, bool required) {
   const GgufValue* v = f.find(key);
   if (v == nullptr) {
@@ -84,7 +84,7 @@ bool flag(const GgufFile& f, const std::string& key, bool fallback) {
 LlamaHostWeights load_gguf_weights(const std::string& path) {
   auto file = std::make_shared<GgufFile>(path);
   LlamaHostWeights w;
-  w.config = read_config(*file);
+  w.config = read_gguf_config(*file);
   const LlamaConfig& c = w.config;
   w.owner = file;
   w.token_embedding = file->view("token_embd.weight");
@@ -104,7 +104,7 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     layer.w3 = file->view(p + "ffn_up.weight");
     layer.w2 = file->view(p + "ffn_down.weight");
   }
-  w.release = [file](const Tensor& t) { file->file()->drop(t.data(), t.nbytes()); };
+  w.release = [file](const Tensor& t) { file->drop(t); };
   w.validate(path);
   return w;
 }

@@ -16,7 +16,11 @@
 
 namespace minfer {
 
+class GgufFile;
+
 LlamaHostWeights load_gguf_weights(const std::string& path);
+// The model's config from a GGUF file's metadata (and rope_freqs tensor).
+LlamaConfig read_gguf_config(const GgufFile& file);
 // The vocabulary and tokenizer rules of a GGUF file's metadata.
 GgufVocab read_gguf_vocab(const std::string& path);
 

@@ -28,6 +28,7 @@ class Tokenizer {
   int64_t vocab_size() const { return static_cast<int64_t>(pieces_.size()); }
   uint32_t max_token_length() const { return max_token_length_; }
   const std::string& piece(int32_t id) const { return pieces_.at(static_cast<size_t>(id)); }
+  float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
 
   // The text up to its first NUL byte, as run.c sees a C string.
   std::vector<int32_t> encode(const std::string& text, bool bos, bool eos) const;

@@ -38,6 +38,7 @@ int cmd_demo(int argc, char** argv) {
             {{"--list", "", "name the demos and which halves can run here"},
              {"--quick", "", "smaller sizes: every CPU half in seconds"},
              {"--out", "DIR", "where NAME.json goes (default ./results)"},
+             {"-m,--model", "MODEL", "the model of sequential, launch and batching (default: their presets)"},
              {"-t,--threads", "N", "CPU threads (default: every core)"}});
   std::string name;
   if (argc >= 3 && argv[2][0] != '-') name = argv[2];
@@ -58,6 +59,7 @@ int cmd_demo(int argc, char** argv) {
   }
   MINFER_CHECK(!name.empty(), "demo: name a demo or all (minfer demo --list)");
   o.quick = args.has("--quick");
+  o.model = args.get("-m", "");
   o.out_dir = args.get("--out", "results");
   // The output directory is made (and checked writable) before any demo runs, not after.
   std::error_code error;

@@ -10,7 +10,7 @@ void embedding(ThreadPool& pool, float* out, int64_t ld_out, const void* table, 
   for (int64_t m = 0; m < M; ++m)
     MINFER_CHECK(ids[m] >= 0 && ids[m] < V, "token id ", ids[m], " outside [0, ", V, ")");
   const auto* bytes = static_cast<const char*>(table);
-  const int64_t row_bytes = D * dtype_size(table_dtype);
+  const int64_t row_bytes = static_cast<int64_t>(dtype_bytes(table_dtype, static_cast<uint64_t>(D)));
   for_rows(pool, M, D, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
       convert_to_f32(out + m * ld_out, bytes + ids[m] * row_bytes, table_dtype,

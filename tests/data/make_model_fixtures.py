@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Writes the model fixtures of tests/test_model_fixtures.cpp into tests/data/models/, with the
+reference outputs of Hugging Face transformers. Run it by hand from a virtualenv that has torch,
+transformers, safetensors, sentencepiece and numpy (never from `make test`):
+
+    /path/to/venv/bin/python tests/data/make_model_fixtures.py --llama-cpp PATH/TO/llama.cpp
+
+PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
+its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
+converter made. Two tiny models (hidden 64, two layers), with the tokenizers of
+tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
+
+  llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
+            theta 10000: folders in f32, f16 and bf16, GGUF F32 and F16 by the converter.
+  llama3    byte-level BPE tokenizer, multi-query attention 4/1 with head_dim 32 (not 64 / 4),
+            theta 500000, Llama 3.1 rope scaling, tied embeddings: bf16 in two shards with an
+            index, GGUF F16 by the converter (which stores the scaling as rope_freqs).
+
+Each folder gets reference.json: prompts (ids from the tokenizer), for each the greedy
+continuation of transformers on the stored weights computed in float32 (plain argmax, no stop
+token), the margin between the best and second-best logit at every step, and the logits of every
+prompt position in prompt_logits_N.f32 (float32, positions x vocab). The weights are drawn large
+enough that every greedy step's margin is clear; the script checks it and tries other seeds until
+it is.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "models")
+TOKENIZERS = os.path.join(HERE, "tokenizers")
+PROMPTS = ["Once upon a time, there was a little girl", "The quick brown fox jumps over", "12 + 30 = 42"]
+STEPS = 24
+MIN_MARGIN = 0.05
+
+
+def init_weights(model, seed, gain):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif "embed_tokens" in name or "lm_head" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * (gain / p.shape[1] ** 0.5))
+
+
+def references(model, tokenizer, vocab):
+    """Greedy ids, margins and prompt logits for each prompt, in float32."""
+    out = []
+    with torch.inference_mode():
+        for text in PROMPTS:
+            ids = tokenizer(text)["input_ids"]
+            logits = model(torch.tensor([ids])).logits[0].float()
+            seq, greedy, margins = list(ids), [], []
+            for _ in range(STEPS):
+                last = model(torch.tensor([seq])).logits[0, -1].float()
+                top = torch.topk(last, 2)
+                margins.append(float(top.values[0] - top.values[1]))
+                greedy.append(int(top.indices[0]))
+                seq.append(greedy[-1])
+            out.append({"text": text, "ids": ids, "greedy": greedy, "margins": margins,
+                        "logits": logits.numpy().astype(np.float32)})
+    return out
+
+
+def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1):
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder, max_shard_size=None if shards == 1 else "200KB", safe_serialization=True)
+    for f in os.listdir(tokenizer_dir):
+        if f.endswith(".json") or f.endswith(".model"):
+            shutil.copy(os.path.join(tokenizer_dir, f), folder)
+    doc = {"dtype": dtype_name, "steps": STEPS, "prompts": []}
+    for i, r in enumerate(refs):
+        name = f"prompt_logits_{i}.f32"
+        r["logits"].tofile(os.path.join(folder, name))
+        doc["prompts"].append({"text": r["text"], "ids": r["ids"], "greedy": r["greedy"],
+                               "margins": [round(m, 6) for m in r["margins"]], "logits_file": name})
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def convert(llama_cpp, folder, outfile, outtype):
+    env = dict(os.environ, PYTHONPATH=os.path.join(llama_cpp, "gguf-py"))
+    cmd = [sys.executable, os.path.join(HERE, "convert_with_llama_cpp.py"), llama_cpp, folder, "--outfile", outfile,
+           "--outtype", outtype]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs):
+    tokenizer_dir = os.path.join(TOKENIZERS, tokenizer_name)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    vocab = len(tokenizer)
+    for seed in range(1, 50):
+        config = LlamaConfig(vocab_size=vocab, **config_kwargs)
+        model = LlamaForCausalLM(config).eval()
+        init_weights(model, seed, gain=2.0)
+        ok = True
+        for dtype_name, dtype in variants:
+            stored = LlamaForCausalLM(config).eval()
+            stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
+            refs = references(stored, tokenizer, vocab)
+            if min(min(r["margins"]) for r in refs) < MIN_MARGIN:
+                ok = False
+                break
+        if ok:
+            break
+    else:
+        raise SystemExit(f"{name}: no seed gives clear greedy margins")
+    print(f"{name}: seed {seed}, vocab {vocab}")
+    for dtype_name, dtype in variants:
+        stored = LlamaForCausalLM(config).eval()
+        stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
+        refs = references(stored, tokenizer, vocab)
+        folder = os.path.join(OUT, f"{name}-{dtype_name}")
+        shutil.rmtree(folder, ignore_errors=True)
+        save(folder, stored.to(dtype), tokenizer_dir, refs, dtype_name, shards)
+        for outtype, source in ggufs:
+            if source == dtype_name:
+                convert(llama_cpp, folder, os.path.join(OUT, f"{name}-{outtype}.gguf"), outtype)
+                shutil.copy(os.path.join(folder, "reference.json"), os.path.join(OUT, f"{name}-{outtype}.reference.json"))
+                for i in range(len(PROMPTS)):
+                    shutil.copy(os.path.join(folder, f"prompt_logits_{i}.f32"),
+                                os.path.join(OUT, f"{name}-{outtype}.prompt_logits_{i}.f32"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
+    a = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    common = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, rms_norm_eps=1e-5, hidden_act="silu",
+                  bos_token_id=1, eos_token_id=2)
+    build("llama2", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         rope_theta=10000.0, tie_word_embeddings=False),
+          "spm", [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)], 1, a.llama_cpp,
+          [("f32", "f32"), ("f16", "f16")])
+    build("llama3", dict(common, num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                         rope_theta=500000.0, tie_word_embeddings=True,
+                         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+          "bpe-llama3", [("bf16", torch.bfloat16)], 2, a.llama_cpp, [("f16", "bf16")])
+
+
+if __name__ == "__main__":
+    main()
