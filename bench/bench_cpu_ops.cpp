@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend_cpu.h"
+#include "kernels/cpu/matmul_q8.h"
 
 namespace minfer {
 namespace {
@@ -27,8 +28,11 @@ CpuBackend& backend(int threads = 0) {
 }
 
 Tensor random(const std::vector<int64_t>& shape, DType dtype = DType::f32, uint64_t seed = 1) {
+  Tensor f = backend().empty(shape, DType::f32);
+  backend().fill_uniform(f, seed, -1.0f, 1.0f);
+  if (dtype == DType::f32) return f;
   Tensor t = backend().empty(shape, dtype);
-  backend().fill_uniform(t, seed, -1.0f, 1.0f);
+  t.convert_from(f);
   return t;
 }
 
@@ -92,6 +96,31 @@ BENCHMARK(BM_MatmulFromDram)
     ->Args({1, 32000, 288})
     ->Args({16, 32000, 288})
     ->Args({1, 4096, 768})
+    ->Args({1, 32000, 768})
+    ->Unit(benchmark::kMicrosecond);
+
+// Q8_0 weights from DRAM (copies cycled past the caches): the int8 kernel for decode rows, Eigen
+// on dequantized tiles above 32 rows. Weight bytes per second against the streaming probe.
+void BM_MatmulQ8FromDram(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const int64_t bytes = N * K / 32 * 34, copies = std::max<int64_t>(2, (int64_t(128) << 20) / bytes);
+  Tensor x = random({M, K}), out = backend().empty({M, N}, DType::f32);
+  std::vector<Tensor> w;
+  for (int64_t c = 0; c < copies; ++c) w.push_back(random({N, K}, DType::q8_0, 2 + c));
+  int64_t c = 0;
+  for (auto _ : state) {
+    cpu::matmul_q8_0(backend().threads(), out.data_as<float>(), N, x.data_as<float>(), K,
+                     static_cast<const BlockQ8*>(w[c].data()), M, N, K);
+    c = (c + 1) % copies;
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight B/s"] = benchmark::Counter(double(bytes), benchmark::Counter::kIsIterationInvariantRate,
+                                                    benchmark::Counter::kIs1024);
+}
+BENCHMARK(BM_MatmulQ8FromDram)
+    ->ArgNames({"M", "N", "K"})
+    ->ArgsProduct({{1, 4, 16, 64}, {4096, 2304}, {768}})
+    ->Args({1, 768, 2048})
     ->Args({1, 32000, 768})
     ->Unit(benchmark::kMicrosecond);
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <pthread.h>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
@@ -160,9 +161,17 @@ AtomicFile::AtomicFile(const std::string& path, uint64_t expected_bytes) : path_
   }
   const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
   temp_ = dir + "/." + base + ".tmp-XXXXXX";
+  // note: the cleanup signals wait while the file is created and registered, so that a SIGINT
+  // between the two cannot leave a temporary file the handler does not know of.
+  sigset_t cleanup_signals, previous;
+  sigemptyset(&cleanup_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&cleanup_signals, sig);
+  pthread_sigmask(SIG_BLOCK, &cleanup_signals, &previous);
   const int fd = ::mkstemp(temp_.data());
-  if (fd < 0) fail(path, ": cannot create a temporary file in ", dir, ": ", std::strerror(errno));
-  slot_ = claim_slot(temp_);
+  const int create_errno = errno;
+  if (fd >= 0) slot_ = claim_slot(temp_);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (fd < 0) fail(path, ": cannot create a temporary file in ", dir, ": ", std::strerror(create_errno));
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ::fchmod(fd, 0666 & ~mask);  // what a plain fopen would have given; mkstemp makes 0600

@@ -7,6 +7,7 @@
 // this growth, and cuBLASLt's algorithm queries, happen before anything is captured. A scratch
 // buffer that grows later (a larger request) moves, and every recording that used it is
 // invalidated (engine/recordings.h).
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -132,12 +133,16 @@ class CudaBackend final : public Backend, private Recorder {
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     checks::matmul(out, x, w, kCuda);
     const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
+    MINFER_CHECK(options_.gemm == GemmKind::cublas || w.dtype() != DType::q8_0, "--gemm ",
+                 gemm_name(options_.gemm), " takes f32, f16 or bf16 weights, not q8_0 (use --gemm cublas)");
     switch (options_.gemm) {
       case GemmKind::cublas:
         if (M <= cuda::kMatvecMaxRows) {
           cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         } else if (w.dtype() == DType::f32) {
           blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
+        } else if (w.dtype() == DType::q8_0) {
+          matmul_q8_0_gemm(out, x, w);
         } else {
           const Tensor& x16 = half_activations(x, w.dtype());
           blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
@@ -264,6 +269,30 @@ class CudaBackend final : public Backend, private Recorder {
     return f32(t);
   }
 
+  // Prefill with Q8_0 weights, as llama.cpp does it for large batches: a slab of weight rows at a
+  // time is dequantized to f16 and multiplied on Tensor Cores by cuBLASLt, so the f16 copy never
+  // needs more than kDequantSlab weights (32 MiB) however large the matrix.
+  void matmul_q8_0_gemm(const Tensor& out, const Tensor& x, const Tensor& w) {
+    const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
+    constexpr int64_t kDequantSlab = int64_t(1) << 24;
+    // note: whole multiples of 256 rows keep each slab's output columns 1 KiB aligned for cuBLASLt.
+    const int64_t slab_rows = std::max<int64_t>(256, kDequantSlab / K / 256 * 256);
+    const int64_t rows = std::min(N, slab_rows);
+    Tensor& slab = scratch_dequant_;
+    if (!slab.defined() || slab.numel() < rows * K) {
+      slab = Tensor();
+      slab = empty({rows * K}, DType::f16);
+      recordings_.buffers_moved();
+    }
+    const Tensor& x16 = half_activations(x, DType::f16);
+    const auto* blocks = static_cast<const BlockQ8*>(w.data());
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+      const int64_t n = std::min(rows, N - n0);
+      cuda::dequantize_q8_0_rows(stream_, static_cast<__half*>(slab.data()), blocks + n0 * (K / 32), n, K);
+      blas_->lt_gemm(f32(out) + n0, ld(out), x16.data(), slab.data(), DType::f16, M, n, K);
+    }
+  }
+
   // x (M, K) f32 converted to a dense f16/bf16 copy for the Tensor Core products.
   const Tensor& half_activations(const Tensor& x, DType dtype) {
     const int64_t M = x.size(0), K = x.size(1);
@@ -287,6 +316,7 @@ class CudaBackend final : public Backend, private Recorder {
   std::string device_name_;
   Tensor scratch_[static_cast<int>(Scratch::count)];
   Tensor scratch_half_[2];
+  Tensor scratch_dequant_;  // f16 weights dequantized from q8_0 for prefill
   RecordingCache recordings_{*this};
 };
 

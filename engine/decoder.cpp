@@ -34,15 +34,19 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                info.n_ctx, " positions");
   MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
   max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
-  const DType kv_dtype = options.kv_dtype ? *options.kv_dtype
-                         : backend_.device() == DeviceKind::cuda ? info.dtype
-                                                                  : DType::f32;
+  logit_rows_ = options.logits_every_row ? max_rows_ : n_seqs_;
+  // On CUDA a 16-bit model keeps a 16-bit cache; a q8_0 model an f16 one (its weights' blocks are
+  // no format for keys and values written a row at a time).
+  const DType kv_dtype = options.kv_dtype                          ? *options.kv_dtype
+                         : backend_.device() != DeviceKind::cuda  ? DType::f32
+                         : info.dtype == DType::q8_0               ? DType::f16
+                                                                  : info.dtype;
   // Everything this decoder will allocate, checked against the device's memory first.
   const char* what = "decoder memory";
   const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, info.n_kv_heads * info.head_dim,
                                                      kv_dtype);
-  const uint64_t activation_bytes = model_.activation_bytes(max_rows_, n_seqs_);
-  const uint64_t logit_bytes = checked_product({2, uint64_t(n_seqs_), uint64_t(vocab_), 4}, what);
+  const uint64_t activation_bytes = model_.activation_bytes(max_rows_, logit_rows_);
+  const uint64_t logit_bytes = checked_product({2, uint64_t(logit_rows_), uint64_t(vocab_), 4}, what);
   const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);
   size_t free_bytes = 0, total_bytes = 0;
   if (backend_.pool().upstream().memory_info(&free_bytes, &total_bytes) && needed > free_bytes)
@@ -50,13 +54,13 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
          ", activations ", activation_bytes, ", logits ", logit_bytes, "); ", free_bytes, " of ", total_bytes,
          " are free on ", device_name(backend_.device()));
   cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
-  model_.reserve(max_rows_, n_seqs_);
+  model_.reserve(max_rows_, logit_rows_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
-  const int64_t staging = 3 * max_rows_ + n_seqs_;
+  const int64_t staging = 3 * max_rows_ + logit_rows_;
   staging_ = backend_.empty_host({staging}, DType::i32);
   batch_ = backend_.empty({staging}, DType::i32);
-  logits_ = backend_.empty({n_seqs_, vocab_}, DType::f32);
-  host_logits_ = backend_.device() == DeviceKind::cpu ? logits_ : backend_.empty_host({n_seqs_, vocab_}, DType::f32);
+  logits_ = backend_.empty({logit_rows_, vocab_}, DType::f32);
+  host_logits_ = backend_.device() == DeviceKind::cpu ? logits_ : backend_.empty_host({logit_rows_, vocab_}, DType::f32);
   argmax_ = backend_.empty({n_seqs_}, DType::i32);
   host_argmax_ = backend_.empty_host({n_seqs_}, DType::i32);
   next_.resize(static_cast<size_t>(n_seqs_));
@@ -143,6 +147,35 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   }
   flush();
   host_logits_valid_ = false;
+}
+
+void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
+                             const std::function<void(int64_t, const float*)>& on_logits) {
+  TraceRange trace("prefill (every row scored)");
+  MINFER_CHECK(logit_rows_ == max_rows_, "prefill_scored: the decoder was made without logits_every_row");
+  MINFER_CHECK(seq >= 0 && seq < n_seqs_, "prefill_scored: no sequence ", seq);
+  const int64_t length = static_cast<int64_t>(tokens.size());
+  MINFER_CHECK(n_past_[seq] + length <= cache_.n_ctx(), tokens.size(), " tokens after ", n_past_[seq],
+               " positions: ", n_past_[seq] + length, " tokens > context ", cache_.n_ctx());
+  for (int32_t t : tokens) check_token(t);
+  int32_t* host = staging_.data_as<int32_t>();
+  for (int64_t begin = 0; begin < length; begin += max_rows_) {
+    const int64_t rows = std::min(max_rows_, length - begin);
+    backend_.synchronize();  // the staging buffer is free once the device is idle
+    for (int64_t r = 0; r < rows; ++r) {
+      host[r] = tokens[begin + r];
+      host[rows + r] = static_cast<int32_t>(seq);
+      host[2 * rows + r] = static_cast<int32_t>(n_past_[seq] + begin + r);
+      host[3 * rows + r] = static_cast<int32_t>(r);
+    }
+    run_rows(rows, 0, rows);
+    if (host_logits_.data() != logits_.data())
+      backend_.copy_async(host_logits_.slice(0, 0, rows), logits_.slice(0, 0, rows));
+    backend_.synchronize();
+    for (int64_t r = 0; r < rows; ++r) on_logits(begin + r, host_logits_.data_as<float>() + r * vocab_);
+  }
+  n_past_[seq] += length;
+  host_logits_valid_ = false;  // logits_ rows no longer hold each sequence's next-token logits
 }
 
 void Decoder::decode(const std::vector<int32_t>& tokens) {

@@ -28,8 +28,11 @@ struct DecoderOptions {
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
   int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
   // The KV cache's type. Unset: f32 on the CPU; on CUDA the weights' type (an f16 model keeps
-  // f16 keys and values, halving the cache's bytes), f32 for an f32 model.
+  // f16 keys and values, halving the cache's bytes), f32 for an f32 model, f16 for a q8_0 one.
   std::optional<DType> kv_dtype;
+  // Room for the logits of every row of a prefill chunk (max_prefill_rows x vocab, on the device
+  // and the host), which prefill_scored needs; otherwise one row per sequence.
+  bool logits_every_row = false;
 };
 
 struct GenerateOptions {
@@ -69,6 +72,11 @@ class Decoder {
   // Appends prompts[s] to sequence s (all B of them) in one batched pass. Afterwards logits(s)
   // are the next-token logits after the last prompt token.
   void prefill(const std::vector<std::vector<int32_t>>& prompts);
+  // Appends `tokens` to sequence `seq` with the logits of every position: on_logits(i, row) is
+  // called for each i in order, `row` being the vocab logits after tokens[i] (host memory, valid
+  // during the call). Runs max_prefill_rows positions per forward pass; needs logits_every_row.
+  void prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
+                      const std::function<void(int64_t, const float*)>& on_logits);
   // Appends tokens[s] to sequence s, one forward pass over B rows.
   void decode(const std::vector<int32_t>& tokens);
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
@@ -101,6 +109,7 @@ class Decoder {
   Model& model_;
   Backend& backend_;
   int64_t n_seqs_, vocab_, max_rows_;
+  int64_t logit_rows_;  // rows of logits_: n_seqs_, or max_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
   Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (n_seqs)

@@ -45,7 +45,8 @@ CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache
                     DeviceKind device) {
   on_device(op, "k_cache", k_cache, device);
   on_device(op, "v_cache", v_cache, device);
-  MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() && k_cache.dtype() != DType::i32,
+  MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() &&
+                   (k_cache.dtype() == DType::f32 || k_cache.dtype() == DType::f16 || k_cache.dtype() == DType::bf16),
                op, ": k_cache must be a contiguous (sequences, kv_heads, positions, head_dim) float "
                "tensor, got ", k_cache.str());
   MINFER_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype() &&

@@ -264,12 +264,13 @@ Tensor GgufFile::view(const std::string& name) const {
     case uint32_t(GgmlType::f32): dtype = DType::f32; break;
     case uint32_t(GgmlType::f16): dtype = DType::f16; break;
     case uint32_t(GgmlType::bf16): dtype = DType::bf16; break;
-    default: fail(path(), ": tensor '", name, "' is ", ggml_type_name(t.type), "; minfer reads F32, F16 and BF16 tensors");
+    case uint32_t(GgmlType::q8_0): dtype = DType::q8_0; break;
+    default: fail(path(), ": tensor '", name, "' is ", ggml_type_name(t.type), "; minfer reads F32, F16, BF16 and Q8_0 tensors");
   }
   std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
   const uint64_t start = contents_.data_offset + t.offset;
-  if (start % uint64_t(dtype_size(dtype)) != 0)
-    fail(path(), ": tensor '", name, "' is not aligned to its ", dtype_size(dtype), "-byte elements");
+  const uint64_t align = dtype == DType::q8_0 ? 2 : uint64_t(dtype_size(dtype));  // Q8_0: its f16 scales
+  if (start % align != 0) fail(path(), ": tensor '", name, "' is not aligned to its ", align, "-byte elements");
   auto* bytes = const_cast<uint8_t*>(data_ + start);
   return Tensor::wrap(bytes, shape, dtype, DeviceKind::cpu, file_);
 }

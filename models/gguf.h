@@ -69,8 +69,8 @@ class GgufFile {
   double number(const std::string& key, bool required, double fallback) const;
   std::string text(const std::string& key, bool required, const std::string& fallback) const;
   bool has_tensor(const std::string& name) const { return contents_.tensors.count(name) > 0; }
-  // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); F32, F16 and
-  // BF16 tensors only, any other type refused by name.
+  // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); F32, F16, BF16
+  // and Q8_0 tensors only, any other type refused by name.
   Tensor view(const std::string& name) const;
   // Gives back the file pages of a tensor once copied (nothing for an image in memory).
   void drop(const Tensor& t) const {

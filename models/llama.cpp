@@ -31,18 +31,18 @@ namespace minfer {
 
 uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
   const char* what = "model size";
-  uint64_t matrices = c.n_matmul_params();  // includes one (vocab, dim) matrix
-  uint64_t tables = c.shared_classifier ? 0 : checked_mul(uint64_t(c.vocab_size), uint64_t(c.dim), what);
+  const uint64_t table = dtype_bytes(matrix_dtype(dtype, c.dim), checked_mul(uint64_t(c.vocab_size), uint64_t(c.dim), what));
+  const uint64_t tables = c.shared_classifier ? table : checked_mul(table, 2, what);
   uint64_t norms = checked_add(checked_mul(2 * uint64_t(c.n_layers), uint64_t(c.dim), what),
                                uint64_t(c.dim), what);
   uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
-  return checked_add(checked_mul(checked_add(matrices, tables, what), uint64_t(dtype_size(dtype)), what),
+  return checked_add(checked_add(c.layer_matrix_bytes(dtype), tables, what),
                      checked_mul(checked_add(norms, rope, what), 4, what), what);
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& spec, Backend& backend,
                                              const LlamaOptions& options) {
-  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be f32, f16 or bf16");
+  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be f32, f16, bf16 or q8_0");
   auto check_fits = [&](const LlamaConfig& c, DType dtype, const std::string& name) {
     uint64_t bytes = weight_bytes(c, dtype);
     size_t free_bytes = 0, total_bytes = 0;
@@ -63,15 +63,17 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& spec, Backend& b
 void LlamaModel::allocate(const std::string& name) {
   const LlamaConfig& c = config_;
   const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
-  w_.token_embedding = backend_.empty({V, d}, dtype_);
-  w_.classifier = c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, dtype_);
+  // note: each matrix's dtype follows its input width (matrix_dtype: q8_0 needs rows of whole
+  // 32-weight blocks, else f16, as llama.cpp falls back).
+  w_.token_embedding = backend_.empty({V, d}, matrix_dtype(dtype_, d));
+  w_.classifier = c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, matrix_dtype(dtype_, d));
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
-  w_.wqkv = backend_.empty({L, q + 2 * kv, d}, dtype_);
-  w_.wo = backend_.empty({L, d, q}, dtype_);
-  w_.w13 = backend_.empty({L, 2 * h, d}, dtype_);
-  w_.w2 = backend_.empty({L, d, h}, dtype_);
+  w_.wqkv = backend_.empty({L, q + 2 * kv, d}, matrix_dtype(dtype_, d));
+  w_.wo = backend_.empty({L, d, q}, matrix_dtype(dtype_, q));
+  w_.w13 = backend_.empty({L, 2 * h, d}, matrix_dtype(dtype_, d));
+  w_.w2 = backend_.empty({L, d, h}, matrix_dtype(dtype_, h));
   const std::vector<float> inv_freq = c.rope_inv_freq();
   Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
   ref::rope_table(rope.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());

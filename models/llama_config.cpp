@@ -1,6 +1,7 @@
 #include "models/llama_config.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -51,6 +52,21 @@ void LlamaConfig::validate(const std::string& source) const {
     if (id < 0 || id >= vocab_size) fail(source, ": eos_token_id = ", id, " is outside the vocabulary");
   if (n_heads % n_kv_heads != 0)
     fail(source, ": n_heads = ", n_heads, " is not a multiple of n_kv_heads = ", n_kv_heads);
+}
+
+DType matrix_dtype(DType wanted, int64_t in_features) {
+  return wanted == DType::q8_0 && in_features % 32 != 0 ? DType::f16 : wanted;
+}
+
+uint64_t LlamaConfig::layer_matrix_bytes(DType wanted) const {
+  const char* what = "model size";
+  const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  // (rows, in_features) of wq, wk, wv, wo, w1, w3, w2
+  const std::pair<uint64_t, uint64_t> matrices[] = {{q, d}, {kv, d}, {kv, d}, {d, q}, {h, d}, {h, d}, {d, h}};
+  uint64_t per_layer = 0;
+  for (const auto& [rows, in] : matrices)
+    per_layer = checked_add(per_layer, dtype_bytes(matrix_dtype(wanted, int64_t(in)), checked_mul(rows, in, what)), what);
+  return checked_mul(per_layer, uint64_t(n_layers), what);
 }
 
 std::vector<float> LlamaConfig::rope_inv_freq() const {

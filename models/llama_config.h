@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace minfer {
 
 // How positions are scaled before RoPE (Hugging Face's rope_scaling / rope_parameters):
@@ -23,6 +25,11 @@ struct RopeScaling {
   int64_t original_max_positions = 8192;
   std::vector<float> factors;  // (head_dim / 2), Type::factors only
 };
+
+// The dtype a matrix whose rows hold `in_features` weights is stored in when `wanted` is asked for:
+// q8_0 needs rows of whole 32-weight blocks, and a matrix whose rows are not falls back to f16, as
+// llama.cpp's quantizer does (stories260K's w2, 172 wide). Other dtypes are kept.
+DType matrix_dtype(DType wanted, int64_t in_features);
 
 struct LlamaConfig {
   int64_t dim = 0;          // width of the residual stream
@@ -61,6 +68,8 @@ struct LlamaConfig {
   // Parameters of every weight, counted with overflow checks (call validate() first).
   uint64_t n_params() const;            // including the classifier if it is not shared
   uint64_t n_matmul_params() const;     // the weights each decode step reads: layers + classifier
+  // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix).
+  uint64_t layer_matrix_bytes(DType wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
   // The RoPE frequencies of a head, theta and the scaling applied, in float as the references
   // compute them (PyTorch in float32, run.c in float): (head_dim / 2).

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "models/gguf.h"
 
 namespace minfer {
 
@@ -28,7 +29,7 @@ std::vector<uint8_t> encode(const Tensor& t, DType dtype, const std::vector<int6
       std::memcpy(&moved[size_t(r * cols)], &wide[size_t((*order)[size_t(r)] * cols)], size_t(cols) * sizeof(float));
     wide.swap(moved);
   }
-  std::vector<uint8_t> out(wide.size() * size_t(dtype_size(dtype)));
+  std::vector<uint8_t> out(static_cast<size_t>(dtype_bytes(dtype, wide.size())));
   convert_from_f32(out.data(), dtype, wide.data(), wide.size());
   return out;
 }
@@ -47,7 +48,7 @@ std::vector<int64_t> rotate_half_order(int64_t heads, int64_t head_dim) {
 const char* hf_dtype(DType d) { return d == DType::f32 ? "F32" : d == DType::f16 ? "F16" : "BF16"; }
 
 void check_writable(const LlamaHostWeights& w, DType dtype) {
-  MINFER_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, "weights are written as f32, f16 or bf16");
+  MINFER_CHECK(dtype != DType::i32, "weights are written as f32, f16, bf16 or (GGUF) q8_0");
   MINFER_CHECK(!w.rotate_half, "weights to write must be in interleaved RoPE order");
   w.validate("make-model");
 }
@@ -63,6 +64,7 @@ struct Named {
 
 void write_hf_folder(const std::string& folder, const LlamaHostWeights& w, DType dtype) {
   check_writable(w, dtype);
+  MINFER_CHECK(dtype != DType::q8_0, "a Hugging Face folder holds f32, f16 or bf16 weights; q8_0 goes into GGUF");
   const LlamaConfig& c = w.config;
   MINFER_CHECK(c.rope_scaling.type != RopeScaling::Type::factors,
                "per-frequency RoPE factors (GGUF's rope_freqs) have no Hugging Face config");
@@ -107,7 +109,7 @@ void write_hf_folder(const std::string& folder, const LlamaHostWeights& w, DType
   nlohmann::ordered_json header = {{"__metadata__", {{"format", "pt"}}}};
   uint64_t offset = 0;
   for (const Named& t : tensors) {
-    const uint64_t bytes = uint64_t(t.tensor.numel()) * uint64_t(dtype_size(t.dtype));
+    const uint64_t bytes = dtype_bytes(t.dtype, uint64_t(t.tensor.numel()));
     header[t.name] = {{"dtype", hf_dtype(t.dtype)}, {"shape", t.tensor.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -179,7 +181,9 @@ class GgufMetadata {
   uint64_t count_ = 0;
 };
 
-uint32_t ggml_type_of(DType d) { return d == DType::f32 ? 0 : d == DType::f16 ? 1 : 30; }
+uint32_t ggml_type_of(DType d) {
+  return d == DType::f32 ? 0 : d == DType::f16 ? 1 : d == DType::q8_0 ? uint32_t(GgmlType::q8_0) : 30;
+}
 
 }  // namespace
 
@@ -191,7 +195,8 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
   m.string("general.architecture", "llama");
   m.string("general.name", "minfer make-model");
   m.u32("general.alignment", kAlignment);
-  m.u32("general.file_type", dtype == DType::f32 ? 0 : dtype == DType::f16 ? 1 : 32);
+  // llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
+  m.u32("general.file_type", dtype == DType::f32 ? 0 : dtype == DType::f16 ? 1 : dtype == DType::q8_0 ? 7 : 32);
   m.u32("llama.context_length", uint32_t(c.n_ctx));
   m.u32("llama.embedding_length", uint32_t(c.dim));
   m.u32("llama.feed_forward_length", uint32_t(c.hidden_dim));
@@ -272,7 +277,7 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
     put(&type, 4);
     put(&offset, 8);
     offsets.push_back(offset);
-    offset += (uint64_t(t.tensor.numel()) * uint64_t(dtype_size(t.dtype)) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (dtype_bytes(t.dtype, uint64_t(t.tensor.numel())) + kAlignment - 1) / kAlignment * kAlignment;
   }
   std::string head;
   const uint32_t magic = 0x46554747u, version = 3;

@@ -15,7 +15,7 @@ namespace minfer {
 
 // Matrices and the embedding in `dtype` (f32, f16, bf16), norms in f32.
 void write_hf_folder(const std::string& folder, const LlamaHostWeights& weights, DType dtype);
-// Matrices and the embedding in `dtype`, norms in f32; `vocab` (may be null) goes into the
+// Matrices and the embedding in `dtype` (f32, f16, bf16, q8_0), norms in f32; `vocab` (may be null) goes into the
 // tokenizer.ggml.* metadata, which llama.cpp needs to load the file.
 void write_gguf(const std::string& path, const LlamaHostWeights& weights, DType dtype, const GgufVocab* vocab);
 

@@ -10,6 +10,10 @@
 //   f16 or bf16 products on CUDA (activations rounded to 16 bits, f32 accumulation):  5e-4
 //   f16 KV cache on CUDA (keys, values, and on Tensor Cores q and p, rounded to f16):  5e-4
 //   bf16 KV cache on CUDA (the same with 8-bit mantissas):                            2e-3
+//   q8_0 products up to 32 rows on the CPU (activations quantized to int8 per block): 1e-4
+//   (measured up to 1.7e-5; uniform rounding of activations predicts 1/(4 * 127^2) = 1.6e-5).
+//   Dequantized weights are exact, so beyond 32 rows and in CUDA's decode the f32 limits hold;
+//   CUDA's prefill rounds weights and activations to f16 and takes the f16 limit.
 //   embedding, cache stores, argmax, fill: exact.
 // Inputs include RMSNorm rows small enough that epsilon matters (|x| < 3e-3: mean(x^2) is
 // below eps = 1e-5) and softmax rows with |x| up to 150, where exp overflows without the max.
@@ -115,7 +119,12 @@ class BackendOps : public ::testing::TestWithParam<Case> {
   bool cuda() const { return backend_->device() == DeviceKind::cuda; }
   double limit_elementwise() const { return cuda() ? 1e-10 : 1e-12; }
   double limit_reduction() const { return cuda() ? 1e-9 : 1e-11; }
-  double limit_product() const { return cuda() && GetParam().dtype != DType::f32 ? 5e-4 : limit_reduction(); }
+  double limit_product() const {
+    const Case& k = GetParam();
+    if (k.dtype == DType::q8_0 && !cuda()) return k.M <= 32 ? 1e-4 : limit_reduction();
+    if (k.dtype == DType::q8_0) return k.M <= 8 ? limit_reduction() : 5e-4;
+    return cuda() && k.dtype != DType::f32 ? 5e-4 : limit_reduction();
+  }
   Backend* backend_ = nullptr;
   std::mt19937 rng_{12345};
 };
@@ -365,6 +374,7 @@ std::vector<Case> all_cases() {
       bool strided = M == 3 || M == 8;
       for (DType t : {DType::f32, DType::f16, DType::bf16})
         cases.push_back({backend, Op::embedding, M, 67, 301, 0, t, strided});
+      cases.push_back({backend, Op::embedding, M, 96, 301, 0, DType::q8_0, strided});
       cases.push_back({backend, Op::rmsnorm, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::rmsnorm, M, 288, 0, 0, DType::f32, !strided});
       cases.push_back({backend, Op::rmsnorm_small, M, 67, 0, 0, DType::f32, strided});
@@ -373,6 +383,9 @@ std::vector<Case> all_cases() {
         cases.push_back({backend, Op::matmul, M, 33, 67, 0, t, strided});
         cases.push_back({backend, Op::matmul, M, 100, 288, 0, t, !strided});
       }
+      // q8_0 rows are whole blocks of 32: K = 96 and 288 (3 and 9 blocks).
+      cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, strided});
+      cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::q8_0, !strided});
       cases.push_back({backend, Op::rope, M, 5, 18, 0, DType::f32, strided});
       cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f32, strided});
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f32, strided});
@@ -394,6 +407,7 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
       for (DType t : {DType::f32, DType::f16, DType::bf16})
         cases.push_back({backend, Op::fill, M, 1000, 0, 0, t, false});
+      cases.push_back({backend, Op::fill, M, 1024, 0, 0, DType::q8_0, false});
       cases.push_back({backend, Op::sum, M, 70001, 0, 0, DType::f32, false});
     }
   }
@@ -405,10 +419,14 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::matmul, M, 33, 67, 0, DType::f32, M == 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::f32, M != 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
+      cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, M == 17});
     }
   // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU.
   for (const std::string backend : {"cpu", "cuda"})
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
+  // q8_0 prefill past one dequantized tile of 64 weight rows on the CPU, with a partial last tile.
+  for (const std::string backend : {"cpu", "cuda"})
+    cases.push_back({backend, Op::matmul, 100, 150, 320, 0, DType::q8_0, true});
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
   // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
   // exact path for f32 caches.

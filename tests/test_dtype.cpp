@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -103,6 +107,52 @@ TEST(DType, BulkConversionMatchesScalar) {
     EXPECT_EQ(float_bits(back[i]), float_bits(f16_to_f32(h[i])));
   }
   EXPECT_THROW(convert_from_f32(h.data(), DType::i32, src.data(), 1), Error);
+}
+
+// Quantizing matches the gguf package's Q8_0 (llama.cpp's rule) byte for byte on the blocks of
+// tests/data/q8_0/blocks.txt (made by tests/data/make_q8_0_fixture.py): random normals, scaled
+// values landing on .5, zeros, a scale below f16's range, values near f16's top.
+TEST(DType, Q8_0QuantizesBitForBitLikeLlamaCpp) {
+  std::ifstream in(std::string(MINFER_SOURCE_DIR) + "/tests/data/q8_0/blocks.txt");
+  ASSERT_TRUE(in) << "tests/data/q8_0/blocks.txt is missing";
+  std::string line;
+  int n_blocks = 0;
+  while (std::getline(in, line)) {
+    size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    std::istringstream floats(line.substr(0, tab));
+    std::vector<float> x;
+    std::string word;
+    while (floats >> word) x.push_back(bits_float(static_cast<uint32_t>(std::stoul(word, nullptr, 16))));
+    ASSERT_EQ(x.size(), 32u);
+    std::string expected_hex = line.substr(tab + 1);
+    ASSERT_EQ(expected_hex.size(), 68u);
+    BlockQ8 block;
+    quantize_q8_0(&block, x.data(), 32);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&block);
+    for (int i = 0; i < 34; ++i) {
+      unsigned expected = static_cast<unsigned>(std::stoul(expected_hex.substr(2 * i, 2), nullptr, 16));
+      ASSERT_EQ(bytes[i], expected) << "block " << n_blocks << " byte " << i;
+    }
+    // Dequantizing gives d * q exactly.
+    float back[32];
+    dequantize_q8_0(back, &block, 32);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(back[i], f16_to_f32(block.d) * block.q[i]);
+    ++n_blocks;
+  }
+  EXPECT_EQ(n_blocks, 9);
+}
+
+TEST(DType, Q8_0SizesAndPartialBlocks) {
+  EXPECT_EQ(dtype_block(DType::q8_0), 32);
+  EXPECT_EQ(dtype_bytes(DType::q8_0, 64), 68u);
+  EXPECT_EQ(dtype_bytes(DType::bf16, 3), 6u);
+  EXPECT_THROW(dtype_bytes(DType::q8_0, 33), Error);
+  EXPECT_THROW(dtype_bytes(DType::f32, ~uint64_t{0} / 2), Error);  // overflow
+  EXPECT_EQ(parse_dtype("q8_0"), DType::q8_0);
+  float x[33] = {};
+  std::vector<uint8_t> out(34 * 2);
+  EXPECT_THROW(convert_from_f32(out.data(), DType::q8_0, x, 33), Error);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ std::vector<Option> engine_options() {
       {"-m,--model", "MODEL", "a model: a Hugging Face folder, a .safetensors or .gguf file, a llama2.c\n"
                               "                              checkpoint, or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
-      {"--dtype", "TYPE", "weights as f32, f16 or bf16 (default: as the model stores them; f32 for\n"
+      {"--dtype", "TYPE", "weights as f32, f16, bf16 or q8_0 (default: as the model stores them; f32 for\n"
                           "                              llama2.c files and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
@@ -49,7 +49,7 @@ LlamaOptions llama_options(const Args& args) {
   LlamaOptions options;
   if (args.has("--dtype")) {
     options.dtype = parse_dtype(args.get("--dtype").c_str());
-    MINFER_CHECK(*options.dtype != DType::i32, "--dtype: weights are f32, f16 or bf16");
+    MINFER_CHECK(*options.dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
   }
   std::string kernels = args.get("--kernels", "fused");
   MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
@@ -80,12 +80,15 @@ Engine load_engine(const Args& args, const std::string& model_spec) {
   check_backend_options(args, kind);
   engine.backend = make_backend(kind, backend_options(args));
   engine.model = LlamaModel::load(model_spec, *engine.backend, llama_options(args));
-  const ModelInfo& info = engine.model->info();
-  std::fprintf(stderr, "minfer: model %s (%s), %.1fM params, %s of %s weights on %s\n",
-               info.name.c_str(), info.shape.c_str(), double(info.n_params) / 1e6,
-               format_bytes(info.weight_bytes).c_str(), dtype_name(info.dtype),
-               engine.backend->name().c_str());
+  describe_model(*engine.model, *engine.backend, "model");
   return engine;
+}
+
+void describe_model(const LlamaModel& model, const Backend& backend, const char* what) {
+  const ModelInfo& info = model.info();
+  std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights on %s\n", what, info.name.c_str(),
+               info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(),
+               dtype_name(info.dtype), backend.name().c_str());
 }
 
 }  // namespace minfer::cli

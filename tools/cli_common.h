@@ -29,6 +29,8 @@ struct Engine {
   std::unique_ptr<LlamaModel> model;
 };
 Engine load_engine(const Args& args, const std::string& model_spec);
+// The line load_engine prints: "minfer: WHAT NAME (shape), params, bytes of DTYPE weights on DEVICE".
+void describe_model(const LlamaModel& model, const Backend& backend, const char* what);
 
 std::string format_bytes(uint64_t bytes);  // "57.6 MiB"
 

@@ -73,7 +73,7 @@ int cmd_make_model(int argc, char** argv) {
             {{"-o,--output", "PATH", "the file (or, for hf, the folder) to write (required)"},
              {"--preset", "NAME", "start from a preset's shape (default tiny)"},
              {"--format", "F", "v0 (llama2.c legacy, what run.c reads; default), v1, hf or gguf"},
-             {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices"},
+             {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices; gguf also q8_0"},
              {"-z,--tokenizer", "PATH", "gguf: a llama2.c tokenizer.bin to store as the file's vocabulary"},
              {"--dim", "N", "width of the residual stream"},
              {"--hidden-dim", "N", "width of the feed-forward layer"},
@@ -109,7 +109,7 @@ int cmd_make_model(int argc, char** argv) {
     MINFER_CHECK(!llama2c || !args.has(option), option, " does not apply to a llama2.c checkpoint (--format ", format, ")");
   MINFER_CHECK(!args.has("-z") || format == "gguf", "-z applies to --format gguf");
   const DType dtype = parse_dtype(args.get("--dtype", "f32").c_str());
-  MINFER_CHECK(dtype != DType::i32, "--dtype: weights are f32, f16 or bf16");
+  MINFER_CHECK(dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
   LlamaConfig c = find_preset(args.get("--preset", "tiny")).config;
   // Shape options are checked by LlamaConfig::validate; here only that they are numbers.
   const int64_t big = INT32_MAX;

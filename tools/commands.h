@@ -10,5 +10,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
 
 }  // namespace minfer::cli

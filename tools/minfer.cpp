@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"generate", minfer::cli::cmd_generate, "text from a prompt, for one sequence or a batch"},
     {"bench", minfer::cli::cmd_bench, "prefill and decode throughput against the roofline"},
     {"demo", minfer::cli::cmd_demo, "the GPU lessons as measured experiments (minfer demo --list)"},
+    {"perplexity", minfer::cli::cmd_perplexity, "perplexity over a text; KL divergence against another dtype"},
     {"tokenize", minfer::cli::cmd_tokenize, "the token ids of a text"},
     {"make-model", minfer::cli::cmd_make_model, "write a llama2.c checkpoint with seeded weights"},
     {"devices", minfer::cli::cmd_devices, "what the engine sees: GPUs and the CPU"},

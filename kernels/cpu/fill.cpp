@@ -8,7 +8,6 @@ namespace minfer::cpu {
 void fill_uniform(ThreadPool& pool, void* data, DType dtype, int64_t n, uint64_t seed, float lo,
                   float hi) {
   const int64_t block = 1 << 16;
-  const int64_t element = dtype_size(dtype);
   for_rows(pool, (n + block - 1) / block, block, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t begin = b * block, end = std::min(n, begin + block);
@@ -16,7 +15,7 @@ void fill_uniform(ThreadPool& pool, void* data, DType dtype, int64_t n, uint64_t
       for (int64_t i = begin; i < end; i += 256) {
         int64_t count = std::min<int64_t>(256, end - i);
         for (int64_t j = 0; j < count; ++j) values[j] = ref::uniform_at(seed, uint64_t(i + j), lo, hi);
-        convert_from_f32(static_cast<char*>(data) + i * element, dtype, values, size_t(count));
+        convert_from_f32(static_cast<char*>(data) + dtype_bytes(dtype, uint64_t(i)), dtype, values, size_t(count));
       }
     }
   });

@@ -19,6 +19,8 @@
 //                                      beats Eigen there, but does not block along K or M
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
+//   any       q8_0       matmul_q8.cpp int8 dot products up to 32 rows, dequantized tiles and Eigen
+//                                      above (that file says why)
 //
 // choose_kernel() below is this table; the measurements behind its boundaries are in
 // bench/results/NOTES.md.
@@ -29,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/matmul_q8.h"
 #include "kernels/cpu/simd.h"
 
 namespace minfer::cpu {
@@ -343,6 +346,10 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
 void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
             const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0) return;
+  if (w_dtype == DType::q8_0) {
+    matmul_q8_0(pool, out, ld_out, x, ld_x, static_cast<const BlockQ8*>(w), M, N, K);
+    return;
+  }
   simd::dispatch_weight_type(w_dtype, [&](auto type) {
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);

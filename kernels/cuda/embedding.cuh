@@ -12,7 +12,7 @@ namespace minfer::cuda {
 
 void embedding(cudaStream_t stream,
                float* out, int64_t ld_out,            // (M, D)
-               const void* table, DType table_dtype,  // (V, D), dense
+               const void* table, DType table_dtype,  // (V, D), dense; q8_0: (V, D / 32) blocks
                const int32_t* ids,                    // (M)
                int64_t M, int64_t D);
 

@@ -74,6 +74,50 @@ __global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_
   }
 }
 
+// Q8_0 weights (34-byte blocks, so only 2-byte aligned): eight lanes share a block, each taking
+// four of its int8 weights with two 2-byte loads, so a warp-wide load covers four neighbouring
+// blocks (136 contiguous bytes) and the loop's unrolled iterations keep several in flight.
+template <int MR>
+__global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
+                                   int64_t N, int64_t K) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int64_t nb = K / 32;
+  const BlockQ8* row = w + n * nb;
+  const int part = lane % 8;  // weights 4*part .. 4*part+3 of the block
+  float acc[MR];
+#pragma unroll
+  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
+#pragma unroll 4
+  for (int64_t b = lane / 8; b < nb; b += kWarpSize / 8) {
+    const BlockQ8* block = row + b;
+    const float d = __half2float(__ushort_as_half(block->d));
+    const uint16_t* q16 = reinterpret_cast<const uint16_t*>(block->q) + 2 * part;
+    const uint16_t lo = q16[0], hi = q16[1];
+    const float w0 = d * static_cast<int8_t>(lo & 0xff), w1 = d * static_cast<int8_t>(lo >> 8);
+    const float w2 = d * static_cast<int8_t>(hi & 0xff), w3 = d * static_cast<int8_t>(hi >> 8);
+    const int64_t k = 32 * b + 4 * part;
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      const float* xm = x + m * ld_x + k;
+      acc[m] += w0 * xm[0] + w1 * xm[1] + w2 * xm[2] + w3 * xm[3];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    const float s = warp_sum(acc[m]);
+    if (lane == 0) out[m * ld_out + n] = s;
+  }
+}
+
+template <int MR>
+void launch_q8_0(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
+                 int64_t N, int64_t K) {
+  matvec_q8_0_kernel<MR>
+      <<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+}
+
 template <class T, int MR>
 void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
             int64_t K, bool vector) {
@@ -92,6 +136,22 @@ void matvec(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int
             DType w_dtype, int64_t M, int64_t N, int64_t K) {
   MINFER_CHECK(M >= 1 && M <= kMatvecMaxRows, "matvec takes 1 to ", kMatvecMaxRows, " rows, got ", M);
   if (N == 0) return;
+  if (w_dtype == DType::q8_0) {
+    MINFER_CHECK(K % 32 == 0, "matvec: q8_0 rows of ", K, " weights are not whole blocks");
+    const auto* blocks = static_cast<const BlockQ8*>(w);
+    switch (M) {
+      case 1: launch_q8_0<1>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 2: launch_q8_0<2>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 3: launch_q8_0<3>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 4: launch_q8_0<4>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 5: launch_q8_0<5>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 6: launch_q8_0<6>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 7: launch_q8_0<7>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      default: launch_q8_0<8>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+    }
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const bool vector = K % 8 == 0 && ld_x % 4 == 0 && aligned16(x) && aligned16(w);
   dispatch_float_type(w_dtype, [&](auto type) {
     using T = decltype(type);

@@ -35,7 +35,8 @@ MINFER_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t index, float 
                                 static_cast<double>(lo)));
 }
 
-// data[i] = uniform_at(seed, i, lo, hi) for i < n, stored as f32, f16 or bf16.
+// data[i] = uniform_at(seed, i, lo, hi) for i < n, stored as f32, f16, bf16, or as q8_0 blocks of
+// those values quantized (n a multiple of 32).
 void fill_uniform(void* data, DType dtype, int64_t n, uint64_t seed, float lo, float hi);
 
 }  // namespace minfer::ref
