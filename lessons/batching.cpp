@@ -13,7 +13,7 @@ namespace minfer::demo {
 namespace {
 
 void run_half(Report& r, const std::string& half, Backend& backend, const std::string& spec, DType dtype,
-              const std::vector<int64_t>& batches, int steps) {
+              const std::vector<int64_t>& batches, int steps, const std::string& suffix = "") {
   const Roofline roof = measure_roofline(backend, dtype);
   LlamaOptions options;
   options.dtype = dtype;
@@ -40,16 +40,16 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
     if (B == batches.front()) first = measured;
     if (bend == 0 && measured < 0.5 * memory_ceiling) bend = B;
     best = std::max(best, measured);
-    r.point(half, "measured", double(B), measured);
-    r.point(half, "memory-bound ceiling", double(B), memory_ceiling);
-    r.point(half, "compute-bound ceiling", double(B), compute_ceiling);
+    r.point(half, "measured" + suffix, double(B), measured);
+    r.point(half, "memory-bound ceiling" + suffix, double(B), memory_ceiling);
+    if (suffix.empty()) r.point(half, "compute-bound ceiling", double(B), compute_ceiling);
     rows.push_back({std::to_string(B), fmt("%.0f", measured), fmt("%.0f", memory_ceiling), fmt("%.0f", compute_ceiling),
                     fmt("%.0f%%", 100 * measured / std::min(memory_ceiling, compute_ceiling))});
   }
   std::printf("%s: %s, %s weights; ceilings measured: %s\n", half.c_str(), spec.c_str(), dtype_name(dtype), roof.describe().c_str());
   print_table({"B", "tokens/s", "memory-bound ceiling", "compute-bound ceiling", "of the lower"}, rows);
-  r.ran(half);
-  r.conclude(half, fmt("throughput grows %.1fx from B = 1", best / first) +
+  if (suffix.empty()) r.ran(half);
+  r.conclude(half, dtype_name(dtype) + std::string(" weights: ") + fmt("throughput grows %.1fx from B = 1", best / first) +
                        fmt(" to B = %.0f", double(batches.back())) +
                        (bend > 0 ? fmt(" and falls below half the memory-bound ceiling from B = %.0f", double(bend)) +
                                        ": the curve bends where reading the weights stops being the limit"
@@ -65,11 +65,16 @@ void batching(const Options& o) {
                                                    : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256};
   // stories42M: 168 MB of f32 weights, far beyond the L3, so batch 1 really is memory-bound.
   run_half(r, "cpu", *cpu, o.model_or("preset:stories42M"), DType::f32, cpu_batches, o.quick ? 8 : 32);
+  // 8-bit weights: a quarter of the bytes, so the memory-bound ceiling starts 3.76x higher and
+  // meets the compute-bound one at a smaller batch.
+  run_half(r, "cpu", *cpu, o.model_or("preset:stories42M"), DType::q8_0, cpu_batches, o.quick ? 8 : 32, " (q8_0)");
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {
     auto gpu = cuda_backend();
     run_half(r, "cuda", *gpu, o.model_or("preset:llama-1b"), DType::f16, {1, 2, 4, 8, 16, 32, 64, 128, 256}, o.quick ? 16 : 64);
+    run_half(r, "cuda", *gpu, o.model_or("preset:llama-1b"), DType::q8_0, {1, 2, 4, 8, 16, 32, 64, 128, 256},
+             o.quick ? 16 : 64, " (q8_0)");
   }
   r.axes("batch size B", "tokens/s (all sequences)", true, true);
   r.write(o.out_dir);

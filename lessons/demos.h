@@ -14,5 +14,6 @@ void roofline(const Options& o);
 void tensor_cores(const Options& o);
 void launch(const Options& o);
 void batching(const Options& o);
+void bytes(const Options& o);
 
 }  // namespace minfer::demo

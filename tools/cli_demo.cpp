@@ -29,6 +29,7 @@ const Lesson kLessons[] = {
     {"tensor-cores", demo::tensor_cores, "naive, tiled, SIMD, bf16 and Tensor Core matrix products"},
     {"launch", demo::launch, "the launch tax: hand-offs, kernel launches, CUDA Graphs, fusion"},
     {"batching", demo::batching, "decode tokens/s against batch size under both ceilings"},
+    {"bytes", demo::bytes, "decode tokens/s against bytes per weight: f32, f16, bf16, q8_0"},
 };
 
 }  // namespace
@@ -38,7 +39,7 @@ int cmd_demo(int argc, char** argv) {
             {{"--list", "", "name the demos and which halves can run here"},
              {"--quick", "", "smaller sizes: every CPU half in seconds"},
              {"--out", "DIR", "where NAME.json goes (default ./results)"},
-             {"-m,--model", "MODEL", "the model of sequential, launch and batching (default: their presets)"},
+             {"-m,--model", "MODEL", "the model of sequential, launch, batching and bytes (default: their presets)"},
              {"-t,--threads", "N", "CPU threads (default: every core)"}});
   std::string name;
   if (argc >= 3 && argv[2][0] != '-') name = argv[2];
