@@ -1,0 +1,85 @@
+#include "models/regex_split.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "core/error.h"
+#include "models/utf8.h"
+
+namespace minfer {
+
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+namespace {
+
+constexpr size_t kJitStackMax = size_t(8) << 20;
+
+struct MatchResources {  // one per find_all call: PCRE2 match data is not shareable between threads
+  pcre2_match_data* data = nullptr;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* jit_stack = nullptr;
+  ~MatchResources() {
+    pcre2_match_data_free(data);
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(jit_stack);
+  }
+};
+
+}  // namespace
+
+Regex::Regex(const std::string& pattern, const std::string& source) : pattern_(pattern), source_(source) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  // UCP: \s, \d, \w and POSIX classes follow Unicode properties, as in Oniguruma and fancy-regex.
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    fail(source, ": regular expression is not supported at offset ", offset, ": ",
+         reinterpret_cast<const char*>(message));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // when JIT is unavailable the interpreter runs
+  code_ = code;
+}
+
+Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  MatchResources r;
+  r.data = pcre2_match_data_create_from_pattern(code, nullptr);
+  r.context = pcre2_match_context_create(nullptr);
+  r.jit_stack = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
+  MINFER_CHECK(r.data && r.context && r.jit_stack, source_, ": out of memory for a regular expression match");
+  pcre2_jit_stack_assign(r.context, nullptr, r.jit_stack);
+  std::vector<std::pair<size_t, size_t>> matches;
+  size_t start = 0;
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  while (start < text.size()) {
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, r.data, r.context);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      fail(source_, ": regular expression /", pattern_, "/ failed on a text of ", text.size(),
+           " bytes: ", reinterpret_cast<const char*>(message));
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(r.data);
+    const size_t begin = ovector[0], end = ovector[1];
+    if (end > begin) {
+      matches.emplace_back(begin, end);
+      start = end;
+    } else {
+      // An empty match: step over one character (one byte where the text is not valid UTF-8).
+      const size_t length = utf8::valid_char_length(text.data() + begin, text.size() - begin);
+      start = begin + (length > 0 ? length : 1);
+    }
+  }
+  return matches;
+}
+
+}  // namespace minfer
