@@ -28,13 +28,44 @@ struct MatchResources {  // one per find_all call: PCRE2 match data is not share
   }
 };
 
+// Unicode's White_Space characters: what \s matches in Oniguruma (the tokenizers library's regex
+// engine). PCRE2's \s also matches U+180E, which Unicode 6.3 took out of the spaces.
+constexpr const char* kWhiteSpace =
+    "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+// `pattern` with \s and \S spelled as Oniguruma means them (\S inside a class is left alone).
+std::string with_oniguruma_spaces(const std::string& pattern) {
+  std::string out;
+  int class_depth = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') {
+        out += class_depth > 0 ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (next == 'S' && class_depth == 0) {
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += next;
+      }
+      continue;
+    }
+    if (c == '[') ++class_depth;
+    if (c == ']' && class_depth > 0) --class_depth;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 Regex::Regex(const std::string& pattern, const std::string& source) : pattern_(pattern), source_(source) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  // UCP: \s, \d, \w and POSIX classes follow Unicode properties, as in Oniguruma and fancy-regex.
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  // UCP: \d, \w and POSIX classes follow Unicode properties, as in Oniguruma and fancy-regex.
+  const std::string compiled = with_oniguruma_spaces(pattern);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
