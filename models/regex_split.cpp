@@ -17,10 +17,15 @@ namespace {
 
 constexpr size_t kJitStackMax = size_t(8) << 20;
 
-struct MatchResources {  // one per find_all call: PCRE2 match data is not shareable between threads
-  pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
+// Match data and a JIT stack, made once per thread (PCRE2 match data cannot be shared between
+// threads, and making them per call costs an mmap each time: thousands of small pieces per text).
+struct MatchResources {
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);  // the whole match is enough
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
+  MatchResources() {
+    if (context && jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
+  }
   ~MatchResources() {
     pcre2_match_data_free(data);
     pcre2_match_context_free(context);
@@ -81,12 +86,8 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  MatchResources r;
-  r.data = pcre2_match_data_create_from_pattern(code, nullptr);
-  r.context = pcre2_match_context_create(nullptr);
-  r.jit_stack = pcre2_jit_stack_create(32 << 10, kJitStackMax, nullptr);
+  thread_local MatchResources r;
   MINFER_CHECK(r.data && r.context && r.jit_stack, source_, ": out of memory for a regular expression match");
-  pcre2_jit_stack_assign(r.context, nullptr, r.jit_stack);
   std::vector<std::pair<size_t, size_t>> matches;
   size_t start = 0;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
