@@ -222,7 +222,7 @@ void Builder::added_tokens(const json& list) {
     const json& t = list[i];
     const std::string at = "added_tokens[" + std::to_string(i) + "]";
     AddedToken a;
-    a.id = static_cast<int32_t>(r_.integer(r_.field(t, "id", at), at + ".id", 0, (int64_t(1) << 23) - 1));
+    a.id = static_cast<int32_t>(r_.integer(r_.field(t, "id", at), at + ".id", 0, (int64_t(1) << 22) - 1));
     a.content = r_.string(t, "content", at);
     if (a.content.empty()) r_.refuse(at, "content is empty");
     a.special = r_.boolean(t, "special", false, at);
@@ -243,9 +243,14 @@ void Builder::added_tokens(const json& list) {
     ids_[a.content] = a.id;
     spec_.added.push_back(a);
   }
-  // Ids past the vocabulary must continue it without gaps.
+  // Ids past the vocabulary must continue it without gaps (checked before anything is allocated
+  // for them: a count of ids cannot exceed the number of tokens listed).
   size_t total = model_tokens_;
   for (const AddedToken& a : extra) total = std::max(total, static_cast<size_t>(a.id) + 1);
+  if (total - model_tokens_ > extra.size())
+    r_.refuse("added_tokens", "ids reach " + std::to_string(total - 1) + " but only " + std::to_string(extra.size()) +
+                                  " tokens follow the vocabulary's " + std::to_string(model_tokens_) +
+                                  " (ids must be 0 .. N-1, each once)");
   spec_.tokens.resize(total);
   std::vector<bool> filled(total, false);
   for (size_t i = 0; i < model_tokens_; ++i) filled[i] = true;

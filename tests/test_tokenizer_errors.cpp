@@ -140,7 +140,11 @@ TEST(TokenizerJsonErrors, AddedTokens) {
     return json{{"id", id}, {"content", content}, {"special", true}, {"normalized", false}};
   };
   expect_refused([](json& j) { j["added_tokens"] = json::object(); }, "must be an array");
-  expect_refused([&](json& j) { j["added_tokens"].push_back(token(10, "<x>")); }, "no token has id 4");
+  expect_refused([&](json& j) { j["added_tokens"].push_back(token(10, "<x>")); }, "ids reach 10 but only 1 tokens follow");
+  expect_refused([&](json& j) {
+    j["added_tokens"].push_back(token(5, "<x>"));
+    j["added_tokens"].push_back(token(5, "<x>"));
+  }, "no token has id 4");
   expect_refused([&](json& j) { j["added_tokens"].push_back(token(1, "<x>")); }, "which the vocabulary gives to 'a'");
   expect_refused([&](json& j) { j["added_tokens"].push_back(token(4, "a")); }, "and also id 1");
   expect_refused([&](json& j) { j["added_tokens"].push_back(token(4000000000LL, "<x>")); }, "outside");
