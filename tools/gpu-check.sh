@@ -7,8 +7,9 @@
 #
 #   tools/gpu-check.sh --prepare
 #       here, before the lease: copies what the GPU machine lacks (it has no package registry)
-#       into .gpu-deps/: Eigen's and nlohmann-json's headers, GoogleTest's sources, and the
-#       stories260K golden files, so that the golden tests run there too.
+#       into .gpu-deps/: Eigen's and nlohmann-json's headers, PCRE2's header and static library,
+#       GoogleTest's sources, and the stories260K golden files, so that the golden tests run
+#       there too.
 #   tools/gpu-check.sh OUTDIR
 #       there: run(command="tools/gpu-check.sh $OUT", carry=[".gpu-deps"], timeout_s=360).
 #       OUTDIR receives gpu-check.tar.gz (every log, JSON and table) and summary.txt.
@@ -29,6 +30,8 @@ if [ "${1:-}" = "--prepare" ]; then
   cp -r /usr/include/eigen3 .gpu-deps/eigen3
   cp -r /usr/src/googletest .gpu-deps/googletest
   mkdir -p .gpu-deps/json && cp -r /usr/include/nlohmann .gpu-deps/json/nlohmann
+  # PCRE2 for the tokenizers' regexes: its header and the static library, linked into minfer there.
+  mkdir -p .gpu-deps/pcre2 && cp /usr/include/pcre2.h /usr/lib/x86_64-linux-gnu/libpcre2-8.a .gpu-deps/pcre2/
   golden=${MINFER_GOLDEN_DIR:-../shared/golden}
   for f in stories260K.bin stories260K.greedy.ids stories260K.sample-t1.0-p0.9-s133742.ids \
            stories260K.greedy.logits-8x512.f32 tokenizer.bin tokenizer.cases.tsv; do
@@ -89,7 +92,8 @@ if [ $dry -eq 0 ]; then
   generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     -DMINFER_BENCH=OFF -DMINFER_WERROR=OFF -DMINFER_EIGEN_INCLUDE="$deps/eigen3" \
-    -DMINFER_GTEST_SOURCE="$deps/googletest" -DMINFER_JSON_INCLUDE="$deps/json" > "$work/build.log" 2>&1 \
+    -DMINFER_GTEST_SOURCE="$deps/googletest" -DMINFER_JSON_INCLUDE="$deps/json" \
+    -DMINFER_PCRE2_DIR="$deps/pcre2" > "$work/build.log" 2>&1 \
     && timeout "$(left)" cmake --build "$build_dir" -j "$(nproc)" --target minfer minfer_tests >> "$work/build.log" 2>&1
   built=$?
 elif [ $no_build -eq 1 ]; then

@@ -3,7 +3,7 @@
 # otherwise it prints the one command to run and fails. Nothing is downloaded from anywhere else.
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+packages=(cmake make g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
           python3-matplotlib clang libclang-rt-14-dev)
 
 if ! command -v dpkg >/dev/null 2>&1; then
