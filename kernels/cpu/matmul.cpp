@@ -123,14 +123,14 @@ inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
 }
 
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
-// sequential stream, with a software prefetch 1 KiB ahead, like the bandwidth probe (sum).
+// sequential stream, with a software prefetch 512 bytes ahead (bench/results/NOTES.md).
 // note: at one row this beats the 4-row tile below, whose four rows are four interleaved streams
 // (by a quarter on stories110M; bench/results/NOTES.md), once each step reads 256 bytes.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
   // U vectors a step: 256 bytes of weights with AVX-512
   constexpr int VW = simd::kWidth, U = 16 / sizeof(typename W::Stored);
-  constexpr int64_t kAhead = 1024 / sizeof(typename W::Stored);
+  constexpr int64_t kAhead = 512 / sizeof(typename W::Stored);
   for (int64_t n = n0; n < n1; ++n) {
     const typename W::Stored* row = w + n * K;
     simd::Vec acc[U];
