@@ -109,8 +109,13 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
   return w;
 }
 
-GgufVocab read_gguf_vocab(const std::string& path) {
-  GgufFile f(path);
+bool gguf_has_vocab(const std::string& path) {
+  return GgufFile(path).find("tokenizer.ggml.tokens") != nullptr;
+}
+
+GgufVocab read_gguf_vocab(const std::string& path) { return read_gguf_vocab(GgufFile(path)); }
+
+GgufVocab read_gguf_vocab(const GgufFile& f) {
   GgufVocab v;
   v.model = f.text("tokenizer.ggml.model", true, "");
   v.pre = f.text("tokenizer.ggml.pre", false, "default");
@@ -126,9 +131,14 @@ GgufVocab read_gguf_vocab(const std::string& path) {
     const int64_t id = f.integer(key, false, -1);
     if (id >= 0 && id <= INT32_MAX) v.eot_ids.push_back(static_cast<int32_t>(id));
   }
-  v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", true);
+  // Where a key is absent, llama.cpp's defaults (src/llama-vocab.cpp): SentencePiece ("llama")
+  // adds BOS and a space prefix; byte-level BPE ("gpt2") adds BOS for the Llama 3 family of
+  // pre-tokenizers only, and never a space prefix.
+  const bool spm = v.model == "llama";
+  const bool llama3_family = v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "llama-bpe";
+  v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", spm || llama3_family);
   v.add_eos = flag(f, "tokenizer.ggml.add_eos_token", false);
-  v.add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", true);
+  v.add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", spm);
   return v;
 }
 

@@ -23,5 +23,8 @@ LlamaHostWeights load_gguf_weights(const std::string& path);
 LlamaConfig read_gguf_config(const GgufFile& file);
 // The vocabulary and tokenizer rules of a GGUF file's metadata.
 GgufVocab read_gguf_vocab(const std::string& path);
+GgufVocab read_gguf_vocab(const GgufFile& file);
+// Whether the file carries a vocabulary (tokenizer.ggml.tokens).
+bool gguf_has_vocab(const std::string& path);
 
 }  // namespace minfer

@@ -44,4 +44,46 @@ LlamaHostWeights load_model_weights(const std::string& path) {
   return load_checkpoint(path);
 }
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+std::unique_ptr<TextTokenizer> load_model_tokenizer(const std::string& spec) {
+  if (spec.rfind("preset:", 0) == 0) return nullptr;
+  switch (detect_model_format(spec)) {
+    case ModelFormat::huggingface: {
+      struct stat st;
+      const bool folder = ::stat(spec.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+      const std::string dir = folder ? spec : spec.substr(0, spec.rfind('/') == std::string::npos ? 0 : spec.rfind('/'));
+      const std::string json = (dir.empty() ? std::string(".") : dir) + "/tokenizer.json";
+      return is_regular_file(json) ? load_tokenizer_json(json) : nullptr;
+    }
+    case ModelFormat::gguf:
+      if (!gguf_has_vocab(spec)) return nullptr;
+      return make_gguf_tokenizer(read_gguf_vocab(spec), spec);
+    case ModelFormat::llama2c: break;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path) {
+  if (ends_with(path, ".json")) return load_tokenizer_json(path);
+  InputFile file(path, "tokenizer");
+  char magic[4] = {};
+  if (file.size() >= 4 && ::pread(file.fd(), magic, 4, 0) == 4 && std::memcmp(magic, "GGUF", 4) == 0) {
+    MINFER_CHECK(gguf_has_vocab(path), path, ": this GGUF file has no tokenizer (no tokenizer.ggml.tokens)");
+    return make_gguf_tokenizer(read_gguf_vocab(path), path);
+  }
+  return load_llama2c_tokenizer(path);
+}
+
 }  // namespace minfer

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "models/llama_weights.h"
+#include "models/text_tokenizer.h"
 
 namespace minfer {
 
@@ -19,5 +20,14 @@ const char* model_format_name(ModelFormat f);
 ModelFormat detect_model_format(const std::string& path);
 
 LlamaHostWeights load_model_weights(const std::string& path);
+
+// The tokenizer a model carries: tokenizer.json in a Hugging Face folder (or beside a
+// .safetensors file), a GGUF file's tokenizer.ggml.* vocabulary. nullptr when it has none (a
+// llama2.c checkpoint, a preset, a GGUF file written without a vocabulary).
+std::unique_ptr<TextTokenizer> load_model_tokenizer(const std::string& spec);
+
+// A tokenizer named on its own (-z PATH): a tokenizer.json, a GGUF file's vocabulary, or
+// llama2.c's tokenizer.bin, told apart by the name's suffix and the file's first bytes.
+std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path);
 
 }  // namespace minfer

@@ -40,7 +40,9 @@ class Llama2cTokenizer : public TextTokenizer {
   }
   std::string token_bytes(int32_t prev, int32_t id) const override {
     MINFER_CHECK(prev >= -1 && prev < vocab_size(), source_, ": token id ", prev, " outside [0, ", vocab_size(), ")");
-    return tokenizer_.decode(prev, id);
+    // note: a stream's first token (prev -1) is taken as following BOS, whose successor run.c
+    // prints without its leading space, as SentencePiece's decode does at the start of a text.
+    return tokenizer_.decode(prev == -1 ? 1 : prev, id);
   }
   int32_t bos_id() const override { return 1; }
   std::vector<int32_t> eos_ids() const override { return {2}; }

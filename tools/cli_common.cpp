@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "models/model_files.h"
 
 namespace minfer::cli {
 
@@ -64,6 +65,36 @@ std::string prompt_text(const Args& args) {
   return InputFile(args.get("-f"), "text file").read_all(uint64_t(64) << 20);
 }
 
+std::unique_ptr<TextTokenizer> command_tokenizer(const Args& args, const std::string& model_spec) {
+  if (args.has("-z")) return load_tokenizer_file(args.get("-z"));
+  if (model_spec.empty()) return nullptr;
+  return load_model_tokenizer(model_spec);
+}
+
+void check_tokenizer_fits(const TextTokenizer& tokenizer, const ModelInfo& info, const std::string& source) {
+  MINFER_CHECK(tokenizer.vocab_size() <= info.vocab_size, source, ": ", tokenizer.vocab_size(),
+               " tokens, but the model has a vocabulary of ", info.vocab_size);
+}
+
+std::string TextStream::push(int32_t id) {
+  std::string text = utf8_.push(tokenizer_.token_bytes(previous_, id));
+  previous_ = id;
+  return printable(std::move(text));
+}
+
+std::string TextStream::flush() { return printable(utf8_.flush()); }
+
+std::string TextStream::printable(std::string text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) out += c;
+    else if (c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f') out += c;
+  }
+  return out;
+}
+
 std::string format_bytes(uint64_t bytes) {
   char text[32];
   if (bytes >= (uint64_t(1) << 30))
@@ -74,7 +105,7 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 Engine load_engine(const Args& args, const std::string& model_spec) {
-  MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a .bin checkpoint or preset:NAME)");
+  MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a model file or folder, or preset:NAME)");
   Engine engine;
   const BackendKind kind = parse_backend_kind(args.get("--device", "auto"));
   check_backend_options(args, kind);

@@ -8,6 +8,7 @@
 
 #include "engine/backend.h"
 #include "models/llama.h"
+#include "models/text_tokenizer.h"
 #include "tools/args.h"
 
 namespace minfer::cli {
@@ -33,6 +34,30 @@ Engine load_engine(const Args& args, const std::string& model_spec);
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what);
 
 std::string format_bytes(uint64_t bytes);  // "57.6 MiB"
+
+// The tokenizer of a command: -z PATH when given (a tokenizer.json, a GGUF file's vocabulary or
+// llama2.c's tokenizer.bin), otherwise the one -m MODEL carries (models/model_files.h); nullptr
+// when there is neither.
+std::unique_ptr<TextTokenizer> command_tokenizer(const Args& args, const std::string& model_spec);
+// A tokenizer whose ids reach past the model's vocabulary is an error naming both sizes (a
+// smaller one is fine: models pad their embedding tables).
+void check_tokenizer_fits(const TextTokenizer& tokenizer, const ModelInfo& info, const std::string& source);
+
+// Generated tokens as text, as they arrive: each token's bytes (TextTokenizer::token_bytes),
+// whole UTF-8 characters only (Utf8Stream), and control characters other than white space
+// dropped, as run.c's safe_printf drops them.
+class TextStream {
+ public:
+  explicit TextStream(const TextTokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int32_t id);  // the text that is now complete
+  std::string flush();
+
+ private:
+  static std::string printable(std::string text);
+  const TextTokenizer& tokenizer_;
+  Utf8Stream utf8_;
+  int32_t previous_ = -1;
+};
 
 // The text of -i TEXT or -f FILE (exactly one of them; Error otherwise). A file is read whole,
 // up to 64 MiB, and must be a regular file.

@@ -6,7 +6,6 @@
 
 #include "engine/decoder.h"
 #include "core/error.h"
-#include "models/tokenizer.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 
@@ -32,8 +31,9 @@ void print_timing(const char* what, double seconds, int64_t tokens, const char* 
 int cmd_generate(int argc, char** argv) {
   std::vector<Option> options = engine_options();
   options.insert(options.end(), {
-      {"-z,--tokenizer", "PATH", "llama2.c tokenizer.bin, for a text prompt and text output"},
-      {"-i,--prompt", "TEXT", "the prompt as text (encoded with BOS, like run.c)"},
+      {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
+      {"-i,--prompt", "TEXT", "the prompt as text (with the special tokens the tokenizer adds: BOS for\n"
+                              "                              Llama 2 and 3, as run.c and llama.cpp encode)"},
       {"-f,--file", "PATH", "the prompt as text, from a file (instead of -i)"},
       {"--prompt-ids", "IDS", "the prompt as token ids, e.g. 1,450,4996 (instead of -i)"},
       {"-n,--n-new", "N", "new tokens per sequence after the prompt (default 256)"},
@@ -48,7 +48,7 @@ int cmd_generate(int argc, char** argv) {
       {"--ignore-eos", "", "keep generating after BOS (1) or EOS (2) instead of stopping"},
       {"--print-ids", "", "print only the generated ids, comma-separated, a line per sequence"},
   });
-  Args args("generate", "Generates text from a prompt with a llama2.c model or a preset.", options);
+  Args args("generate", "Generates text from a prompt with a model (Hugging Face, GGUF, llama2.c) or a preset.", options);
   args.parse(argc, argv, 2);
   if (args.help_requested()) {
     std::printf("%s", args.usage().c_str());
@@ -56,9 +56,10 @@ int cmd_generate(int argc, char** argv) {
   }
   const bool text_prompt = args.has("-i") || args.has("-f");
   MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (args.has("-z")) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.get("-z")));
-  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer (-z tokenizer.bin)");
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
+  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer: this model carries none, ",
+               "give one with -z (a tokenizer.json, or llama2.c's tokenizer.bin)");
 
   GenerateOptions gen;
   gen.n_new = args.get_int("-n", 256, 1, 1 << 20);
@@ -74,16 +75,16 @@ int cmd_generate(int argc, char** argv) {
   gen.stop_at_eos = !args.has("--ignore-eos");
   const int64_t batch = args.get_int("--batch", 1, 1, 4096);
 
-  std::vector<int32_t> prompt = {1};  // BOS alone, run.c's empty prompt
-  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true, false);
+  std::vector<int32_t> prompt;
+  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true);
   if (args.has("--prompt-ids")) prompt = parse_ids(args.get("--prompt-ids"));
-  MINFER_CHECK(!prompt.empty(), "the prompt has no tokens");
 
   Engine engine = load_engine(args, args.get("-m"));
   const ModelInfo& info = engine.model->info();
-  if (tokenizer)
-    MINFER_CHECK(tokenizer->vocab_size() == info.vocab_size, args.get("-z"), ": ", tokenizer->vocab_size(),
-                 " tokens, but the model has a vocabulary of ", info.vocab_size);
+  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  // No prompt at all: BOS alone, run.c's empty prompt (a model without BOS needs a prompt).
+  if (!text_prompt && !args.has("--prompt-ids") && info.bos_id >= 0) prompt = {info.bos_id};
+  MINFER_CHECK(!prompt.empty(), "the prompt has no tokens", info.bos_id < 0 ? " (and this model has no BOS token to start from)" : "");
   const int64_t P = static_cast<int64_t>(prompt.size());
   check_fits_context(P, gen.n_new, info.n_ctx);
   DecoderOptions dec;
@@ -98,21 +99,20 @@ int cmd_generate(int argc, char** argv) {
 
   const bool print_ids = args.has("--print-ids");
   const bool stream = !print_ids && batch == 1;
-  // Streaming echoes the prompt first, as run.c and llama.cpp do.
-  int32_t previous = prompt.front();
+  // Streaming echoes the prompt first (without a leading BOS), as run.c and llama.cpp do.
+  std::unique_ptr<TextStream> text;
+  if (tokenizer) text = std::make_unique<TextStream>(*tokenizer);
   bool first_id = true;
   auto print_token = [&](int32_t token) {
-    if (tokenizer) {
-      std::string piece = tokenizer->decode(previous, token);
-      if (Tokenizer::printable(piece)) std::fputs(piece.c_str(), stdout);
+    if (text) {
+      std::fputs(text->push(token).c_str(), stdout);
     } else {
       std::printf("%s%d", first_id ? "" : ",", token);
       first_id = false;
     }
-    previous = token;
   };
   if (stream)
-    for (size_t i = 1; i < prompt.size(); ++i) print_token(prompt[i]);
+    for (size_t i = prompt.front() == info.bos_id ? 1 : 0; i < prompt.size(); ++i) print_token(prompt[i]);
   auto on_token = [&](int64_t, int32_t token) {
     if (!stream) return;
     print_token(token);
@@ -128,19 +128,17 @@ int cmd_generate(int argc, char** argv) {
       std::printf("\n");
     } else if (!stream) {
       std::printf("--- sequence %lld ---\n", static_cast<long long>(s));
-      int32_t prev = prompt.back();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (tokenizer) {
-          std::string piece = tokenizer->decode(prev, ids[i]);
-          if (Tokenizer::printable(piece)) std::fputs(piece.c_str(), stdout);
-        } else {
-          std::printf("%s%d", i ? "," : "", ids[i]);
-        }
-        prev = ids[i];
+      if (tokenizer) {
+        TextStream sequence(*tokenizer);
+        for (int32_t id : ids) std::fputs(sequence.push(id).c_str(), stdout);
+        std::fputs(sequence.flush().c_str(), stdout);
+      } else {
+        for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
       }
       std::printf("\n");
     }
   }
+  if (stream && text) std::fputs(text->flush().c_str(), stdout);
   if (stream) std::printf("\n");
   std::fflush(stdout);
   int64_t generated = 0;

@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "engine/perplexity.h"
-#include "models/tokenizer.h"
 #include "tools/cli_common.h"
 #include "tools/commands.h"
 
@@ -47,7 +46,7 @@ std::vector<int32_t> parse_ids_file(const std::string& path, int64_t vocab) {
 int cmd_perplexity(int argc, char** argv) {
   std::vector<Option> options = engine_options();
   options.insert(options.end(), {
-      {"-z,--tokenizer", "PATH", "llama2.c tokenizer.bin, to tokenize -f/-i text"},
+      {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
       {"-f,--file", "PATH", "the text to score"},
       {"-i,--prompt", "TEXT", "the text to score, inline (instead of -f)"},
       {"--ids", "PATH", "the tokens to score: a file of ids separated by commas or white space"},
@@ -70,9 +69,10 @@ int cmd_perplexity(int argc, char** argv) {
   }
   const bool text = args.has("-f") || args.has("-i");
   MINFER_CHECK(text != args.has("--ids"), "give the tokens as text (-f FILE or -i TEXT) or as --ids FILE, one of them");
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (args.has("-z")) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(args.get("-z")));
-  MINFER_CHECK(!text || tokenizer, "text (-f, -i) needs a tokenizer (-z tokenizer.bin)");
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  std::unique_ptr<TextTokenizer> tokenizer;
+  if (text) tokenizer = command_tokenizer(args, args.get("-m"));
+  MINFER_CHECK(!text || tokenizer, "text (-f, -i) needs a tokenizer: this model carries none, give one with -z");
   const std::string output = args.get("-o", "md");
   MINFER_CHECK(output == "md" || output == "json", "-o: '", output, "' is not md or json");
   std::optional<DType> base_dtype;
@@ -93,9 +93,8 @@ int cmd_perplexity(int argc, char** argv) {
   }
   std::vector<int32_t> tokens;
   if (text) {
-    MINFER_CHECK(tokenizer->vocab_size() == info.vocab_size, args.get("-z"), ": ", tokenizer->vocab_size(),
-                 " tokens, but the model has a vocabulary of ", info.vocab_size);
-    tokens = tokenizer->encode(prompt_text(args), true, false);
+    check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+    tokens = tokenizer->encode(prompt_text(args), true);
   } else {
     tokens = parse_ids_file(args.get("--ids"), info.vocab_size);
   }

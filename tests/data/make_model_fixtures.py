@@ -22,6 +22,11 @@ token), the margin between the best and second-best logit at every step, and the
 prompt position in prompt_logits_N.f32 (float32, positions x vocab). The weights are drawn large
 enough that every greedy step's margin is clear; the script checks it and tries other seeds until
 it is.
+
+The Q8_0 GGUF files (llama2-q8_0.gguf, llama3-q8_0.gguf) are the converter's --outtype q8_0. Their
+references are transformers on the weights read back from the GGUF file itself and dequantized
+with the gguf package (q and k rows permuted back from llama.cpp's order), so they say what a
+correct Q8_0 implementation computes from that file.
 """
 import argparse
 import json
@@ -39,6 +44,7 @@ OUT = os.path.join(HERE, "models")
 TOKENIZERS = os.path.join(HERE, "tokenizers")
 PROMPTS = ["Once upon a time, there was a little girl", "The quick brown fox jumps over", "12 + 30 = 42"]
 STEPS = 24
+LLAMA_CPP = None
 MIN_MARGIN = 0.05
 
 
@@ -75,9 +81,9 @@ def references(model, tokenizer, vocab):
 
 def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1):
     os.makedirs(folder, exist_ok=True)
-    model.save_pretrained(folder, max_shard_size=None if shards == 1 else "200KB", safe_serialization=True)
-    for f in os.listdir(tokenizer_dir):
-        if f.endswith(".json") or f.endswith(".model"):
+    model.save_pretrained(folder, max_shard_size="1GB" if shards == 1 else "200KB")
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(tokenizer_dir, f)):
             shutil.copy(os.path.join(tokenizer_dir, f), folder)
     doc = {"dtype": dtype_name, "steps": STEPS, "prompts": []}
     for i, r in enumerate(refs):
@@ -89,6 +95,37 @@ def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1):
         json.dump(doc, f, indent=1)
 
 
+def gguf_weights(path, config):
+    """The state dict of a llama GGUF file, dequantized, in Hugging Face's names and row order."""
+    sys.path.insert(0, os.path.join(LLAMA_CPP, "gguf-py"))
+    from gguf import GGUFReader, quants  # noqa: E402  (the converter's own gguf package)
+
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    names = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+             "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    state, types = {}, {}
+    for t in GGUFReader(path).tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        w = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        w = w.reshape([int(d) for d in reversed(t.shape)])
+        parts = t.name.split(".")
+        if parts[0] == "blk":
+            name = f"model.layers.{parts[1]}.{names[parts[2]]}.weight"
+            if parts[2] in ("attn_q", "attn_k"):  # undo llama.cpp's permute (rotate-half -> interleaved)
+                n = heads if parts[2] == "attn_q" else kv_heads
+                w = w.reshape(n, w.shape[0] // n // 2, 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
+        else:
+            name = names[parts[0]] + ".weight"
+        state[name] = torch.from_numpy(np.ascontiguousarray(w))
+        types[name] = t.tensor_type.name
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return state, types
+
+
 def convert(llama_cpp, folder, outfile, outtype):
     env = dict(os.environ, PYTHONPATH=os.path.join(llama_cpp, "gguf-py"))
     cmd = [sys.executable, os.path.join(HERE, "convert_with_llama_cpp.py"), llama_cpp, folder, "--outfile", outfile,
@@ -96,7 +133,7 @@ def convert(llama_cpp, folder, outfile, outtype):
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs):
+def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs, q8_from):
     tokenizer_dir = os.path.join(TOKENIZERS, tokenizer_name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = len(tokenizer)
@@ -131,24 +168,47 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
                 for i in range(len(PROMPTS)):
                     shutil.copy(os.path.join(folder, f"prompt_logits_{i}.f32"),
                                 os.path.join(OUT, f"{name}-{outtype}.prompt_logits_{i}.f32"))
+        if dtype_name == q8_from:
+            gguf = os.path.join(OUT, f"{name}-q8_0.gguf")
+            convert(llama_cpp, folder, gguf, "q8_0")
+            state, types = gguf_weights(gguf, config)
+            quantized = sorted(n for n, t in types.items() if t == "Q8_0")
+            print(f"{name}-q8_0.gguf: {len(quantized)} of {len(types)} tensors in Q8_0, the rest "
+                  f"{sorted(set(t for t in types.values() if t != 'Q8_0'))}")
+            assert quantized, "the converter wrote no Q8_0 tensor"
+            dequantized = LlamaForCausalLM(config).eval()
+            dequantized.load_state_dict(state)
+            refs = references(dequantized, tokenizer, vocab)
+            margin = min(min(r["margins"]) for r in refs)
+            print(f"{name}-q8_0.gguf: smallest greedy margin {margin:.3f}")
+            tmp = os.path.join(OUT, f"{name}-q8_0.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            save(tmp, dequantized, tokenizer_dir, refs, "q8_0")
+            shutil.copy(os.path.join(tmp, "reference.json"), os.path.join(OUT, f"{name}-q8_0.reference.json"))
+            for i in range(len(PROMPTS)):
+                shutil.copy(os.path.join(tmp, f"prompt_logits_{i}.f32"),
+                            os.path.join(OUT, f"{name}-q8_0.prompt_logits_{i}.f32"))
+            shutil.rmtree(tmp)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     a = ap.parse_args()
+    global LLAMA_CPP
+    LLAMA_CPP = a.llama_cpp
     os.makedirs(OUT, exist_ok=True)
     common = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, rms_norm_eps=1e-5, hidden_act="silu",
                   bos_token_id=1, eos_token_id=2)
     build("llama2", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                          rope_theta=10000.0, tie_word_embeddings=False),
-          "spm", [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)], 1, a.llama_cpp,
-          [("f32", "f32"), ("f16", "f16")])
+          "spm-bpe", [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)], 1, a.llama_cpp,
+          [("f32", "f32"), ("f16", "f16")], "f32")
     build("llama3", dict(common, num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
                          rope_theta=500000.0, tie_word_embeddings=True,
                          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
-          "bpe-llama3", [("bf16", torch.bfloat16)], 2, a.llama_cpp, [("f16", "bf16")])
+          "llama3-bpe", [("bf16", torch.bfloat16)], 2, a.llama_cpp, [("f16", "bf16")], "bf16")
 
 
 if __name__ == "__main__":
