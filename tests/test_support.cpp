@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,17 +58,19 @@ CliResult run_cli(const std::vector<std::string>& args, const CliOptions& option
   const auto start = std::chrono::steady_clock::now();
   if (posix_spawn(&pid, MINFER_CLI_PATH, &actions, nullptr, argv.data(), envp.data()) == 0) {
     int status = 0;
+    struct rusage usage {};
     for (;;) {
-      const pid_t done = waitpid(pid, &status, WNOHANG);
+      const pid_t done = wait4(pid, &status, WNOHANG, &usage);
       if (done == pid) break;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > options.timeout_s) {
         kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+        wait4(pid, &status, 0, &usage);
         result.timed_out = true;
         break;
       }
       usleep(2000);
     }
+    result.max_rss_bytes = uint64_t(usage.ru_maxrss) * 1024;
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct CliResult {
   int exit_code = -1;   // 128 + signal when a signal ended it
   bool timed_out = false;
   double seconds = 0.0;
+  uint64_t max_rss_bytes = 0;  // the process's peak resident memory
   std::string out, err;
 };
 struct CliOptions {
