@@ -61,8 +61,8 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   batch_ = backend_.empty({staging}, DType::i32);
   logits_ = backend_.empty({logit_rows_, vocab_}, DType::f32);
   host_logits_ = backend_.device() == DeviceKind::cpu ? logits_ : backend_.empty_host({logit_rows_, vocab_}, DType::f32);
-  argmax_ = backend_.empty({n_seqs_}, DType::i32);
-  host_argmax_ = backend_.empty_host({n_seqs_}, DType::i32);
+  argmax_ = backend_.empty({logit_rows_}, DType::i32);
+  host_argmax_ = backend_.empty_host({logit_rows_}, DType::i32);
   next_.resize(static_cast<size_t>(n_seqs_));
   static std::atomic<uint64_t> decoders{0};
   recording_prefix_ = "decoder " + std::to_string(decoders++) + "/";
@@ -178,6 +178,60 @@ void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
   host_logits_valid_ = false;  // logits_ rows no longer hold each sequence's next-token logits
 }
 
+void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
+  TraceRange trace("mixed step");
+  int64_t rows = 0, logit_rows = 0;
+  for (const Chunk& c : chunks) {
+    MINFER_CHECK(c.seq >= 0 && c.seq < n_seqs_, "forward_chunks: no sequence ", c.seq);
+    MINFER_CHECK(c.n >= 1, "forward_chunks: an empty chunk for sequence ", c.seq);
+    MINFER_CHECK(n_past_[c.seq] + c.n <= cache_.n_ctx(), "forward_chunks: sequence ", c.seq, " would reach ",
+                 n_past_[c.seq] + c.n, " positions > context ", cache_.n_ctx());
+    for (int64_t i = 0; i < c.n; ++i) check_token(c.tokens[i]);
+    rows += c.n;
+    logit_rows += c.logits ? 1 : 0;
+  }
+  if (rows == 0) return;
+  MINFER_CHECK(rows <= max_rows_, "forward_chunks: ", rows, " rows > ", max_rows_, " per pass");
+  MINFER_CHECK(logit_rows <= logit_rows_, "forward_chunks: ", logit_rows, " logits rows > ", logit_rows_);
+  backend_.synchronize();  // the staging buffer is free once the device is idle
+  int32_t* host = staging_.data_as<int32_t>();
+  int64_t r = 0, l = 0;
+  for (const Chunk& c : chunks) {
+    for (int64_t i = 0; i < c.n; ++i, ++r) {
+      host[r] = c.tokens[i];
+      host[rows + r] = static_cast<int32_t>(c.seq);
+      host[2 * rows + r] = static_cast<int32_t>(n_past_[c.seq] + i);
+    }
+    if (c.logits) host[3 * rows + l++] = static_cast<int32_t>(r - 1);
+    n_past_[c.seq] += c.n;
+  }
+  run_rows(rows, 0, logit_rows);
+  host_logits_valid_ = false;
+}
+
+float* Decoder::logits_row(int64_t row) {
+  MINFER_CHECK(row >= 0 && row < logit_rows_, "logits_row: no row ", row);
+  fetch_logits();
+  return host_logits_.data_as<float>() + row * vocab_;
+}
+
+void Decoder::argmax_rows(int64_t n, std::vector<int32_t>* out) {
+  MINFER_CHECK(n >= 0 && n <= logit_rows_, "argmax_rows: ", n, " rows of ", logit_rows_);
+  if (n == 0) {
+    out->clear();
+    return;
+  }
+  backend_.argmax(argmax_.slice(0, 0, n), logits_.slice(0, 0, n));
+  backend_.copy_async(host_argmax_.slice(0, 0, n), argmax_.slice(0, 0, n));
+  backend_.synchronize();
+  out->assign(host_argmax_.data_as<int32_t>(), host_argmax_.data_as<int32_t>() + n);
+}
+
+void Decoder::reset_sequence(int64_t seq) {
+  MINFER_CHECK(seq >= 0 && seq < n_seqs_, "reset_sequence: no sequence ", seq);
+  n_past_[seq] = 0;
+}
+
 void Decoder::decode(const std::vector<int32_t>& tokens) {
   TraceRange trace("decode step");
   MINFER_CHECK(static_cast<int64_t>(tokens.size()) == n_seqs_, "decode: ", tokens.size(),
@@ -215,12 +269,7 @@ float* Decoder::logits(int64_t seq) {
   return host_logits_.data_as<float>() + seq * vocab_;
 }
 
-void Decoder::argmax(std::vector<int32_t>* out) {
-  backend_.argmax(argmax_, logits_);
-  backend_.copy_async(host_argmax_, argmax_);
-  backend_.synchronize();
-  out->assign(host_argmax_.data_as<int32_t>(), host_argmax_.data_as<int32_t>() + n_seqs_);
-}
+void Decoder::argmax(std::vector<int32_t>* out) { argmax_rows(n_seqs_, out); }
 
 GenerateResult Decoder::generate(const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options,

@@ -77,6 +77,25 @@ class Decoder {
   // during the call). Runs max_prefill_rows positions per forward pass; needs logits_every_row.
   void prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
                       const std::function<void(int64_t, const float*)>& on_logits);
+  // Rows of one sequence for forward_chunks(): `n` tokens appended at its current position; with
+  // `logits`, the next-token logits after the last of them are wanted.
+  struct Chunk {
+    int64_t seq;
+    const int32_t* tokens;
+    int64_t n;
+    bool logits;
+  };
+  // One forward pass over chunks of any sequences, each sequence at most once, at most
+  // max_prefill_rows rows in all (continuous batching mixes decode rows and prompt chunks this
+  // way). The logits of the chunks that want them go to rows 0, 1, ... in chunk order
+  // (logits_row, argmax_rows). Not recorded as a CUDA Graph: its shape changes every step.
+  void forward_chunks(const std::vector<Chunk>& chunks);
+  // The logits in row `row` of the last forward pass (host memory, fetched if needed).
+  float* logits_row(int64_t row);
+  // The greedy choice of logits rows 0 .. n-1, computed on the device.
+  void argmax_rows(int64_t n, std::vector<int32_t>* out);
+  // Forgets sequence `seq` (position back to 0); its slot of the cache is reused as is.
+  void reset_sequence(int64_t seq);
   // Appends tokens[s] to sequence s, one forward pass over B rows.
   void decode(const std::vector<int32_t>& tokens);
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they

@@ -1,0 +1,363 @@
+// The continuous-batching scheduler (engine/scheduler.h): admission, retirement and slot reuse,
+// the step budget and chunked prefill, refusals, cancellation, stop tokens, the static policy,
+// and the tokens: on the reference backend (one row's arithmetic does not depend on the others)
+// a request gets exactly the tokens Decoder::generate gives it alone, greedy or sampled.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/backend.h"
+#include "engine/decoder.h"
+#include "engine/scheduler.h"
+#include "engine/serve_trace.h"
+#include "models/llama.h"
+#include "tests/naive_llama.h"
+
+namespace minfer::test {
+namespace {
+
+LlamaConfig small_config() {
+  LlamaConfig c;
+  c.dim = 48;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 61;
+  c.n_ctx = 64;
+  c.shared_classifier = false;
+  c.stop_ids = {2};
+  return c;
+}
+
+struct Fixture {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> model;
+};
+
+Fixture make(BackendKind kind, uint64_t seed = 5) {
+  Fixture f;
+  f.backend = make_backend(kind);
+  f.model = std::make_unique<LlamaModel>(*f.backend, random_llama_weights(small_config(), seed, 2.5), "m",
+                                         LlamaOptions{});
+  return f;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t n) {
+  std::vector<int32_t> p = {1};
+  while (static_cast<int64_t>(p.size()) < n) p.push_back(static_cast<int32_t>(3 + rng() % 58));
+  return p;
+}
+
+// What Decoder::generate gives one request on its own.
+std::vector<int32_t> alone(LlamaModel& model, const std::vector<int32_t>& prompt, int64_t n, float temperature,
+                           uint64_t seed) {
+  DecoderOptions d;
+  d.n_ctx = static_cast<int64_t>(prompt.size()) + n;
+  Decoder decoder(model, d);
+  GenerateOptions g;
+  g.n_new = n;
+  g.temperature = temperature;
+  g.top_p = 0.9f;
+  g.seed = seed;
+  g.stop_at_eos = false;
+  return decoder.generate({prompt}, g).tokens[0];
+}
+
+struct Collected {
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, RequestStats> stats;
+};
+
+ServeRequest request(Collected& c, uint64_t* id_slot, std::vector<int32_t> prompt, int64_t n, float temperature = 0.0f,
+                     uint64_t seed = 1) {
+  ServeRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.temperature = temperature;
+  r.top_p = 0.9f;
+  r.seed = seed;
+  r.stop_at_eos = false;
+  r.on_token = [&c, id_slot](int32_t t) {
+    c.tokens[*id_slot].push_back(t);
+    return true;
+  };
+  r.on_finish = [&c](const RequestStats& s) { c.stats[s.id] = s; };
+  return r;
+}
+
+void run_to_end(Scheduler& s) {
+  for (int i = 0; i < 100000 && s.step(); ++i) {
+  }
+}
+
+TEST(Scheduler, MixedStepsGiveEachRequestItsTokensAlone) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(3);
+  SchedulerOptions o;
+  o.slots = 3;
+  o.step_tokens = 7;  // prompts of up to 20 tokens take several steps beside the decode rows
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  std::vector<uint64_t> ids(7);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> lengths = {5, 12, 3, 9, 1, 15, 7};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    prompts.push_back(random_prompt(rng, 2 + int64_t(rng() % 19)));
+    const float temperature = i % 2 ? 0.8f : 0.0f;  // greedy and sampled side by side
+    ids[i] = scheduler.submit(request(c, &ids[i], prompts[i], lengths[i], temperature, 100 + i));
+  }
+  run_to_end(scheduler);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(c.stats.count(ids[i])) << "request " << i << " never finished";
+    EXPECT_EQ(c.stats[ids[i]].reason, FinishReason::length);
+    EXPECT_EQ(c.stats[ids[i]].completion_tokens, lengths[i]);
+    EXPECT_EQ(c.tokens[ids[i]], alone(*f.model, prompts[i], lengths[i], i % 2 ? 0.8f : 0.0f, 100 + i))
+        << "request " << i;
+  }
+  const SchedulerMetrics m = scheduler.metrics();
+  EXPECT_EQ(m.busy_slots, 0);
+  EXPECT_EQ(m.queue_depth, 0);
+  EXPECT_EQ(m.requests_finished, 7u);
+  int64_t total = 0;
+  for (int64_t n : lengths) total += n;
+  EXPECT_EQ(m.generated_tokens, uint64_t(total));
+}
+
+TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
+  Fixture f = make(BackendKind::cpu);
+  std::mt19937 rng(4);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.step_tokens = 6;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t a = 0, b = 0, d = 0;
+  a = scheduler.submit(request(c, &a, random_prompt(rng, 20), 3));
+  b = scheduler.submit(request(c, &b, random_prompt(rng, 4), 2));
+  d = scheduler.submit(request(c, &d, random_prompt(rng, 3), 2));
+  std::vector<std::pair<int64_t, int64_t>> rows;  // (decode, prompt) per step
+  while (scheduler.step()) {
+    rows.emplace_back(scheduler.last_step_decode_rows(), scheduler.last_step_prompt_rows());
+    EXPECT_LE(rows.back().first + rows.back().second, 6);
+    EXPECT_LE(scheduler.metrics().busy_slots, 2);
+  }
+  // Step 1: a's first 6 prompt tokens only (the oldest prompt first; nothing decodes yet).
+  ASSERT_GE(rows.size(), 4u);
+  EXPECT_EQ(rows[0], std::make_pair(int64_t(0), int64_t(6)));
+  // a's 20-token prompt takes four steps (6 + 6 + 6 + 2); b's 4 tokens fill the rest of the last.
+  int64_t prompt_rows = 0;
+  for (const auto& r : rows) prompt_rows += r.second;
+  EXPECT_EQ(prompt_rows, 20 + 4 + 3);
+  EXPECT_EQ(c.tokens[a].size(), 3u);
+  EXPECT_EQ(c.tokens[b].size(), 2u);
+  EXPECT_EQ(c.tokens[d].size(), 2u);
+  // d waited for b's slot and was admitted the step b finished.
+  EXPECT_GE(c.stats[d].admitted, c.stats[b].finished);
+  EXPECT_LE(c.stats[d].admitted, c.stats[a].finished);
+}
+
+TEST(Scheduler, TheOldestPromptIsPrefilledFirst) {
+  Fixture f = make(BackendKind::cpu);
+  std::mt19937 rng(8);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.step_tokens = 4;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t a = 0, b = 0;
+  a = scheduler.submit(request(c, &a, random_prompt(rng, 9), 2));
+  scheduler.step();  // a: 4 of 9
+  b = scheduler.submit(request(c, &b, random_prompt(rng, 3), 2));
+  scheduler.step();  // a: 8 of 9; b waits although its whole prompt would fit
+  EXPECT_EQ(scheduler.last_step_prompt_rows(), 4);
+  EXPECT_TRUE(c.tokens[a].empty());
+  EXPECT_TRUE(c.tokens[b].empty());
+  scheduler.step();  // a's last token and b's three: both get their first token
+  EXPECT_EQ(c.tokens[a].size(), 1u);
+  EXPECT_EQ(c.tokens[b].size(), 1u);
+}
+
+TEST(Scheduler, RefusesRequestsThatCanNeverRunWithTheNumbers) {
+  Fixture f = make(BackendKind::cpu);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.n_ctx = 32;
+  o.max_queue = 2;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t id = 0;
+  std::mt19937 rng(5);
+  try {
+    scheduler.submit(request(c, &id, random_prompt(rng, 20), 14));
+    FAIL() << "a request past the context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("20 + 14 - 1 = 33 positions > context 32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(scheduler.submit(request(c, &id, {}, 4)), Error);
+  EXPECT_THROW(scheduler.submit(request(c, &id, {1, 99}, 4)), Error);  // outside the vocabulary
+  EXPECT_THROW(scheduler.submit(request(c, &id, {1}, 0)), Error);
+  scheduler.submit(request(c, &id, {1, 5}, 2));
+  scheduler.submit(request(c, &id, {1, 6}, 2));
+  try {
+    scheduler.submit(request(c, &id, {1, 7}, 2));
+    FAIL() << "a third request was queued past max_queue";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("queue is full"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(scheduler.metrics().requests_refused, 5u);
+  EXPECT_EQ(scheduler.metrics().queue_depth, 2);
+}
+
+TEST(Scheduler, CancelStopTokensAndCallbacksEndRequests) {
+  Fixture f = make(BackendKind::cpu);
+  std::mt19937 rng(6);
+  SchedulerOptions o;
+  o.slots = 2;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t running = 0, queued = 0, stopped = 0, third = 0;
+  running = scheduler.submit(request(c, &running, random_prompt(rng, 4), 40));
+  // A request whose callback ends it after three tokens.
+  ServeRequest r = request(c, &stopped, random_prompt(rng, 4), 40);
+  r.on_token = [&](int32_t t) {
+    c.tokens[stopped].push_back(t);
+    return c.tokens[stopped].size() < 3;
+  };
+  stopped = scheduler.submit(std::move(r));
+  scheduler.step();  // both slots busy from here
+  queued = scheduler.submit(request(c, &queued, random_prompt(rng, 4), 40));
+  scheduler.step();
+  scheduler.cancel(running);
+  scheduler.cancel(queued);
+  scheduler.step();
+  EXPECT_EQ(c.stats[running].reason, FinishReason::cancelled);
+  EXPECT_GE(c.stats[running].completion_tokens, 1);
+  EXPECT_EQ(c.stats[queued].reason, FinishReason::cancelled);
+  EXPECT_EQ(c.stats[queued].completion_tokens, 0);
+  EXPECT_EQ(c.stats[queued].admitted, 0.0);  // never given a slot
+  run_to_end(scheduler);
+  EXPECT_EQ(c.stats[stopped].reason, FinishReason::stop);
+  EXPECT_EQ(c.tokens[stopped].size(), 3u);
+  // A stop token ends a request without being delivered: stop at whatever comes first.
+  Collected c2;
+  ServeRequest s = request(c2, &third, random_prompt(rng, 5), 10);
+  const std::vector<int32_t> first = alone(*f.model, s.prompt, 10, 0.0f, 1);
+  s.stop_tokens = {first[2]};
+  third = scheduler.submit(std::move(s));
+  run_to_end(scheduler);
+  const auto& got = c2.tokens[third];
+  const size_t cut = std::find(first.begin(), first.end(), first[2]) - first.begin();
+  EXPECT_EQ(got, std::vector<int32_t>(first.begin(), first.begin() + cut));
+  EXPECT_EQ(c2.stats[third].reason, FinishReason::stop);
+  EXPECT_EQ(scheduler.metrics().busy_slots, 0);
+  EXPECT_EQ(scheduler.metrics().requests_cancelled, 2u);
+}
+
+TEST(Scheduler, StaticBatchesWaitForTheWholeBatch) {
+  Fixture f = make(BackendKind::cpu);
+  std::mt19937 rng(7);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.policy = SchedulerOptions::Policy::static_batches;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t a = 0, b = 0, d = 0;
+  a = scheduler.submit(request(c, &a, random_prompt(rng, 3), 2));
+  b = scheduler.submit(request(c, &b, random_prompt(rng, 3), 9));
+  d = scheduler.submit(request(c, &d, random_prompt(rng, 3), 2));
+  run_to_end(scheduler);
+  EXPECT_GE(c.stats[d].admitted, c.stats[b].finished);  // not when a's slot freed
+  EXPECT_LT(c.stats[a].finished, c.stats[b].finished);
+  EXPECT_EQ(c.tokens[d].size(), 2u);
+}
+
+TEST(Scheduler, RunServesRequestsFromOtherThreads) {
+  Fixture f = make(BackendKind::cpu);
+  SchedulerOptions o;
+  o.slots = 4;
+  Scheduler scheduler(*f.model, o);
+  std::atomic<bool> stop{false};
+  std::thread engine([&] { scheduler.run(stop); });
+  std::atomic<int> done{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        std::mutex m;
+        std::condition_variable cv;
+        bool finished = false;
+        int64_t got = 0;
+        ServeRequest r;
+        r.prompt = {1, int32_t(3 + t), int32_t(4 + i)};
+        r.max_tokens = 3 + i;
+        r.stop_at_eos = false;
+        r.on_token = [&](int32_t) {
+          ++got;
+          return true;
+        };
+        r.on_finish = [&](const RequestStats&) {
+          std::lock_guard<std::mutex> lock(m);
+          finished = true;
+          cv.notify_one();
+        };
+        scheduler.submit(std::move(r));
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return finished; });
+        EXPECT_EQ(got, 3 + i);
+        ++done;
+      }
+    });
+  for (auto& t : clients) t.join();
+  stop = true;
+  scheduler.notify();
+  engine.join();
+  EXPECT_EQ(done.load(), 20);
+  EXPECT_EQ(scheduler.metrics().requests_finished, 20u);
+  EXPECT_EQ(scheduler.metrics().busy_slots, 0);
+}
+
+TEST(ServeTrace, TracesAreSeededAndReplayAnswersEveryRequest) {
+  TraceOptions t;
+  t.n_requests = 12;
+  t.rate = 200.0;
+  t.prompt_min = 2;
+  t.prompt_max = 12;
+  t.output_min = 1;
+  t.output_max = 20;
+  const auto a = make_trace(t, 61, 1), b = make_trace(t, 61, 1);
+  ASSERT_EQ(a.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt, b[i].prompt);
+    EXPECT_EQ(a[i].max_tokens, b[i].max_tokens);
+    EXPECT_GE(a[i].max_tokens, 1);
+    EXPECT_LE(a[i].max_tokens, 20);
+    EXPECT_EQ(a[i].prompt.front(), 1);
+    if (i > 0) {
+      EXPECT_GE(a[i].arrival, a[i - 1].arrival);
+    }
+  }
+  Fixture f = make(BackendKind::cpu);
+  SchedulerOptions o;
+  o.slots = 4;
+  o.n_ctx = 40;
+  Scheduler scheduler(*f.model, o);
+  ServeRun run = replay(scheduler, a);
+  int64_t want = 0;
+  for (const auto& r : a) want += r.max_tokens;
+  EXPECT_EQ(run.output_tokens, want);
+  for (const auto& r : run.requests) EXPECT_EQ(r.reason, FinishReason::length);
+  EXPECT_GT(run.output_tokens_per_second(), 0.0);
+  EXPECT_GT(run.mean_occupancy(), 0.0);
+  EXPECT_LE(run.mean_occupancy(), 4.0);
+  const LatencySummary s = summarize({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  EXPECT_DOUBLE_EQ(s.median, 5.5);
+  EXPECT_DOUBLE_EQ(s.p90, 9.1);
+}
+
+}  // namespace
+}  // namespace minfer::test
