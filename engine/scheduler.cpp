@@ -97,7 +97,7 @@ uint64_t Scheduler::submit(ServeRequest request) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
       ++metrics_.requests_refused;
-      fail("the queue is full (", options_.max_queue, " requests waiting)");
+      throw QueueFullError(detail::concat("the queue is full (", options_.max_queue, " requests waiting)"));
     }
     id = next_id_++;
     live->stats.id = id;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/decoder.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -72,6 +73,13 @@ struct ServeRequest {
   std::function<bool(int32_t token)> on_token;
   // Once, on the engine's thread, when the request ends for any reason.
   std::function<void(const RequestStats&)> on_finish;
+};
+
+// What submit() throws when the queue is full: a refusal that a later retry can get past (an HTTP
+// server answers 429 to it, and 400 to every other refusal).
+class QueueFullError : public Error {
+ public:
+  using Error::Error;
 };
 
 struct SchedulerOptions {
@@ -110,7 +118,7 @@ class Scheduler {
   // Queues a request and returns its id. Throws Error (nothing queued) when it can never run: an
   // empty prompt, a token outside the vocabulary, max_tokens < 1, a prompt plus max_tokens that
   // needs more positions than a slot has ("prompt of P tokens + N new tokens needs ... > context
-  // C"), or a full queue.
+  // C"), or a full queue (QueueFullError).
   uint64_t submit(ServeRequest request);
   // Ends a request (queued or running) with FinishReason::cancelled at the start of the next step;
   // an id that has finished already is ignored.
