@@ -23,6 +23,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", minfer::cli::cmd_generate, "text from a prompt, for one sequence or a batch"},
+    {"serve", minfer::cli::cmd_serve, "an OpenAI-style HTTP server (completions), continuously batched"},
     {"bench", minfer::cli::cmd_bench, "prefill and decode throughput against the roofline"},
     {"demo", minfer::cli::cmd_demo, "the GPU lessons as measured experiments (minfer demo --list)"},
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity over a text; KL divergence against another dtype"},

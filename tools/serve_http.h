@@ -1,0 +1,59 @@
+// The HTTP server of `minfer serve`: OpenAI's completions API over the continuous-batching
+// scheduler (engine/scheduler.h), on cpp-httplib.
+//
+// Threads: the engine's thread runs Scheduler::run (cli_serve.cpp); httplib's acceptor thread
+// hands each connection to a thread of its own (tools/http_server.h), whose handler parses a
+// request, submits it, and then waits for its tokens: a non-streaming handler until the request
+// ends, a streaming one writing an event per token as they come. Tokens travel from the engine's
+// thread to the handler through a per-request channel (a mutex, a condition variable and a vector
+// reserved to max_tokens at submission, so that the engine's thread allocates nothing for them).
+// A handler whose client has gone (its socket closed, or a write failed) cancels its request.
+//
+// Shutting down (cli_serve.cpp): drain() answers /health and new completions with 503 while the
+// requests in flight finish; then the scheduler's cancel_all() ends what is left, and stop()
+// closes the listening socket.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/scheduler.h"
+#include "models/text_tokenizer.h"
+#include "tools/serve_api.h"
+
+namespace minfer::cli {
+
+struct ServeHttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: a free port
+  int64_t max_body_bytes = 1 << 20;
+  int64_t max_connections = 64;
+  ApiLimits limits;
+  std::string model_name;           // the id /v1/models lists and answers echo by default
+};
+
+class ServeHttp {
+ public:
+  // `tokenizer` may be null (id prompts only); the scheduler and tokenizer outlive the server.
+  ServeHttp(Scheduler& scheduler, const ModelInfo& info, const TextTokenizer* tokenizer, ServeHttpOptions options);
+  ~ServeHttp();
+  ServeHttp(const ServeHttp&) = delete;
+  ServeHttp& operator=(const ServeHttp&) = delete;
+
+  int bind();     // binds host:port; returns the port (throws Error)
+  bool listen();  // serves until stop(); false when the listening socket failed
+  void drain();   // /health and new completions answer 503; kept-alive connections close
+  void stop();    // closes the listening socket; listen() returns once every connection ended
+  // The engine's thread died: every handler waiting for tokens answers 500 with this message.
+  void engine_failed(const std::string& message);
+
+  int64_t in_flight() const;    // completion requests being answered
+  FinishCounts finished() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minfer::cli
