@@ -43,7 +43,9 @@ using Clock = std::chrono::steady_clock;
 class ServeEvents {
  public:
   void signal() { update([&] { ++signals_; }); }
-  void engine_failed(const std::string& message) { update([&] { engine_error_ = message.empty() ? "unknown error" : message; }); }
+  void engine_failed(const std::string& message) {
+    update([&] { engine_error_ = message.empty() ? "unknown error" : message; });
+  }
   void listener_ended() { update([&] { listener_ended_ = true; }); }
 
   int signals() const {
@@ -161,14 +163,16 @@ int serve(const Args& args) {
   if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
   // note: the default context per slot is the model's, up to 4096 positions: S slots of a
   // 128k-context model would ask for a KV cache no machine has.
-  scheduler_options.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : std::min<int64_t>(info.n_ctx, 4096);
-  http_options.limits.max_prompt_tokens = args.get_int("--max-prompt-tokens", scheduler_options.n_ctx, 1, scheduler_options.n_ctx);
-  http_options.limits.max_tokens_limit = args.get_int("--max-tokens-limit", scheduler_options.n_ctx, 1, scheduler_options.n_ctx);
+  const int64_t n_ctx =
+      args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : std::min<int64_t>(info.n_ctx, 4096);
+  scheduler_options.n_ctx = n_ctx;
+  http_options.limits.max_prompt_tokens = args.get_int("--max-prompt-tokens", n_ctx, 1, n_ctx);
+  http_options.limits.max_tokens_limit = args.get_int("--max-tokens-limit", n_ctx, 1, n_ctx);
   Scheduler scheduler(*engine.model, scheduler_options);
   const KvCache& cache = scheduler.decoder().cache();
-  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n", format_bytes(cache.bytes()).c_str(),
-               dtype_name(cache.dtype()), static_cast<long long>(scheduler_options.slots),
-               static_cast<long long>(scheduler.n_ctx()),
+  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n",
+               format_bytes(cache.bytes()).c_str(), dtype_name(cache.dtype()),
+               static_cast<long long>(scheduler_options.slots), static_cast<long long>(scheduler.n_ctx()),
                tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
 
   ServeHttp http(scheduler, info, tokenizer.get(), http_options);
@@ -216,7 +220,8 @@ int serve(const Args& args) {
     std::fprintf(stderr, "minfer: shutting down: %lld requests in flight, %g s to finish\n",
                  static_cast<long long>(http.in_flight()), grace);
   http.drain();
-  const auto grace_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+  const auto grace_end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
   while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
     events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
   // What is left is cancelled, again while handlers that were still reading or parsing submit.
@@ -253,8 +258,10 @@ int cmd_serve(int argc, char** argv) {
       {"--max-connections", "N", "open connections at most; more are answered 503 (default 64)"},
       {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},
   });
-  Args args("serve", "Serves a model over HTTP: OpenAI's completions API (POST /v1/completions), with\n"
-                     "continuous batching; GET /v1/models, /health and /metrics (Prometheus).", options);
+  Args args("serve",
+            "Serves a model over HTTP: OpenAI's completions API (POST /v1/completions), with\n"
+            "continuous batching; GET /v1/models, /health and /metrics (Prometheus).",
+            options);
   args.parse(argc, argv, 2);
   if (args.help_requested()) {
     std::printf("%s", args.usage().c_str());

@@ -190,6 +190,12 @@ class SocketStream final : public httplib::Stream {
 ConnectionServer::ConnectionServer(size_t max_connections, std::string refusal_body)
     : max_connections_(max_connections), refusal_body_(std::move(refusal_body)) {
   new_task_queue = [this] { return new ConnectionPool(max_connections_); };
+  // note: httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
+  // the two share its connections; SO_REUSEADDR alone still lets a restart reuse the port at once.
+  set_socket_options([](int sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 }
 
 int ConnectionServer::bind(const std::string& host, int port) {
@@ -247,7 +253,8 @@ bool ConnectionServer::process_and_close_socket(int sock) {
     return true;
   }
   t_socket = sock;
-  SocketStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_), to_ms(write_timeout_sec_, write_timeout_usec_));
+  SocketStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_),
+                      to_ms(write_timeout_sec_, write_timeout_usec_));
   // Compression would hold back a stream of events until the end: answers go uncompressed.
   auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
   bool first = true;

@@ -111,7 +111,8 @@ void check_unimplemented(const std::string& key, const json& v) {
   if (key == "n" || key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
   else if (key == "echo") only(v.is_null() || v == false, "false");
   else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
-  else if (key == "presence_penalty" || key == "frequency_penalty") only(v.is_null() || (v.is_number() && v.get<double>() == 0.0), "0");
+  else if (key == "presence_penalty" || key == "frequency_penalty")
+    only(v.is_null() || (v.is_number() && v.get<double>() == 0.0), "0");
   else if (key == "logit_bias") only(v.is_null() || (v.is_object() && v.empty()), "{}");
 }
 
@@ -185,7 +186,7 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
       if (v.is_null()) continue;
       if (!v.is_number_integer()) wrong_type("seed", "an integer", v);
       if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
-        refuse("seed", "seed = " + v.dump() + ": it must be at least 1 (the sampler's xorshift needs a non-zero state)");
+        refuse("seed", "seed = " + v.dump() + ": at least 1 (the sampler's xorshift needs a non-zero state)");
       r.seed = v.get<uint64_t>();
     } else if (key == "stop") {
       parse_stop(v, has_tokenizer, r);
@@ -345,7 +346,8 @@ void histogram(std::ostringstream& out, const char* name, const char* help, cons
     cumulative += counts[b];
     out << name << "_bucket{le=\"" << SchedulerMetrics::kBounds[b] << "\"} " << cumulative << "\n";
   }
-  out << name << "_bucket{le=\"+Inf\"} " << n << "\n" << name << "_sum " << sum << "\n" << name << "_count " << n << "\n";
+  out << name << "_bucket{le=\"+Inf\"} " << n << "\n";
+  out << name << "_sum " << sum << "\n" << name << "_count " << n << "\n";
 }
 }  // namespace
 

@@ -306,7 +306,8 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     };
     const Wait w = wait(*s->channel, s->sent, false, s->socket);
     if (w == Wait::client_gone) return gone();
-    if (w == Wait::engine_down) return end_with_error({500, "the engine stopped: " + engine_failure(), "", "engine_failed"});
+    if (w == Wait::engine_down)
+      return end_with_error({500, "the engine stopped: " + engine_failure(), "", "engine_failed"});
     std::vector<int32_t> fresh;
     bool finished;
     FinishReason reason;
@@ -322,11 +323,14 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
       if (!sink.write(event.data(), event.size())) return gone();
       ++s->sent;
     }
-    if (s->text.stopped() && !finished) scheduler.cancel(s->id);  // the engine ends at the same token: a no-op then
+    // The engine ends the request at the same token: the cancel is a no-op then.
+    if (s->text.stopped() && !finished) scheduler.cancel(s->id);
     if (!finished && !s->text.stopped()) return true;
     if (reason == FinishReason::cancelled && !s->text.stopped())
-      return end_with_error({503, "the server shut down before the completion finished (" + std::to_string(s->sent) +
-                                      " tokens generated)", "", "shutting_down"});
+      return end_with_error({503,
+                             "the server shut down before the completion finished (" + std::to_string(s->sent) +
+                                 " tokens generated)",
+                             "", "shutting_down"});
     json last = stream_chunk_json(s->header, s->text.finish(), {},
                                   s->text.stopped() || reason == FinishReason::stop ? "stop" : "length");
     last["usage"] = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent));
@@ -351,8 +355,10 @@ void ServeHttp::Impl::routes() {
       if (req.path == r.path) route = &r;
     if (route == nullptr) {
       ConnectionServer::close_after_response(res);
-      send_error(res, {404, "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
-                                " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)", "", "not_found"});
+      send_error(res, {404,
+                       "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
+                           " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)",
+                       "", "not_found"});
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
@@ -363,7 +369,14 @@ void ServeHttp::Impl::routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     const std::string length = req.get_header_value("Content-Length");
-    if (!length.empty() && std::strtoull(length.c_str(), nullptr, 10) > uint64_t(options.max_body_bytes)) {
+    if (length.find_first_not_of("0123456789") != std::string::npos) {
+      ConnectionServer::close_after_response(res);
+      send_error(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // (More than 19 digits is past what strtoull reads, and over any limit.)
+    if (!length.empty() &&
+        (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > uint64_t(options.max_body_bytes))) {
       ConnectionServer::close_after_response(res);
       send_error(res, {413, "the request body of " + one_line(length, 24) + " bytes is over the limit of " +
                                 std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)", "",
@@ -385,8 +398,8 @@ void ServeHttp::Impl::routes() {
     send_json(res, 200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
   server.Get("/metrics", [this](const Request&, Response& res) {
-    const std::string text = prometheus_metrics(scheduler.metrics(), finished_counts(), scheduler.options().slots);
-    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(prometheus_metrics(scheduler.metrics(), finished_counts(), scheduler.options().slots),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
   // Answers httplib makes itself (a malformed request line, a body it could not read) get the
   // same JSON error as the rest.

@@ -1,0 +1,670 @@
+// `minfer serve` as its clients see it: a real server process on 127.0.0.1, talked to with
+// httplib's client (and raw sockets for clients that misbehave). Greedy answers equal `minfer
+// generate`, streams equal whole answers, stop strings and seeds do what they say, every bad
+// request gets its status and a one-line JSON error, a client that goes away frees its slot, a
+// full queue says 429, too many connections 503, SIGTERM drains, and 200 requests from 32
+// clients all come back whole.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "models/model_files.h"
+#include "tests/serve_support.h"
+#include "tests/test_support.h"
+
+#if MINFER_HAVE_HTTPLIB
+#include <httplib.h>
+#endif
+
+namespace minfer::test {
+namespace {
+
+#if !MINFER_HAVE_HTTPLIB
+
+TEST(Serve, SkippedWithoutHttplib) {
+  GTEST_SKIP() << "skipped: this build has no cpp-httplib (apt-get install libcpp-httplib-dev)";
+}
+
+TEST(Serve, WithoutHttplibSaysHowToGetIt) {
+  CliResult r = run_cli({"serve", "-m", "preset:tiny"}, {{}, {}, {}, 60});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("built without cpp-httplib (apt-get install libcpp-httplib-dev)"), std::string::npos) << r.err;
+}
+
+#else
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::string kTextModel = MINFER_SOURCE_DIR "/tests/data/models/llama2-f32.gguf";  // vocab 1003, ctx 128
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct Answer {
+  int status = -1;  // -1: no answer
+  json body;
+  std::string raw;
+};
+
+std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_connection_timeout(10, 0);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(10, 0);
+  return c;
+}
+
+Answer post(int port, const std::string& body, const std::string& path = "/v1/completions") {
+  Answer a;
+  auto result = client(port)->Post(path.c_str(), body, "application/json");
+  if (!result) return a;
+  a.status = result->status;
+  a.raw = result->body;
+  a.body = json::parse(result->body, nullptr, false);
+  return a;
+}
+
+Answer get(int port, const std::string& path) {
+  Answer a;
+  auto result = client(port)->Get(path.c_str());
+  if (!result) return a;
+  a.status = result->status;
+  a.raw = result->body;
+  a.body = json::parse(result->body, nullptr, false);
+  return a;
+}
+
+Metrics metrics(int port) { return parse_metrics(get(port, "/metrics").raw); }
+
+// SIGTERM, then exit status 0 with nothing on stderr from the sanitizers (LeakSanitizer makes the
+// status non-zero too): the end of every server the tests start.
+void expect_clean_exit(ServerProcess& server) {
+  if (!server.listening()) return;
+  EXPECT_EQ(server.signal_and_wait(SIGTERM, 60), 0) << server.log();
+  const std::string log = server.log();
+  EXPECT_EQ(log.find("Sanitizer"), std::string::npos) << log;
+  EXPECT_EQ(log.find("runtime error"), std::string::npos) << log;
+}
+
+// Polls /metrics until `done` holds or `timeout_s` passes.
+template <class Done>
+bool wait_metrics(int port, double timeout_s, Done done) {
+  const auto start = Clock::now();
+  while (since(start) < timeout_s) {
+    if (done(metrics(port))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::vector<int32_t> ids_of(const json& v) { return v.get<std::vector<int32_t> >(); }
+
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+// What `minfer generate --temp 0` prints for the same prompt.
+std::vector<int32_t> generate_greedy(const std::vector<std::string>& prompt_args, int64_t n) {
+  std::vector<std::string> args = {"generate", "-m", kTextModel, "-n", std::to_string(n), "--temp", "0", "--print-ids"};
+  args.insert(args.end(), prompt_args.begin(), prompt_args.end());
+  CliResult r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return parse_ids(r.out);
+}
+
+void expect_api_error(const Answer& a, int status, const std::string& fragment) {
+  EXPECT_EQ(a.status, status) << a.raw;
+  ASSERT_TRUE(a.body.is_object() && a.body.contains("error")) << a.raw;
+  const json& e = a.body["error"];
+  ASSERT_TRUE(e["message"].is_string()) << a.raw;
+  const std::string message = e["message"];
+  EXPECT_NE(message.find(fragment), std::string::npos) << "status " << status << ": " << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_TRUE(e["type"].is_string()) << a.raw;
+  EXPECT_TRUE(e.contains("param") && e.contains("code")) << a.raw;
+}
+
+// --- The text model: answers, streams, stops, seeds, errors, and the GET routes ---
+
+class ServeApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"-m", kTextModel, "--slots", "4", "--ctx", "96", "--max-prompt-tokens", "80",
+                                 "--max-tokens-limit", "64", "--max-body-bytes", "4096"});
+  }
+  static void TearDownTestSuite() {
+    expect_clean_exit(*server_);
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->listening()) << server_->log(); }
+  static int port() { return server_->port(); }
+  static ServerProcess* server_;
+};
+ServerProcess* ServeApi::server_ = nullptr;
+
+TEST_F(ServeApi, GreedyTextCompletionEqualsGenerate) {
+  const std::string prompt = "Once upon a time";
+  Answer a = post(port(), json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  const json& choice = a.body["choices"][0];
+  const std::vector<int32_t> ids = ids_of(choice["token_ids"]);
+  EXPECT_EQ(ids, generate_greedy({"-i", prompt}, 12));
+  EXPECT_EQ(a.body["object"], "text_completion");
+  EXPECT_EQ(a.body["model"], "llama2-f32.gguf");
+  EXPECT_EQ(choice["finish_reason"], ids.size() == 12 ? "length" : "stop");
+  // The text continues the prompt: decoded after the prompt's last token, leading space kept.
+  auto tokenizer = load_model_tokenizer(kTextModel);
+  const std::vector<int32_t> prompt_ids = tokenizer->encode(prompt, true);
+  std::vector<int32_t> with_context = {prompt_ids.back()};
+  with_context.insert(with_context.end(), ids.begin(), ids.end());
+  const std::string context = tokenizer->decode({prompt_ids.back()});
+  EXPECT_EQ(choice["text"], tokenizer->decode(with_context).substr(context.size()));
+  EXPECT_EQ(a.body["usage"]["prompt_tokens"], prompt_ids.size());
+  EXPECT_EQ(a.body["usage"]["completion_tokens"], ids.size());
+  EXPECT_EQ(a.body["usage"]["total_tokens"], prompt_ids.size() + ids.size());
+}
+
+TEST_F(ServeApi, IdPromptCompletionEqualsGenerate) {
+  const std::vector<int32_t> prompt = {1, 941, 82, 944, 434, 933};
+  Answer a =
+      post(port(), json{{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"model", "anything"}}.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(ids_of(a.body["choices"][0]["token_ids"]), generate_greedy({"--prompt-ids", ids_text(prompt)}, 20));
+  EXPECT_EQ(a.body["model"], "anything");  // echoed
+  EXPECT_EQ(a.body["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(a.body["usage"]["completion_tokens"], a.body["choices"][0]["token_ids"].size());
+}
+
+TEST_F(ServeApi, StreamedEventsConcatenateToTheWholeAnswer) {
+  // (A prompt whose greedy completion is valid UTF-8: invalid bytes become U+FFFD in events and
+  // in the whole text, but not always as many.)
+  json request = {{"prompt", "He ran fast"}, {"max_tokens", 16}, {"temperature", 0}};
+  Answer whole = post(port(), request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.raw;
+  request["stream"] = true;
+  Answer streamed = post(port(), request.dump());
+  ASSERT_EQ(streamed.status, 200);
+  SseEvents sse = parse_sse(streamed.raw);
+  ASSERT_TRUE(sse.well_formed) << streamed.raw;
+  ASSERT_TRUE(sse.done) << streamed.raw;
+  ASSERT_GE(sse.events.size(), 2u);
+  std::vector<int32_t> ids;
+  std::string text;
+  for (size_t i = 0; i + 1 < sse.events.size(); ++i) {
+    const json& choice = sse.events[i]["choices"][0];
+    EXPECT_TRUE(choice["finish_reason"].is_null());
+    ASSERT_EQ(choice["token_ids"].size(), 1u);  // an event per token
+    ids.push_back(choice["token_ids"][0]);
+    text += choice["text"].get<std::string>();
+    EXPECT_EQ(sse.events[i]["id"], sse.events[0]["id"]);
+  }
+  const json& last = sse.events.back();
+  text += last["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(ids, ids_of(whole.body["choices"][0]["token_ids"]));
+  EXPECT_EQ(text, whole.body["choices"][0]["text"]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], whole.body["choices"][0]["finish_reason"]);
+  EXPECT_EQ(last["usage"], whole.body["usage"]);
+}
+
+TEST_F(ServeApi, StopStringsCutTheTextAndEndTheRequest) {
+  json request = {{"prompt", "He ran fast"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}};
+  SseEvents full = parse_sse(post(port(), request.dump()).raw);
+  ASSERT_TRUE(full.done && full.events.size() == 25) << "needs 24 tokens without an early EOS";
+  std::vector<std::string> pieces;
+  std::vector<int32_t> full_ids;
+  std::string full_text;
+  for (size_t i = 0; i + 1 < full.events.size(); ++i) {
+    pieces.push_back(full.events[i]["choices"][0]["text"]);
+    full_ids.push_back(full.events[i]["choices"][0]["token_ids"][0]);
+    full_text += pieces.back();
+  }
+  // A stop string across the boundary of two tokens (the end of one, the start of the next),
+  // first found where the text is cut; and one that never occurs.
+  auto ascii = [](const std::string& t) { return std::all_of(t.begin(), t.end(), [](char c) { return c > 0; }); };
+  size_t k = 6;
+  while (k + 1 < pieces.size() &&
+         !(pieces[k].size() >= 2 && !pieces[k + 1].empty() && ascii(pieces[k]) && ascii(pieces[k + 1])))
+    ++k;
+  ASSERT_LT(k + 1, pieces.size());
+  size_t boundary = 0;
+  for (size_t i = 0; i <= k; ++i) boundary += pieces[i].size();
+  const std::string stop = full_text.substr(boundary - 2, 3);
+  const size_t cut = full_text.find(stop);
+  for (bool stream : {false, true}) {
+    request["stream"] = stream;
+    request["stop"] = json::array({"never-in-this-text", stop});
+    Answer a = post(port(), request.dump());
+    ASSERT_EQ(a.status, 200) << a.raw;
+    std::string text;
+    std::vector<int32_t> ids;
+    json last;
+    if (stream) {
+      SseEvents sse = parse_sse(a.raw);
+      ASSERT_TRUE(sse.done && sse.well_formed) << a.raw;
+      for (const json& e : sse.events) {
+        text += e["choices"][0]["text"].get<std::string>();
+        EXPECT_EQ(e["choices"][0]["text"].get<std::string>().find(stop), std::string::npos);
+        for (int32_t id : e["choices"][0]["token_ids"]) ids.push_back(id);
+      }
+      last = sse.events.back();
+    } else {
+      text = a.body["choices"][0]["text"];
+      ids = ids_of(a.body["choices"][0]["token_ids"]);
+      last = a.body;
+    }
+    EXPECT_EQ(text, full_text.substr(0, cut)) << "stream " << stream << ", stop '" << stop << "'";
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+    // The request ended at the token that completed the stop string.
+    std::string through;
+    size_t completing = 0;
+    while (through.size() < cut + stop.size()) through += pieces[completing++];
+    EXPECT_EQ(ids, std::vector<int32_t>(full_ids.begin(), full_ids.begin() + completing));
+    EXPECT_EQ(last["usage"]["completion_tokens"], completing);
+  }
+}
+
+TEST_F(ServeApi, SameSeedSameTokens) {
+  const json request = {
+      {"prompt", "A cat sat"}, {"max_tokens", 16}, {"temperature", 1.0}, {"top_p", 0.9}, {"seed", 4242}};
+  Answer first = post(port(), request.dump());
+  Answer second = post(port(), request.dump());
+  ASSERT_EQ(first.status, 200) << first.raw;
+  const std::vector<int32_t> ids = ids_of(first.body["choices"][0]["token_ids"]);
+  EXPECT_EQ(ids_of(second.body["choices"][0]["token_ids"]), ids);
+  json other = request;
+  other["seed"] = 4243;
+  EXPECT_NE(ids_of(post(port(), other.dump()).body["choices"][0]["token_ids"]), ids);
+}
+
+TEST_F(ServeApi, RefusesBadRequestsWithOneLineJsonErrors) {
+  const int p = port();
+  expect_api_error(post(p, "{\"prompt\": "), 400, "malformed JSON");
+  expect_api_error(post(p, "[1, 2]"), 400, "must be a JSON object");
+  expect_api_error(post(p, R"({"max_tokens": 4})"), 400, "prompt is required");
+  expect_api_error(post(p, R"({"prompt": 5})"), 400, "prompt must be");
+  expect_api_error(post(p, R"({"prompt": ["a", "b"]})"), 400, "a list of prompts is not supported");
+  expect_api_error(post(p, R"({"prompt": [1, "x"]})"), 400, "prompt[1] must be a token id");
+  expect_api_error(post(p, R"({"prompt": [1, 99999]})"), 400, "prompt[1] = 99999 is outside the vocabulary [0, 1003)");
+  expect_api_error(post(p, R"({"prompt": "a", "max_tokens": "many"})"), 400,
+                   "max_tokens must be an integer, not a string");
+  expect_api_error(post(p, R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens = 0");
+  expect_api_error(post(p, R"({"prompt": "a", "temperature": "hot"})"), 400, "temperature must be a number");
+  expect_api_error(post(p, R"({"prompt": "a", "top_p": 0})"), 400, "top_p = 0 is outside (0, 1]");
+  expect_api_error(post(p, R"({"prompt": "a", "seed": 0})"), 400, "seed = 0");
+  expect_api_error(post(p, R"({"prompt": "a", "stream": "yes"})"), 400, "stream must be a boolean");
+  expect_api_error(post(p, R"({"prompt": "a", "stop": 5})"), 400, "stop must be");
+  expect_api_error(post(p, R"({"prompt": "a", "stop": ["a","b","c","d","e"]})"), 400, "at most 4");
+  expect_api_error(post(p, R"({"prompt": "a", "n": 2})"), 400, "n is not supported");
+  expect_api_error(post(p, R"({"prompt": "a", "max_token": 3})"), 400, "unknown field 'max_token'");
+  // The server's limits, with the numbers.
+  expect_api_error(post(p, R"({"prompt": "a", "max_tokens": 65})"), 400,
+                   "max_tokens = 65 is over this server's limit of 64 (--max-tokens-limit)");
+  expect_api_error(post(p, json{{"prompt", std::vector<int32_t>(81, 5)}}.dump()), 400,
+                   "the prompt of 81 tokens is over this server's limit of 80 tokens (--max-prompt-tokens)");
+  expect_api_error(post(p, json{{"prompt", std::vector<int32_t>(60, 5)}, {"max_tokens", 40}}.dump()), 400,
+                   "prompt of 60 tokens + 40 new tokens needs 60 + 40 - 1 = 99 positions > context 96");
+  expect_api_error(post(p, json{{"prompt", std::string(5000, 'a')}}.dump()), 413,
+                   "over the limit of 4096 bytes (--max-body-bytes)");
+  // The same limit on a body sent in chunks, without a length.
+  auto c = client(p);
+  const std::string big = json{{"prompt", std::string(5000, 'a')}}.dump();
+  auto chunked = c->Post(
+      "/v1/completions",
+      [&](size_t offset, httplib::DataSink& sink) {
+        if (offset < big.size())
+          sink.write(big.data() + offset, std::min<size_t>(1000, big.size() - offset));
+        else
+          sink.done();
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(chunked);
+  expect_api_error({chunked->status, json::parse(chunked->body, nullptr, false), chunked->body}, 413,
+                   "--max-body-bytes");
+  // Routes and methods.
+  expect_api_error(get(p, "/v1/nothing"), 404, "no route GET /v1/nothing");
+  expect_api_error(post(p, "{}", "/v2/completions"), 404, "no route POST /v2/completions");
+  expect_api_error(get(p, "/v1/completions"), 405, "GET /v1/completions: only POST");
+  expect_api_error(post(p, "{}", "/health"), 405, "only GET");
+  // The server still answers after all of that.
+  EXPECT_EQ(post(p, R"({"prompt": "a", "max_tokens": 2})").status, 200);
+}
+
+TEST_F(ServeApi, ModelsHealthAndMetrics) {
+  Answer models = get(port(), "/v1/models");
+  ASSERT_EQ(models.status, 200) << models.raw;
+  EXPECT_EQ(models.body["object"], "list");
+  ASSERT_EQ(models.body["data"].size(), 1u);
+  EXPECT_EQ(models.body["data"][0]["id"], "llama2-f32.gguf");
+  EXPECT_EQ(models.body["data"][0]["object"], "model");
+  Answer health = get(port(), "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, json({{"status", "ok"}}));
+
+  ASSERT_EQ(post(port(), R"({"prompt": "Hello", "max_tokens": 5, "temperature": 0})").status, 200);
+  const Metrics m = metrics(port());
+  ASSERT_TRUE(m.well_formed);
+  EXPECT_EQ(m.get("minfer_slots"), 4);
+  EXPECT_EQ(m.get("minfer_busy_slots"), 0);
+  EXPECT_EQ(m.get("minfer_queue_depth"), 0);
+  EXPECT_GE(m.get("minfer_requests_total"), 1);
+  EXPECT_GE(m.get("minfer_generation_tokens_total"), 5);
+  EXPECT_GE(m.get("minfer_prompt_tokens_total"), 2);
+  EXPECT_GE(m.get("minfer_requests_refused_total"), 0);
+  EXPECT_GE(m.get("minfer_requests_finished_total{reason=\"length\"}"), 1);
+  EXPECT_GE(m.get("minfer_requests_finished_total{reason=\"cancelled\"}"), 0);
+  for (const std::string histogram : {"minfer_time_to_first_token_seconds", "minfer_time_per_output_token_seconds"}) {
+    double previous = 0;
+    int buckets = 0;
+    for (const std::string& name : m.names)
+      if (name.rfind(histogram + "_bucket{le=", 0) == 0) {
+        EXPECT_GE(m.get(name), previous) << name << ": buckets are cumulative";
+        previous = m.get(name);
+        ++buckets;
+      }
+    EXPECT_EQ(buckets, 15) << histogram;  // 14 bounds and +Inf
+    EXPECT_EQ(m.get(histogram + "_bucket{le=\"+Inf\"}"), m.get(histogram + "_count"));
+    EXPECT_GE(m.get(histogram + "_count"), 1);
+    EXPECT_GE(m.get(histogram + "_sum"), 0);
+  }
+  EXPECT_GE(m.get("minfer_time_to_first_token_seconds_bucket{le=\"60\"}"), 1);
+}
+
+TEST_F(ServeApi, APortInUseIsRefused) {
+  CliResult r = run_cli({"serve", "-m", "preset:tiny", "--port", std::to_string(port())}, {{}, {}, {}, 60});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(
+      r.err.find("minfer: error: cannot listen on 127.0.0.1:" + std::to_string(port()) + ": Address already in use"),
+      std::string::npos)
+      << r.err;
+}
+
+// --- A model without a tokenizer (preset:tiny): id prompts only, and a load of clients ---
+
+TEST(ServeTiny, IdPromptsOnlyAndALoadOf200RequestsFrom32Clients) {
+  ServerProcess server({"-m", "preset:tiny", "--slots", "8"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  const int p = server.port();
+  expect_api_error(post(p, R"({"prompt": "Hello"})"), 400, "this model carries no tokenizer");
+  expect_api_error(post(p, R"({"prompt": [1, 2], "stop": "x"})"), 400, "stop strings need the text");
+  Answer a = post(p, R"({"prompt": [1, 300, 200], "max_tokens": 3})");
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body["choices"][0]["text"], "");
+
+  const auto start = Clock::now();
+  constexpr int kRequests = 200, kClients = 32;
+  std::atomic<int> next{0}, complete{0};
+  std::vector<std::string> failures(kRequests);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c)
+    clients.emplace_back([&] {
+      for (int i = next++; i < kRequests; i = next++) {
+        std::vector<int32_t> prompt = {1};
+        for (int t = 0; t < 1 + i % 17; ++t) prompt.push_back(3 + (i * 31 + t * 7) % 500);
+        const int max_tokens = 4 + i % 21;
+        const bool stream = i % 2 == 1;
+        json request = {{"prompt", prompt},
+                        {"max_tokens", max_tokens},
+                        {"stream", stream},
+                        {"temperature", i % 3 == 0 ? 0.0 : 0.8},
+                        {"seed", i + 1}};
+        Answer r = post(p, request.dump());
+        std::string& why = failures[static_cast<size_t>(i)];
+        if (r.status != 200) {
+          why = "status " + std::to_string(r.status) + ": " + r.raw;
+          continue;
+        }
+        size_t tokens = 0;
+        json last;
+        if (stream) {
+          SseEvents sse = parse_sse(r.raw);
+          if (!sse.well_formed || !sse.done || sse.events.empty()) {
+            why = "a stream cut short: " + r.raw;
+            continue;
+          }
+          for (const json& e : sse.events) tokens += e["choices"][0]["token_ids"].size();
+          last = sse.events.back();
+        } else {
+          tokens = r.body["choices"][0]["token_ids"].size();
+          last = r.body;
+        }
+        const json reason = last["choices"][0]["finish_reason"];
+        if (last["usage"]["completion_tokens"] != tokens || last["usage"]["prompt_tokens"] != prompt.size() ||
+            !(reason == "length" || reason == "stop") || (reason == "length" && tokens != size_t(max_tokens)))
+          why = "inconsistent answer: " + r.raw;
+        else
+          ++complete;
+      }
+    });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(failures[static_cast<size_t>(i)], "") << "request " << i;
+  EXPECT_EQ(complete, kRequests);
+  EXPECT_LT(since(start), 120.0);
+  EXPECT_TRUE(wait_metrics(
+      p, 5, [](const Metrics& m) { return m.get("minfer_busy_slots") == 0 && m.get("minfer_queue_depth") == 0; }));
+  const Metrics m = metrics(p);
+  EXPECT_EQ(m.get("minfer_requests_total"), kRequests + 1);
+  EXPECT_EQ(m.get("minfer_requests_finished_total{reason=\"cancelled\"}"), 0);
+  expect_clean_exit(server);
+}
+
+// --- A slow model (the reference backend): a full queue, too many connections, clients that go ---
+
+class ServeSlow : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--max-queue", "1",
+                                 "--max-connections", "5", "--ctx", "256"});
+  }
+  static void TearDownTestSuite() {
+    expect_clean_exit(*server_);
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->listening()) << server_->log(); }
+  static int port() { return server_->port(); }
+  static double cancelled() { return metrics(port()).get("minfer_requests_finished_total{reason=\"cancelled\"}"); }
+  // A long request on a raw socket, running once this returns (the socket, or -1).
+  static int start_long_request(double busy_slots) {
+    const int fd = connect_local(port());
+    if (fd < 0 || !send_all(fd, completion_request_bytes(kLongRequest))) return -1;
+    if (!wait_metrics(port(), 30, [&](const Metrics& m) { return m.get("minfer_busy_slots") == busy_slots; }))
+      return -1;
+    return fd;
+  }
+  static const std::string kLongRequest;
+  static ServerProcess* server_;
+};
+ServerProcess* ServeSlow::server_ = nullptr;
+const std::string ServeSlow::kLongRequest = R"({"prompt": [1, 500, 600], "max_tokens": 250, "temperature": 0})";
+const std::string kLongStream = R"({"prompt": [1, 500, 600], "max_tokens": 250, "temperature": 0, "stream": true})";
+
+TEST_F(ServeSlow, FullQueueIsAnswered429AndClientsThatLeaveAreCancelled) {
+  const double cancelled_before = cancelled();
+  // Two long requests on raw sockets take both slots ...
+  const int first = start_long_request(1), second = start_long_request(2);
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  // ... a third waits in the queue of one ...
+  Answer queued;
+  std::thread waiting([&] { queued = post(port(), R"({"prompt": [1, 7], "max_tokens": 3})"); });
+  ASSERT_TRUE(wait_metrics(port(), 30, [](const Metrics& m) { return m.get("minfer_queue_depth") == 1; }));
+  // ... and a fourth is refused.
+  expect_api_error(post(port(), R"({"prompt": [1, 8], "max_tokens": 3})"), 429,
+                   "the queue is full (1 requests waiting)");
+  EXPECT_GE(metrics(port()).get("minfer_requests_refused_total"), 1);
+  // The first clients go away without reading their answers (whole answers, not streams): their
+  // requests are cancelled, and the one waiting gets a slot.
+  close(first);
+  close(second);
+  waiting.join();
+  EXPECT_EQ(queued.status, 200) << queued.raw;
+  EXPECT_EQ(queued.body["usage"]["completion_tokens"], 3);
+  EXPECT_TRUE(wait_metrics(port(), 10,
+                           [&](const Metrics& m) {
+                             return m.get("minfer_busy_slots") == 0 &&
+                                    m.get("minfer_requests_finished_total{reason=\"cancelled\"}") ==
+                                        cancelled_before + 2;
+                           }))
+      << "cancelled " << cancelled() - cancelled_before;
+}
+
+TEST_F(ServeSlow, SameSeedSameTokensWhileAnotherRequestRuns) {
+  const json request = {{"prompt", {1, 300}}, {"max_tokens", 6}, {"temperature", 1.0}, {"seed", 99}};
+  Answer alone = post(port(), request.dump());
+  ASSERT_EQ(alone.status, 200) << alone.raw;
+  const int other = start_long_request(1);
+  ASSERT_GE(other, 0);
+  Answer shared = post(port(), request.dump());
+  // (Its own slot may still count until the step that retired it ends.)
+  EXPECT_GE(metrics(port()).get("minfer_busy_slots"), 1) << "the other request ran all along";
+  close(other);
+  EXPECT_EQ(shared.body["choices"][0]["token_ids"], alone.body["choices"][0]["token_ids"]);
+  EXPECT_TRUE(wait_metrics(port(), 10, [](const Metrics& m) { return m.get("minfer_busy_slots") == 0; }));
+}
+
+TEST_F(ServeSlow, ClientClosingMidStreamCancelsItsRequest) {
+  const double cancelled_before = cancelled();
+  const int fd = connect_local(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd, completion_request_bytes(kLongStream)));
+  std::string received;
+  ASSERT_TRUE(read_until(fd, "\n\n", 60, &received)) << received;  // the headers
+  ASSERT_TRUE(read_until(fd, "data: {", 60, &received)) << received;
+  EXPECT_NE(received.find("text/event-stream"), std::string::npos) << received;
+  close(fd);
+  const auto closed = Clock::now();
+  EXPECT_TRUE(wait_metrics(port(), 5,
+                           [&](const Metrics& m) {
+                             return m.get("minfer_busy_slots") == 0 &&
+                                    m.get("minfer_requests_finished_total{reason=\"cancelled\"}") ==
+                                        cancelled_before + 1;
+                           }))
+      << "the slot is still busy " << since(closed) << " s after the client left";
+  EXPECT_EQ(get(port(), "/health").status, 200);
+}
+
+TEST_F(ServeSlow, ConnectionsOverTheLimitAreAnswered503) {
+  // Idle connections, one at a time, until one is refused: the server answers 503 at once, without
+  // waiting for a request. (A connection of the test before may still be closing: fewer than 5 of
+  // these may fit, never more.)
+  std::vector<int> idle;
+  std::string refusal;
+  while (refusal.empty() && idle.size() < 10) {
+    const int fd = connect_local(port());
+    ASSERT_GE(fd, 0);
+    if (!read_until(fd, "}", 0.3, &refusal)) {
+      refusal.clear();
+      idle.push_back(fd);
+      continue;
+    }
+    close(fd);
+  }
+  EXPECT_GE(idle.size(), 3u);
+  EXPECT_LE(idle.size(), 5u);
+  EXPECT_EQ(refusal.rfind("HTTP/1.1 503", 0), 0u) << refusal;
+  EXPECT_NE(refusal.find("too many open connections (--max-connections 5)"), std::string::npos) << refusal;
+  for (int fd : idle) close(fd);
+  // Once they are gone, the server answers again.
+  const auto start = Clock::now();
+  int status = -1;
+  while (status != 200 && since(start) < 10) status = get(port(), "/health").status;
+  EXPECT_EQ(status, 200);
+}
+
+// --- Shutting down ---
+
+TEST(ServeShutdown, SigtermLetsTheRequestInFlightFinish) {
+  ServerProcess server(
+      {"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--ctx", "128", "--shutdown-grace", "60"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  Answer answer;
+  std::thread in_flight(
+      [&] { answer = post(server.port(), R"({"prompt": [1, 500], "max_tokens": 30, "temperature": 0})"); });
+  ASSERT_TRUE(wait_metrics(server.port(), 30, [](const Metrics& m) { return m.get("minfer_busy_slots") == 1; }));
+  {
+    const auto start = Clock::now();
+    std::thread stopper;
+    int status = -2;
+    stopper = std::thread([&] { status = server.signal_and_wait(SIGTERM, 60); });
+    // While it drains, /health says so (until the socket closes).
+    bool saw_503 = false;
+    while (!saw_503 && since(start) < 30) {
+      const int health = get(server.port(), "/health").status;
+      saw_503 = health == 503;
+      if (health == -1) break;
+    }
+    stopper.join();
+    in_flight.join();
+    EXPECT_TRUE(saw_503);
+    EXPECT_EQ(status, 0) << server.log();
+    EXPECT_EQ(answer.status, 200) << answer.raw;
+    EXPECT_EQ(answer.body["usage"]["completion_tokens"], 30);
+    EXPECT_NE(server.log().find("minfer: shut down; requests finished: 1, cancelled: 0"), std::string::npos)
+        << server.log();
+  }
+}
+
+TEST(ServeShutdown, SigtermCancelsWhatOutlastsTheGrace) {
+  ServerProcess server(
+      {"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--ctx", "256", "--shutdown-grace", "1"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  Answer answer;
+  std::thread in_flight([&] { answer = post(server.port(), kLongStream); });
+  ASSERT_TRUE(
+      wait_metrics(server.port(), 30, [](const Metrics& m) { return m.get("minfer_generation_tokens_total") >= 1; }));
+  const auto start = Clock::now();
+  const int status = server.signal_and_wait(SIGTERM, 30);
+  const double seconds = since(start);
+  in_flight.join();
+  EXPECT_EQ(status, 0) << server.log();
+  EXPECT_LT(seconds, 1 + 5.0);
+  // The stream was cut cleanly: whole events, the last one an error saying why, no [DONE].
+  ASSERT_EQ(answer.status, 200);
+  SseEvents sse = parse_sse(answer.raw);
+  EXPECT_TRUE(sse.well_formed) << answer.raw;
+  EXPECT_FALSE(sse.done);
+  ASSERT_FALSE(sse.events.empty());
+  EXPECT_EQ(sse.events.back()["error"]["code"], "shutting_down") << answer.raw;
+  EXPECT_NE(server.log().find("minfer: shut down; requests finished: 0, cancelled: 1"), std::string::npos)
+      << server.log();
+}
+
+TEST(ServeCli, BadOptionsAreRefusedBeforeServing) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string fragment;
+  };
+  const Case cases[] = {
+      {{"serve"}, "-m MODEL is required"},
+      {{"serve", "-m", "preset:tiny", "--slots", "8", "--step-tokens", "4"},
+       "--step-tokens (4) must be at least --slots (8)"},
+      {{"serve", "-m", "preset:tiny", "--port", "70000"}, "--port: 70000 is outside [0, 65535]"},
+      {{"serve", "-m", "preset:tiny", "--ctx", "100000"}, "--ctx: 100000 is outside"},
+      {{"serve", "-m", "preset:tiny", "--max-tokens-limit", "0"}, "--max-tokens-limit: 0 is outside"},
+      {{"serve", "-m", "preset:tiny", "--host", "256.1.1.1", "--port", "0"}, "cannot listen on 256.1.1.1:0"},
+  };
+  for (const Case& c : cases) {
+    CliResult r = run_cli(c.args, {{}, {}, {}, 60});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.fragment), std::string::npos) << r.err;
+    // One error line, the last.
+    const size_t error = r.err.find("minfer: error: ");
+    EXPECT_NE(error, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n', error), r.err.size() - 1) << r.err;
+  }
+}
+
+#endif  // MINFER_HAVE_HTTPLIB
+
+}  // namespace
+}  // namespace minfer::test
