@@ -59,6 +59,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
     : options_(options), model_(model), decoder_(model, decoder_options(options)),
       vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids) {
   slots_.resize(static_cast<size_t>(options_.slots));
+  padding_.assign(static_cast<size_t>(options_.slots), 0);
   samplers_.reserve(static_cast<size_t>(options_.slots));
   for (int64_t s = 0; s < options_.slots; ++s) samplers_.emplace_back(vocab_, 0.0f, 1.0f, 1);
   chunks_.reserve(static_cast<size_t>(options_.slots));
@@ -149,6 +150,7 @@ void Scheduler::record_finish_locked(const RequestStats& stats) {
 
 void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   std::unique_ptr<Live> live = std::move(slots_[slot]);
+  if (options_.policy == SchedulerOptions::Policy::static_batches) padding_[slot] = 1;
   live->stats.reason = reason;
   live->stats.finished = now;
   if (live->stats.first_token == 0) live->stats.first_token = now;
@@ -164,7 +166,10 @@ void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
 // every slot is free, under Policy::static_batches).
 void Scheduler::admit_locked() {
   const bool all_free = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s == nullptr; });
-  if (options_.policy == SchedulerOptions::Policy::static_batches && !all_free) return;
+  if (options_.policy == SchedulerOptions::Policy::static_batches) {
+    if (!all_free) return;
+    std::fill(padding_.begin(), padding_.end(), 0);  // the batch is over
+  }
   const double now = now_seconds();
   for (int64_t s = 0; s < options_.slots && !queue_.empty(); ++s) {
     if (slots_[s] != nullptr) continue;
@@ -234,6 +239,14 @@ bool Scheduler::step() {
     chunks_.push_back({s, &l->last, 1, true});
     --budget;
     ++last_decode_rows_;
+  }
+  // Static batches: the finished sequences of the running batch still take a row each (a token
+  // at position 0, over and over; nothing is sampled from it), as a batch of fixed size does.
+  for (int64_t s = 0; s < options_.slots; ++s) {
+    if (!padding_[s] || slots_[s] != nullptr) continue;
+    decoder_.reset_sequence(s);
+    chunks_.push_back({s, &padding_token_, 1, false});
+    --budget;
   }
   // Prefilling slots by admission time, so that the oldest prompt finishes first.
   for (bool progress = true; progress && budget > 0;) {

@@ -13,8 +13,9 @@
 // request at once, so its prompt rows join the very next step.
 //
 // With Policy::static_batches the same machinery admits requests only when every slot is free,
-// S at a time, which is what a server without per-step scheduling does: finished sequences leave
-// their slots empty until the longest of the batch ends. The `continuous` lesson compares the two.
+// S at a time, which is what a server without per-step scheduling does, and what `minfer generate
+// --batch` and `bench -B` do: a finished sequence keeps its row in every step (its outputs are
+// thrown away) until the longest of the batch ends. The `continuous` lesson compares the two.
 //
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.
@@ -161,10 +162,12 @@ class Scheduler {
   SchedulerMetrics metrics_;
 
   std::vector<std::unique_ptr<Live>> slots_;  // engine thread only; nullptr = free
+  std::vector<char> padding_;                 // static batches: a finished slot still computing
   std::vector<Sampler> samplers_;             // one per slot, reseeded at admission
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;
+  int32_t padding_token_ = 0;
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
 };
 

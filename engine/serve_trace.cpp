@@ -1,7 +1,9 @@
 #include "engine/serve_trace.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -97,29 +99,36 @@ ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
                "replay: the scheduler is busy");
   ServeRun run;
   run.requests.resize(trace.size());
-  std::atomic<size_t> finished{0};
-  std::vector<uint64_t> ids(trace.size());
+  std::atomic<size_t> finished{0}, submitted{0};
+  std::atomic<bool> driver_done{false};
+  std::exception_ptr failure;
   const double start = now_seconds();
   // The driver submits each request at its arrival time; this thread steps the scheduler.
   std::thread driver([&] {
-    for (size_t i = 0; i < trace.size(); ++i) {
-      const double wait = start + trace[i].arrival - now_seconds();
-      if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      ServeRequest r;
-      r.prompt = trace[i].prompt;
-      r.max_tokens = trace[i].max_tokens;
-      r.temperature = trace[i].temperature;
-      r.seed = trace[i].seed;
-      r.stop_at_eos = false;
-      r.on_finish = [&, i](const RequestStats& s) {
-        run.requests[i] = s;
-        finished.fetch_add(1);
-      };
-      ids[i] = scheduler.submit(std::move(r));
+    try {
+      for (size_t i = 0; i < trace.size(); ++i) {
+        const double wait = start + trace[i].arrival - now_seconds();
+        if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+        ServeRequest r;
+        r.prompt = trace[i].prompt;
+        r.max_tokens = trace[i].max_tokens;
+        r.temperature = trace[i].temperature;
+        r.seed = trace[i].seed;
+        r.stop_at_eos = false;
+        r.on_finish = [&, i](const RequestStats& s) {
+          run.requests[i] = s;
+          finished.fetch_add(1);
+        };
+        scheduler.submit(std::move(r));
+        submitted.fetch_add(1);
+      }
+    } catch (...) {
+      failure = std::current_exception();  // read after join()
     }
+    driver_done = true;
   });
   run.occupancy.reserve(trace.size() * 64);
-  while (finished.load() < trace.size()) {
+  while (!driver_done.load() || finished.load() < submitted.load()) {
     if (!scheduler.step()) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
       continue;
@@ -127,6 +136,7 @@ ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
     run.occupancy.emplace_back(now_seconds() - start, scheduler.metrics().busy_slots);
   }
   driver.join();
+  if (failure) std::rethrow_exception(failure);
   double last = start;
   for (const auto& r : run.requests) {
     last = std::max(last, r.finished);

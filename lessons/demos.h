@@ -15,5 +15,6 @@ void tensor_cores(const Options& o);
 void launch(const Options& o);
 void batching(const Options& o);
 void bytes(const Options& o);
+void continuous(const Options& o);
 
 }  // namespace minfer::demo

@@ -51,10 +51,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& spec, Backend& b
            " bytes are available on ", device_name(backend.device()), " (", total_bytes, " in all)");
   };
   if (spec.rfind("preset:", 0) == 0) {
-    const Preset& preset = find_preset(spec.substr(7));
-    check_fits(preset.config, options.dtype.value_or(DType::f32), spec);
-    return std::make_unique<LlamaModel>(backend, preset.config, spec, options);
+    LlamaConfig config = find_preset(spec.substr(7)).config;
+    if (options.preset_ctx > 0) {
+      MINFER_CHECK(options.preset_ctx <= (int64_t(1) << 20), "a context of ", options.preset_ctx, " positions is past 2^20");
+      config.n_ctx = options.preset_ctx;
+    }
+    check_fits(config, options.dtype.value_or(DType::f32), spec);
+    return std::make_unique<LlamaModel>(backend, config, spec, options);
   }
+  MINFER_CHECK(options.preset_ctx == 0, spec, ": the context of a model file is its own; only presets take another");
   LlamaHostWeights weights = load_model_weights(spec);
   check_fits(weights.config, options.dtype.value_or(weights.token_embedding.dtype()), spec);
   return std::make_unique<LlamaModel>(backend, weights, spec, options);

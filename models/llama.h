@@ -20,6 +20,10 @@ struct LlamaOptions {
   std::optional<DType> dtype;
   bool fused = true;         // fused kernels (see Model::set_fused)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
+  // Presets only: their context length instead of the shape's own (stories15M was trained with
+  // 256 positions; a serving benchmark of prompts and outputs up to 256 each needs 512). A
+  // model file's context is what it was trained with and is never extended.
+  int64_t preset_ctx = 0;
 };
 
 class LlamaModel final : public Model {

@@ -112,6 +112,20 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"bench", "-m", "preset:tiny", "--save-json", "/dev/full"}, 1, "is a character device"},
       {{"bench", "-m", "preset:tiny", "--save-json", "/tmp"}, 1, "is a directory"},
       {{"demo", "launch", "--out", "/dev/null/x"}, 1, "--out: cannot create /dev/null/x"},
+      {{"perplexity", "-m", "preset:tiny", "--ids", "/nonexistent/ids.txt"}, 1, "No such file or directory"},
+      {{"perplexity", "-m", "preset:tiny", "--ids", "/dev/zero"}, 1, "is a character device"},
+      {{"perplexity", "-m", "preset:tiny", "--ids", "/dev/null"}, 1, "is a character device"},
+      {{"perplexity", "-m", "preset:tiny", "-c", "2", "-i", "x"}, 1, "needs a tokenizer"},
+      {{"perplexity", "-m", "preset:tiny", "--kl-base", "f64", "--ids", "/tmp"}, 1, "unknown dtype 'f64'"},
+      {{"tokenize", "-i", "hello"}, 1, "give the tokenizer as -m MODEL or -z TOKENIZER"},
+      {{"bench-serve", "-m", "preset:tiny", "--prompt-len", "5-"}, 1, "--prompt-len"},
+      {{"bench-serve", "-m", "preset:tiny", "--output-len", "9-3"}, 1, "is not a range LO-HI"},
+      {{"bench-serve", "-m", "preset:tiny", "--slots", "0"}, 1, "--slots: 0 is outside"},
+      {{"bench-serve", "-m", "preset:tiny", "--slots", "8", "--step-tokens", "4"}, 1, "must be at least the slots"},
+      {{"bench-serve", "-m", "preset:tiny", "--policy", "fifo"}, 1, "is not continuous, static or both"},
+      {{"bench-serve", "-m", "preset:tiny", "--ctx", "10"}, 1, "need 511 positions"},
+      {{"bench-serve", "-m", "preset:tiny", "--rate", "-1"}, 1, "--rate: -1 is outside"},
+      {{"bench-serve", "-m", "preset:tiny", "--save-json", "/tmp"}, 1, "is a directory"},
   };
   for (const Case& c : cases) expect_case(c);
 }

@@ -105,12 +105,16 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 Engine load_engine(const Args& args, const std::string& model_spec) {
+  return load_engine(args, model_spec, llama_options(args));
+}
+
+Engine load_engine(const Args& args, const std::string& model_spec, const LlamaOptions& options) {
   MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a model file or folder, or preset:NAME)");
   Engine engine;
   const BackendKind kind = parse_backend_kind(args.get("--device", "auto"));
   check_backend_options(args, kind);
   engine.backend = make_backend(kind, backend_options(args));
-  engine.model = LlamaModel::load(model_spec, *engine.backend, llama_options(args));
+  engine.model = LlamaModel::load(model_spec, *engine.backend, options);
   describe_model(*engine.model, *engine.backend, "model");
   return engine;
 }

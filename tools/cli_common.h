@@ -11,6 +11,12 @@
 #include "models/text_tokenizer.h"
 #include "tools/args.h"
 
+namespace minfer {
+// The git commit this binary was built from ("-dirty" with uncommitted changes), written by
+// cmake/build_info.cmake into the build; the benches put it in their JSON.
+const char* build_commit();
+}  // namespace minfer
+
 namespace minfer::cli {
 
 // The options every command that runs a model accepts.
@@ -30,6 +36,7 @@ struct Engine {
   std::unique_ptr<LlamaModel> model;
 };
 Engine load_engine(const Args& args, const std::string& model_spec);
+Engine load_engine(const Args& args, const std::string& model_spec, const LlamaOptions& options);
 // The line load_engine prints: "minfer: WHAT NAME (shape), params, bytes of DTYPE weights on DEVICE".
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what);
 

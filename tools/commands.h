@@ -12,5 +12,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_bench_serve(int argc, char** argv);
 
 }  // namespace minfer::cli

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"generate", minfer::cli::cmd_generate, "text from a prompt, for one sequence or a batch"},
     {"serve", minfer::cli::cmd_serve, "an OpenAI-style HTTP server (completions), continuously batched"},
     {"bench", minfer::cli::cmd_bench, "prefill and decode throughput against the roofline"},
+    {"bench-serve", minfer::cli::cmd_bench_serve, "serving throughput and latency on a synthetic trace, continuous and static"},
     {"demo", minfer::cli::cmd_demo, "the GPU lessons as measured experiments (minfer demo --list)"},
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity over a text; KL divergence against another dtype"},
     {"tokenize", minfer::cli::cmd_tokenize, "the token ids of a text"},
