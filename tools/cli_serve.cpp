@@ -158,7 +158,12 @@ int serve(const Args& args) {
   ServeEvents events;
   SignalWatch signals(events);  // before the backend's threads start
   std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
-  Engine engine = load_engine(args, args.get("-m"));
+  const std::string spec = args.get("-m");
+  LlamaOptions llama = llama_options(args);
+  // A preset is a shape, not a trained model: --ctx may ask it for a longer context (as bench-serve does).
+  if (spec.rfind("preset:", 0) == 0 && args.has("--ctx"))
+    llama.preset_ctx = std::max(find_preset(spec.substr(7)).config.n_ctx, args.get_int("--ctx", 0, 1, 1 << 20));
+  Engine engine = load_engine(args, spec, llama);
   const ModelInfo& info = engine.model->info();
   if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
   // note: the default context per slot is the model's, up to 4096 positions: S slots of a

@@ -193,6 +193,9 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     } else if (key == "stream") {
       if (!v.is_null() && !v.is_boolean()) wrong_type("stream", "a boolean", v);
       r.stream = v.is_boolean() && v.get<bool>();
+    } else if (key == "ignore_eos") {
+      if (!v.is_null() && !v.is_boolean()) wrong_type("ignore_eos", "a boolean", v);
+      r.ignore_eos = v.is_boolean() && v.get<bool>();
     } else if (key == "n" || key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix" ||
                key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
       check_unimplemented(key, v);

@@ -47,6 +47,7 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;        // >= 1 (run.c's xorshift needs a non-zero state)
   std::vector<std::string> stop;       // up to 4 non-empty strings
   bool stream = false;
+  bool ignore_eos = false;             // keep going past the model's end tokens (vLLM's and llama.cpp's extension)
 };
 // Parses the body; throws ApiError naming the field on malformed JSON or a wrong type or value.
 // `vocab_size` bounds id prompts; `has_tokenizer` says whether text prompts and stop strings can

@@ -179,6 +179,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     job.max_tokens = request.max_tokens;
     job.temperature = request.temperature;
     job.top_p = request.top_p;
+    job.stop_at_eos = !request.ignore_eos;
     job.seed = request.seed ? *request.seed : random_seed();
     job.on_token = [channel](int32_t token) {
       Channel& c = *channel;
@@ -394,7 +395,8 @@ void ServeHttp::Impl::routes() {
   });
   server.Get("/v1/models", [this](const Request&, Response& res) {
     json model = {{"id", options.model_name}, {"object", "model"},        {"created", started},
-                  {"owned_by", "minfer"},     {"max_model_len", scheduler.n_ctx()}};
+                  {"owned_by", "minfer"},     {"max_model_len", scheduler.n_ctx()},
+                  {"vocab_size", info.vocab_size}, {"bos_id", info.bos_id}};
     send_json(res, 200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
   server.Get("/metrics", [this](const Request&, Response& res) {
