@@ -285,6 +285,30 @@ TEST_F(ServeApi, SameSeedSameTokens) {
   EXPECT_NE(ids_of(post(port(), other.dump()).body["choices"][0]["token_ids"]), ids);
 }
 
+TEST_F(ServeApi, IgnoreEosGoesPastTheEndToken) {
+  // Sampling near-uniformly (temperature 1e6) from the fixture's random weights, a request meets an
+  // end token within 64 tokens for about one seed in eight: find such a seed, then ask again with
+  // ignore_eos. The same seed draws the same tokens up to the end token, which is now kept.
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    json request = {{"prompt", "The end."}, {"max_tokens", 64}, {"temperature", 1e6}, {"seed", seed}};
+    Answer ended = post(port(), request.dump());
+    ASSERT_EQ(ended.status, 200) << ended.raw;
+    const std::vector<int32_t> ids = ids_of(ended.body["choices"][0]["token_ids"]);
+    if (ids.size() == 64) continue;
+    EXPECT_EQ(ended.body["choices"][0]["finish_reason"], "stop");
+    request["ignore_eos"] = true;
+    Answer past = post(port(), request.dump());
+    ASSERT_EQ(past.status, 200) << past.raw;
+    const std::vector<int32_t> all = ids_of(past.body["choices"][0]["token_ids"]);
+    ASSERT_EQ(all.size(), 64u) << "seed " << seed;
+    EXPECT_EQ(past.body["choices"][0]["finish_reason"], "length");
+    EXPECT_TRUE(std::equal(ids.begin(), ids.end(), all.begin())) << "seed " << seed;
+    EXPECT_TRUE(all[ids.size()] == 1 || all[ids.size()] == 2) << "seed " << seed << ": " << all[ids.size()];
+    return;
+  }
+  FAIL() << "no seed of 200 met an end token in 64 near-uniform draws";
+}
+
 TEST_F(ServeApi, RefusesBadRequestsWithOneLineJsonErrors) {
   const int p = port();
   expect_api_error(post(p, "{\"prompt\": "), 400, "malformed JSON");
@@ -301,6 +325,7 @@ TEST_F(ServeApi, RefusesBadRequestsWithOneLineJsonErrors) {
   expect_api_error(post(p, R"({"prompt": "a", "top_p": 0})"), 400, "top_p = 0 is outside (0, 1]");
   expect_api_error(post(p, R"({"prompt": "a", "seed": 0})"), 400, "seed = 0");
   expect_api_error(post(p, R"({"prompt": "a", "stream": "yes"})"), 400, "stream must be a boolean");
+  expect_api_error(post(p, R"({"prompt": "a", "ignore_eos": 1})"), 400, "ignore_eos must be a boolean");
   expect_api_error(post(p, R"({"prompt": "a", "stop": 5})"), 400, "stop must be");
   expect_api_error(post(p, R"({"prompt": "a", "stop": ["a","b","c","d","e"]})"), 400, "at most 4");
   expect_api_error(post(p, R"({"prompt": "a", "n": 2})"), 400, "n is not supported");
@@ -455,6 +480,59 @@ TEST(ServeTiny, IdPromptsOnlyAndALoadOf200RequestsFrom32Clients) {
   EXPECT_EQ(m.get("minfer_requests_total"), kRequests + 1);
   EXPECT_EQ(m.get("minfer_requests_finished_total{reason=\"cancelled\"}"), 0);
   expect_clean_exit(server);
+}
+
+// bench-serve --url replays the trace that bench-serve replays in process: the same requests, every
+// one run to its length (ignore_eos), the server's counters agreeing with the client's.
+TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
+  ServerProcess server({"-m", "preset:tiny", "--slots", "4"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  const int p = server.port();
+  const std::string url = "http://127.0.0.1:" + std::to_string(p);
+  const std::vector<std::string> trace = {"--requests", "24", "--prompt-len", "4-16", "--output-len", "4-40",
+                                          "--temp", "0.8", "--seed", "5", "-o", "json"};
+  std::vector<std::string> remote = {"bench-serve", "--url", url, "--connections", "6"};
+  remote.insert(remote.end(), trace.begin(), trace.end());
+  CliResult over_http = run_cli(remote);
+  ASSERT_EQ(over_http.exit_code, 0) << over_http.err;
+  std::vector<std::string> local = {"bench-serve", "-m", "preset:tiny", "--slots", "4", "--policy", "continuous"};
+  local.insert(local.end(), trace.begin(), trace.end());
+  CliResult in_process = run_cli(local);
+  ASSERT_EQ(in_process.exit_code, 0) << in_process.err;
+
+  const json h = json::parse(over_http.out, nullptr, false), l = json::parse(in_process.out, nullptr, false);
+  ASSERT_TRUE(h.is_array() && h.size() == 1) << over_http.out;
+  ASSERT_TRUE(l.is_array() && l.size() == 1) << in_process.out;
+  EXPECT_EQ(h[0]["policy"], "server");
+  EXPECT_EQ(h[0]["url"], url);
+  EXPECT_EQ(h[0]["connections"], 6);
+  EXPECT_EQ(h[0]["slots"], 4);
+  EXPECT_EQ(h[0]["model"], "preset:tiny");
+  EXPECT_EQ(h[0]["prompt_tokens"], l[0]["prompt_tokens"]);
+  EXPECT_EQ(h[0]["output_tokens"], l[0]["output_tokens"]);
+  EXPECT_GT(h[0]["output_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_GT(h[0]["ttft_seconds"]["median"].get<double>(), 0.0);
+  EXPECT_LE(h[0]["ttft_seconds"]["median"].get<double>(), h[0]["ttft_seconds"]["p99"].get<double>());
+  EXPECT_GT(h[0]["tpot_seconds"]["median"].get<double>(), 0.0);
+  EXPECT_TRUE(wait_metrics(p, 5, [](const Metrics& m) { return m.get("minfer_busy_slots") == 0; }));
+  const Metrics m = metrics(p);
+  EXPECT_EQ(m.get("minfer_requests_total"), 24);
+  EXPECT_EQ(m.get("minfer_generation_tokens_total"), h[0]["output_tokens"].get<double>());
+  EXPECT_EQ(m.get("minfer_requests_finished_total{reason=\"length\"}"), 24);
+
+  // What bench-serve --url refuses, in one line each.
+  auto refused = [&](std::vector<std::string> args, const std::string& fragment) {
+    CliResult r = run_cli(args);
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+  };
+  refused({"bench-serve", "--url", url, "-m", "preset:tiny"}, "-m: with --url the server's settings are measured");
+  refused({"bench-serve", "--url", url, "--policy", "static"}, "a server schedules continuously");
+  refused({"bench-serve", "--url", url, "--prompt-len", "400-500"}, "positions per request");
+  refused({"bench-serve", "-m", "preset:tiny", "--connections", "4"}, "--connections: only with --url");
+  expect_clean_exit(server);
+  // Nobody listens there now.
+  refused({"bench-serve", "--url", url, "--requests", "2"}, url + "/v1/models: ");
 }
 
 // --- A slow model (the reference backend): a full queue, too many connections, clients that go ---
@@ -649,7 +727,8 @@ TEST(ServeCli, BadOptionsAreRefusedBeforeServing) {
       {{"serve", "-m", "preset:tiny", "--slots", "8", "--step-tokens", "4"},
        "--step-tokens (4) must be at least --slots (8)"},
       {{"serve", "-m", "preset:tiny", "--port", "70000"}, "--port: 70000 is outside [0, 65535]"},
-      {{"serve", "-m", "preset:tiny", "--ctx", "100000"}, "--ctx: 100000 is outside"},
+      {{"serve", "-m", kTextModel, "--ctx", "100000"}, "--ctx: 100000 is outside [1, 128]"},
+      {{"serve", "-m", "preset:tiny", "--ctx", "2000000"}, "--ctx: 2000000 is outside"},
       {{"serve", "-m", "preset:tiny", "--max-tokens-limit", "0"}, "--max-tokens-limit: 0 is outside"},
       {{"serve", "-m", "preset:tiny", "--host", "256.1.1.1", "--port", "0"}, "cannot listen on 256.1.1.1:0"},
   };

@@ -1,0 +1,31 @@
+// The client side of `minfer bench-serve --url`: a trace (engine/serve_trace.h) replayed against a
+// running server's /v1/completions with streaming, timed at the client as vLLM's serving benchmark
+// times it: a request starts when it is sent, its first token arrives with the first event that
+// carries one, and it ends with [DONE].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/serve_trace.h"
+
+namespace minfer::cli {
+
+// What the trace needs to know of the server, from GET /v1/models (minfer serve adds vocab_size
+// and bos_id to OpenAI's fields) and /metrics. Throws Error when it cannot be reached or is not
+// minfer serve.
+struct ServerInfo {
+  std::string model;
+  int64_t n_ctx = 0, vocab_size = 0, slots = -1;  // slots -1: not said
+  int32_t bos_id = -1;
+};
+ServerInfo query_server(const std::string& url);
+
+// Sends each request of `trace` at its arrival time (at most `connections` at once; later ones
+// wait for a free connection, which counts in their time to first token) to the server at `url`
+// ("http://127.0.0.1:8080"), with token-id prompts, the trace's max_tokens, temperature and seed,
+// and ignore_eos. Busy slots over time come from polling /metrics every 50 ms. Throws Error on a
+// refused connection, an HTTP error or a malformed stream, naming the request.
+ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& trace, int connections);
+
+}  // namespace minfer::cli
