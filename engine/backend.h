@@ -1,7 +1,8 @@
 // The backend interface: the ops a Llama decoder needs, on tensors of one device.
 //
 // A model is written once against this interface (models/llama.cpp) and any backend runs it: the
-// CPU backend (Eigen and hand-written SIMD, engine/backend_cpu.cpp) and the CUDA backend
+// reference backend (the plain loops of kernels/ref/, engine/backend_ref.cpp), the CPU backend
+// (Eigen and hand-written SIMD, engine/backend_cpu.cpp) and the CUDA backend
 // (engine/backend_cuda.cu). Every op has a plain-loop reference in kernels/ref/ that the op
 // harness (tests/test_backend_ops.cpp) checks each backend against.
 //

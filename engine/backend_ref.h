@@ -1,7 +1,7 @@
 // The reference backend (`--device ref`): every op is the plain loop of kernels/ref/, on one
 // thread, accumulating in double. It is the readable tier of minfer, the one to step through in a
 // debugger to follow a whole token, and the whole-model oracle the tests hold the CPU and CUDA
-// backends to (tests/test_ref_backend.cpp). It is slow on purpose: nothing here is tuned.
+// backends to (tests/test_whole_model.cpp). It is slow on purpose: nothing here is tuned.
 #pragma once
 
 #include "engine/backend.h"

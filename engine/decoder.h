@@ -1,10 +1,10 @@
 // The decoder: batched prefill, token-by-token decode, and the generation loop around them.
 //
-// A decoder serves B independent sequences at once. Prefill runs every prompt position of every
+// A decoder serves n_seqs independent sequences at once. Prefill runs every prompt position of every
 // sequence through the model in one forward pass (matrix-matrix products over all rows, causal
 // attention over the cache), in chunks of at most max_prefill_rows rows, and asks for logits only
 // at each sequence's last prompt position. Decode then feeds one token per sequence per step: one
-// forward pass over B rows, so each weight matrix is read once per step for all B sequences.
+// forward pass over n_seqs rows, so each weight matrix is read once per step for all of them.
 //
 // Everything is allocated when the decoder is created: the KV cache, the model's activations for
 // the largest batch, the logits, and the host/device buffers for token ids and positions. A
@@ -24,7 +24,7 @@
 namespace minfer {
 
 struct DecoderOptions {
-  int64_t n_seqs = 1;               // B, the sequences decoded together
+  int64_t n_seqs = 1;               // the sequences decoded together (the batch size, -B)
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
   int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
   // The KV cache's type. Unset: f32 on the CPU; on CUDA the weights' type (an f16 model keeps
@@ -69,7 +69,7 @@ class Decoder {
   // Forgets every sequence (positions back to 0); the memory stays.
   void reset();
 
-  // Appends prompts[s] to sequence s (all B of them) in one batched pass. Afterwards logits(s)
+  // Appends prompts[s] to sequence s (all n_seqs of them) in one batched pass. Afterwards logits(s)
   // are the next-token logits after the last prompt token.
   void prefill(const std::vector<std::vector<int32_t>>& prompts);
   // Appends `tokens` to sequence `seq` with the logits of every position: on_logits(i, row) is
@@ -96,14 +96,14 @@ class Decoder {
   void argmax_rows(int64_t n, std::vector<int32_t>* out);
   // Forgets sequence `seq` (position back to 0); its slot of the cache is reused as is.
   void reset_sequence(int64_t seq);
-  // Appends tokens[s] to sequence s, one forward pass over B rows.
+  // Appends tokens[s] to sequence s, one forward pass over n_seqs rows.
   void decode(const std::vector<int32_t>& tokens);
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
   // are there already). Part of a timed decode step when sampling needs them.
   void fetch_logits();
   // The next-token logits of sequence s (vocab floats on the host), fetched if needed.
   float* logits(int64_t seq);
-  // The greedy choice for every sequence, computed on the device (only B ids are copied back).
+  // The greedy choice for every sequence, computed on the device (only n_seqs ids are copied back).
   void argmax(std::vector<int32_t>* out);
 
   // Generates n_new tokens for every sequence after its prompt; on_token(seq, id) is called as

@@ -37,6 +37,13 @@ struct ModelInfo {
   std::vector<int32_t> stop_ids;  // tokens that end a generation
 };
 
+// The kernels a forward pass runs. `fused`: one matmul for Q, K and V, RoPE fused into the KV
+// store, the residual add fused into the next RMSNorm, one matmul for the gate and up
+// projections, online-softmax attention. `unfused`: the same model as the plain composition of
+// single ops (three-pass attention). Tests hold them equal; `--kernels` chooses at run time.
+enum class Kernels { fused, unfused };
+inline const char* kernels_name(Kernels k) { return k == Kernels::fused ? "fused" : "unfused"; }
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -50,10 +57,9 @@ class Model {
   virtual uint64_t activation_bytes(int64_t max_rows, int64_t max_logit_rows) const = 0;
   // Writes the logits of batch.logit_rows into `logits` (R, vocab) f32 on the model's device.
   virtual void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) = 0;
-  // Fused kernels (see docs in models/llama.cpp) or the unfused composition of the same ops.
-  virtual void set_fused(bool fused) = 0;
-  virtual bool fused() const = 0;
-  // The graph epoch: changes whenever reserve() moves the activations or set_fused() changes
+  virtual void set_kernels(Kernels kernels) = 0;
+  virtual Kernels kernels() const = 0;
+  // The graph epoch: changes whenever reserve() moves the activations or set_kernels() changes
   // the work a forward pass enqueues. A recorded forward pass (a CUDA Graph) holds the addresses
   // and kernels of one epoch and is only replayed within it.
   virtual uint64_t graph_epoch() const = 0;

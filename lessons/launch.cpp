@@ -24,10 +24,10 @@ struct StepResult {
 };
 
 // ms per decode step of `spec` at batch 1 (over `steps` steps), and backend ops per step.
-StepResult decode_step(Backend& backend, const std::string& spec, bool fused, bool graphs, int steps) {
+StepResult decode_step(Backend& backend, const std::string& spec, Kernels kernels, bool graphs, int steps) {
   backend.set_recording(graphs);
   LlamaOptions options;
-  options.fused = fused;
+  options.kernels = kernels;
   auto model = LlamaModel::load(spec, backend, options);
   DecoderOptions dec;
   dec.n_ctx = steps + 1;
@@ -68,8 +68,8 @@ void launch(const Options& o) {
   });
   const std::string cpu_model = o.model_or("preset:stories15M");
   const int steps = o.quick ? 16 : 64;
-  const StepResult cpu_fused = decode_step(*cpu, cpu_model, true, false, steps);
-  const StepResult cpu_unfused = decode_step(*cpu, cpu_model, false, false, steps);
+  const StepResult cpu_fused = decode_step(*cpu, cpu_model, Kernels::fused, false, steps);
+  const StepResult cpu_unfused = decode_step(*cpu, cpu_model, Kernels::unfused, false, steps);
   print_table({"CPU", "per hand-off or step", "ops per step"},
               {{fmt("%.0f tiny parallel regions, one by one", n), fmt("%.2f us", one_by_one / n * 1e6), "-"},
                {fmt("the same %.0f x threads tasks in one region", n), fmt("%.3f us", batched / n * 1e6), "-"},
@@ -98,14 +98,14 @@ void launch(const Options& o) {
     r.bar("cuda", "empty kernel, eager (us)", eager / kernels * 1e6);
     r.bar("cuda", "empty kernel, in a graph (us)", graph / kernels * 1e6);
     double best = 0, worst = 0;
-    for (bool fused : {true, false})
+    for (Kernels set : {Kernels::fused, Kernels::unfused})
       for (bool graphs : {true, false}) {
-        const StepResult s = decode_step(*gpu, o.model_or("preset:stories15M"), fused, graphs, o.quick ? 32 : 128);
-        const std::string name = std::string("decode step, ") + (fused ? "fused" : "unfused") + ", graphs " + (graphs ? "on" : "off");
+        const StepResult s = decode_step(*gpu, o.model_or("preset:stories15M"), set, graphs, o.quick ? 32 : 128);
+        const std::string name = std::string("decode step, ") + kernels_name(set) + ", graphs " + (graphs ? "on" : "off");
         rows.push_back({name, fmt("%.3f ms", s.ms_per_step), fmt("%.0f", s.ops_per_step)});
         r.bar("cuda", name + " (ms)", s.ms_per_step);
-        if (fused && graphs) best = s.ms_per_step;
-        if (!fused && !graphs) worst = s.ms_per_step;
+        if (set == Kernels::fused && graphs) best = s.ms_per_step;
+        if (set == Kernels::unfused && !graphs) worst = s.ms_per_step;
       }
     print_table({"CUDA", "time", "ops per step"}, rows);
     r.ran("cuda");

@@ -141,7 +141,7 @@ Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, in
 LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
                        const LlamaOptions& options)
     : backend_(backend), config_(weights.config), dtype_(options.dtype.value_or(weights.token_embedding.dtype())),
-      fused_(options.fused) {
+      kernels_(options.kernels) {
   weights.validate(name);
   allocate(name);
   const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
@@ -176,7 +176,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(config), dtype_(options.dtype.value_or(DType::f32)), fused_(options.fused) {
+    : backend_(backend), config_(config), dtype_(options.dtype.value_or(DType::f32)), kernels_(options.kernels) {
   config_.validate(name);
   allocate(name);
   const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim();
@@ -240,9 +240,10 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
   Tensor wqkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
   Tensor k_cache = cache.k(l), v_cache = cache.v(l);
 
+  const bool fused = kernels_ == Kernels::fused;
   // Attention block. With fused kernels, xb already holds rmsnorm(x) (see the end of the layer).
-  if (!fused_ || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), eps);
-  if (fused_) {
+  if (!fused || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), eps);
+  if (fused) {
     be.matmul(qkv, xb, wqkv);
     be.rope_kv_store(k_cache, v_cache, q, k, v, b.seq, b.pos, w_.rope, hd);
   } else {
@@ -254,11 +255,11 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
     be.kv_store(k_cache, v_cache, k, v, b.seq, b.pos);
   }
   be.attention(att, q, k_cache, v_cache, b.seq, b.pos, hd,
-               fused_ ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass);
+               fused ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass);
   be.matmul(proj, att, w_.wo.select(0, l));
 
   // Feed-forward block.
-  if (fused_) {
+  if (fused) {
     be.residual_rmsnorm(xb, x, proj, w_.rms_ffn.select(0, l), eps);
     be.matmul(h13, xb, w13);
   } else {
@@ -270,7 +271,7 @@ void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, cons
   be.swiglu(hb, h13.slice(1, 0, h), h13.slice(1, h, 2 * h));
   be.matmul(proj, hb, w_.w2.select(0, l));
   // The residual add, fused with the next layer's first RMSNorm when there is a next layer.
-  if (fused_ && l + 1 < config_.n_layers)
+  if (fused && l + 1 < config_.n_layers)
     be.residual_rmsnorm(xb, x, proj, w_.rms_att.select(0, l + 1), eps);
   else
     be.add(x, x, proj);

@@ -1,5 +1,5 @@
 // A Llama-style decoder written once against the backend interface: the same forward pass runs
-// on the CPU backend and the CUDA backend. See models/llama.cpp for the walk through one layer.
+// on the reference, CPU and CUDA backends. See models/llama.cpp for the walk through one layer.
 #pragma once
 
 #include <memory>
@@ -18,7 +18,7 @@ struct LlamaOptions {
   // Of the weight matrices and the embedding table (f32, f16, bf16); unset: as the file stores
   // them (f32 for llama2.c files and presets).
   std::optional<DType> dtype;
-  bool fused = true;         // fused kernels (see Model::set_fused)
+  Kernels kernels = Kernels::fused;  // (engine/model.h)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
   // Presets only: their context length instead of the shape's own (stories15M was trained with
   // 256 positions; a serving benchmark of prompts and outputs up to 256 each needs 512). A
@@ -47,11 +47,11 @@ class LlamaModel final : public Model {
   void reserve(int64_t max_rows, int64_t max_logit_rows) override;
   uint64_t activation_bytes(int64_t max_rows, int64_t max_logit_rows) const override;
   void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
-  void set_fused(bool fused) override {
-    if (fused != fused_) ++graph_epoch_;
-    fused_ = fused;
+  void set_kernels(Kernels kernels) override {
+    if (kernels != kernels_) ++graph_epoch_;
+    kernels_ = kernels;
   }
-  bool fused() const override { return fused_; }
+  Kernels kernels() const override { return kernels_; }
   uint64_t graph_epoch() const override { return graph_epoch_; }
 
   // Bytes of weights the model stores on the device for (config, dtype).
@@ -64,7 +64,7 @@ class LlamaModel final : public Model {
   Backend& backend_;
   LlamaConfig config_;
   DType dtype_;
-  bool fused_;
+  Kernels kernels_;
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;
   // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1

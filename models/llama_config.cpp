@@ -24,8 +24,8 @@ void LlamaConfig::validate(const std::string& source) const {
   check_range(source, "n_kv_heads", n_kv_heads, 1, n_heads);
   // Token ids 1 and 2 are BOS and EOS (llama2.c's convention): a vocabulary must hold them.
   check_range(source, "vocab_size", vocab_size, 3, kMaxVocab);
-  check_range(source, "seq_len", n_ctx, 1, kMaxCtx);
-  check_range(source, "head_dim", head_size, 0, kMaxDim);
+  check_range(source, "context length", n_ctx, 1, kMaxCtx);
+  check_range(source, "head size", head_size, 0, kMaxDim);
   if (head_size == 0 && dim % n_heads != 0)
     fail(source, ": dim = ", dim, " is not a multiple of n_heads = ", n_heads);
   if (head_dim() % 2 != 0)

@@ -79,7 +79,7 @@ TEST(Cuda, FusedEqualsUnfusedInF16) {
   auto backend = make_backend(BackendKind::cuda);
   LlamaOptions fused, unfused;
   fused.dtype = unfused.dtype = DType::f16;
-  unfused.fused = false;
+  unfused.kernels = Kernels::unfused;
   GreedyRun a = greedy_run(*backend, golden_path("stories260K.bin"), fused, {1}, 200);
   GreedyRun b = greedy_run(*backend, golden_path("stories260K.bin"), unfused, {1}, 200);
   EXPECT_GE(expect_same_ids_where_decisive(a, b, 0.05, "fused against unfused, f16"), 20u);

@@ -118,7 +118,7 @@ Logits naive_logits(const LlamaHostWeights& w, const Script& script) {
 
 struct RunOptions {
   DType dtype = DType::f32;
-  bool fused = true;
+  Kernels kernels = Kernels::fused;
   int64_t max_prefill_rows = 2048;
   bool one_by_one = false;  // prompts fed a token per forward pass (all equal length only)
 };
@@ -126,7 +126,7 @@ struct RunOptions {
 Logits decoder_logits(Backend& backend, const LlamaHostWeights& w, const Script& script, const RunOptions& o) {
   LlamaOptions lo;
   lo.dtype = o.dtype;
-  lo.fused = o.fused;
+  lo.kernels = o.kernels;
   LlamaModel model(backend, w, "random", lo);
   DecoderOptions dec;
   dec.n_seqs = static_cast<int64_t>(script.prompts.size());
@@ -193,13 +193,13 @@ TEST(WholeModel, RefBackendMatchesTheNaiveForwardPass) {
     LlamaHostWeights w = weights_for(n, 21);
     Script script = make_script(n.config.vocab_size, 5);
     Logits expected = naive_logits(w, script);
-    for (bool fused : {true, false})
+    for (Kernels kernels : {Kernels::fused, Kernels::unfused})
       for (int64_t rows : {2048, 5}) {
         RunOptions o;
-        o.fused = fused;
+        o.kernels = kernels;
         o.max_prefill_rows = rows;
         expect_logits_close(expected, decoder_logits(*ref, w, script, o), 1e-11,
-                            std::string(n.name) + (fused ? ", fused" : ", unfused") + ", prefill chunks of " +
+                            std::string(n.name) + ", " + kernels_name(kernels) + ", prefill chunks of " +
                                 std::to_string(rows));
       }
   }
@@ -220,13 +220,13 @@ TEST(WholeModel, CpuBackendMatchesTheReferenceBackend) {
       RunOptions base;
       base.dtype = dtype;
       Logits expected = decoder_logits(*ref, w, script, base);
-      for (bool fused : {true, false})
+      for (Kernels kernels : {Kernels::fused, Kernels::unfused})
         for (int64_t rows : {2048, 5}) {
           RunOptions o = base;
-          o.fused = fused;
+          o.kernels = kernels;
           o.max_prefill_rows = rows;
           expect_logits_close(expected, decoder_logits(*cpu, w, script, o), 1e-10,
-                              std::string(n.name) + ", " + dtype_name(dtype) + (fused ? ", fused" : ", unfused") +
+                              std::string(n.name) + ", " + dtype_name(dtype) + ", " + kernels_name(kernels) +
                                   ", prefill chunks of " + std::to_string(rows));
         }
     }
@@ -251,12 +251,12 @@ TEST(WholeModel, CudaBackendMatchesTheReferenceBackend) {
         base.dtype = dtype;
         Logits expected = decoder_logits(*ref, w, script, base);
         const double limit = dtype == DType::f32 ? 1e-9 : dtype == DType::f16 ? 5e-3 : 3e-2;
-        for (bool fused : {true, false}) {
+        for (Kernels kernels : {Kernels::fused, Kernels::unfused}) {
           RunOptions o = base;
-          o.fused = fused;
+          o.kernels = kernels;
           expect_logits_close(expected, decoder_logits(*cuda, w, script, o), limit,
                               std::string(n.name) + ", " + dtype_name(dtype) + ", gemm " + gemm +
-                                  (fused ? ", fused" : ", unfused"));
+                                  ", " + kernels_name(kernels));
         }
       }
     }

@@ -129,7 +129,7 @@ class Bench {
     base.build_commit = build_commit();
     for (const std::string& kernels : s_.kernels) {
       for (const std::string& graphs : graph_modes) {
-        model->set_fused(kernels == "fused");
+        model->set_kernels(kernels == "fused" ? Kernels::fused : Kernels::unfused);
         if (!graphs.empty()) backend->set_recording(graphs == "on");
         base.kernels = kernels;
         base.graphs = graphs;

@@ -55,7 +55,7 @@ LlamaOptions llama_options(const Args& args) {
   std::string kernels = args.get("--kernels", "fused");
   MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
                "' is not fused or unfused");
-  options.fused = kernels == "fused";
+  options.kernels = kernels == "fused" ? Kernels::fused : Kernels::unfused;
   return options;
 }
 

@@ -9,10 +9,10 @@
 // weights cost about eight instructions, far below what the memory stream allows.
 //
 // note: widening the int8 weights to f32 in registers against f32 activations (exact, no second
-// quantization) was measured against this on AVX2 (bench BM_MatmulQ8FromDram, 2 threads): level at
-// one row (both about 23 GB/s of weights, the memory limit), but 1.1-1.5x slower at 4 rows and
-// 1.4-1.6x slower at 16, where four f32 FMAs per 8 weights per row bind. The int8 path costs an
-// NMSE of about 1.6e-5 per product (tests/test_backend_ops.cpp); llama.cpp makes the same choice.
+// quantization) streams as fast at one row but falls behind from a few rows on, where its four f32
+// FMAs per 8 weights per row bind (bench/results/NOTES.md has the measurements). The int8 path
+// costs an NMSE of about 1.6e-5 per product (tests/test_backend_ops.cpp); llama.cpp makes the same
+// choice.
 //
 // Above 32 rows (prefill), the activations are rounded the same way (quantized per block and back
 // to f32, so that a token's logits do not depend on whether it was decoded or prefilled), and each
@@ -20,8 +20,8 @@
 // dequantization is paid once for all M rows.
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with Q8_0
-// weights, so `minfer perplexity` on Q8_0 agrees with llama-perplexity's; on stories260K it doubles
-// the KL divergence from f32 that the 8-bit weights alone cause (0.025 -> 0.045, both programs).
+// weights, so `minfer perplexity` on Q8_0 agrees with llama-perplexity's, at the price of a larger
+// KL divergence from f32 than the 8-bit weights alone cause (bench/results/NOTES.md).
 #include "kernels/cpu/matmul_q8.h"
 
 #include <Eigen/Core>
