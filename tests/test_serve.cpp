@@ -526,7 +526,9 @@ TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
     EXPECT_NE(r.exit_code, 0) << r.out;
     EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
   };
-  refused({"bench-serve", "--url", url, "-m", "preset:tiny"}, "-m: with --url the server's settings are measured");
+  refused({"bench-serve", "--url", url, "-m", "preset:tiny"}, "--model: with --url the server's settings are measured");
+  refused({"bench-serve", "--url", url, "--threads", "1"}, "--threads: with --url the server's settings are measured");
+  refused({"bench-serve", "--url", url, "--slots", "2"}, "--slots: with --url the server's settings are measured");
   refused({"bench-serve", "--url", url, "--policy", "static"}, "a server schedules continuously");
   refused({"bench-serve", "--url", url, "--prompt-len", "400-500"}, "positions per request");
   refused({"bench-serve", "-m", "preset:tiny", "--connections", "4"}, "--connections: only with --url");

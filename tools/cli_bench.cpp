@@ -225,7 +225,7 @@ class Bench {
 
 int cmd_bench(int argc, char** argv) {
   Args args("bench", "Measures prefill (ppP) and decode (tgN) throughput, with the roofline beside each figure.",
-            {{"-m,--model", "MODEL", "a .bin checkpoint or preset:NAME; repeatable (default preset:stories15M)", true},
+            {{"-m,--model", "MODEL", "a model file or folder, or preset:NAME; repeatable (default preset:stories15M)", true},
              {"-p,--n-prompt", "LIST", "prompt lengths, e.g. 512 or 128,512; 0 skips prefill (default 512)"},
              {"-n,--n-gen", "LIST", "generated tokens, e.g. 128; 0 skips decode (default 128)"},
              {"-B,--batch", "LIST", "parallel sequences: 1,4,16 or 1-4 (default 1)"},

@@ -182,8 +182,11 @@ int cmd_bench_serve(int argc, char** argv) {
   std::string model_name;
   int64_t slots = 0;
   if (args.has("--url")) {
-    for (const char* local : {"-m", "--slots", "--step-tokens", "--ctx"})
-      MINFER_CHECK(!args.has(local), local, ": with --url the server's settings are measured (give ", local,
+    // Every option of a run in this process does nothing against a server: refused, by name.
+    std::vector<std::string> local = {"--slots", "--step-tokens", "--ctx"};
+    for (const Option& o : engine_options()) local.push_back(o.names.substr(o.names.rfind(',') + 1));
+    for (const std::string& name : local)
+      MINFER_CHECK(!args.has(name), name, ": with --url the server's settings are measured (give ", name,
                    " to minfer serve)");
     MINFER_CHECK(policy != "static", "--policy static: a server schedules continuously (drop --url to compare)");
     const std::string url = args.get("--url");

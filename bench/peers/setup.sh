@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the peers that bench/peers/measure_decode.sh runs minfer against, outside the repository
+# (default /tmp/peers), and writes the same seeded stories110M-shaped weights three ways:
+#   s110.bin        llama2.c v0 checkpoint (run.c and minfer)
+#   s110-f32.gguf   the same weights as GGUF F32 (llama.cpp f32)
+#   s110-q8_0.gguf  llama-quantize's Q8_0 of it (llama.cpp Q8_0, and minfer reading llama.cpp's file)
+# usage: bench/peers/setup.sh RUN_C LLAMA_CPP_SRC [PEERS=/tmp/peers]
+#   RUN_C          karpathy/llama2.c's run.c (commit 350e04f was used), read from the project
+#   LLAMA_CPP_SRC  a llama.cpp source tree, e.g. vendor/llama.cpp of `pip download --no-binary :all:
+#                  llama-cpp-python==0.3.36` (built here with its tools, natively, with OpenMP)
+set -euo pipefail
+RUN_C=$1
+LLAMA_SRC=$2
+PEERS=${3:-/tmp/peers}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+MINFER=$ROOT/build/minfer
+TOKENIZER=$ROOT/../shared/golden/tokenizer.bin
+mkdir -p "$PEERS"
+[ -x "$MINFER" ] || { echo "build minfer first (make)" >&2; exit 1; }
+[ -f "$TOKENIZER" ] || { echo "missing $TOKENIZER (llama2.c's tokenizer, from ../shared/golden)" >&2; exit 1; }
+
+# run.c as llama2.c's Makefile builds its fastest OpenMP variant.
+gcc -Ofast -march=native -fopenmp -o "$PEERS/run" "$RUN_C" -lm
+# llama.cpp's tools: llama-bench, llama-quantize, llama-perplexity.
+cmake -S "$LLAMA_SRC" -B "$PEERS/llama.cpp-build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON \
+  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF >/dev/null
+cmake --build "$PEERS/llama.cpp-build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity
+# One seed, three files: minfer's writers draw the same weights for every format.
+"$MINFER" make-model --preset stories110M -o "$PEERS/s110.bin"
+"$MINFER" make-model --preset stories110M --format gguf -z "$TOKENIZER" -o "$PEERS/s110-f32.gguf"
+LD_LIBRARY_PATH="$PEERS/llama.cpp-build/bin" "$PEERS/llama.cpp-build/bin/llama-quantize" \
+  "$PEERS/s110-f32.gguf" "$PEERS/s110-q8_0.gguf" Q8_0 >"$PEERS/quantize.log" 2>&1
+echo "peers ready in $PEERS"
