@@ -534,7 +534,9 @@ TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
   refused({"bench-serve", "-m", "preset:tiny", "--connections", "4"}, "--connections: only with --url");
   expect_clean_exit(server);
   // Nobody listens there now.
-  refused({"bench-serve", "--url", url, "--requests", "2"}, url + "/v1/models: ");
+  refused({"bench-serve", "--url", url, "--requests", "2"}, url + "/v1/models: no answer");
+  refused({"bench-serve", "--url", "localhost:8080"}, "--url: 'localhost:8080' is not http://HOST:PORT");
+  refused({"bench-serve", "--url", url + "/v1"}, "is not http://HOST:PORT");
 }
 
 // --- A slow model (the reference backend): a full queue, too many connections, clients that go ---

@@ -34,7 +34,7 @@ std::string get_ok(const std::string& url, const std::string& path) {
   client.set_connection_timeout(5, 0);
   client.set_read_timeout(10, 0);
   auto res = client.Get(path);
-  if (!res) fail(url, path, ": ", httplib::to_string(res.error()));
+  if (!res) fail(url, path, ": no answer (", httplib::to_string(res.error()), "): is minfer serve running there?");
   if (res->status != 200) fail(url, path, " answered HTTP ", res->status, ": ", res->body.substr(0, 300));
   return res->body;
 }
@@ -110,6 +110,10 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, Req
 }  // namespace
 
 ServerInfo query_server(const std::string& url) {
+  // http://HOST[:PORT], nothing after it: the client adds the paths (no TLS: the server has none).
+  const std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : "";
+  MINFER_CHECK(!rest.empty() && rest.find_first_of("/ ?#@") == std::string::npos, "--url: '", url,
+               "' is not http://HOST:PORT");
   const nlohmann::json models = nlohmann::json::parse(get_ok(url, "/v1/models"), nullptr, false);
   if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() || models["data"].empty())
     fail(url, "/v1/models: not a list of models");
