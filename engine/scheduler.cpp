@@ -56,7 +56,7 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
 }  // namespace
 
 Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
-    : options_(options), model_(model), decoder_(model, decoder_options(options)),
+    : options_(options), decoder_(model, decoder_options(options)),
       vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids) {
   slots_.resize(static_cast<size_t>(options_.slots));
   padding_.assign(static_cast<size_t>(options_.slots), 0);

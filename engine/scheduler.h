@@ -148,7 +148,6 @@ class Scheduler {
   void record_finish_locked(const RequestStats& stats);
 
   SchedulerOptions options_;
-  Model& model_;
   Decoder decoder_;
   int64_t vocab_;
   std::vector<int32_t> stop_ids_;
