@@ -5,7 +5,10 @@
 // full queue says 429, too many connections 503, SIGTERM drains, and 200 requests from 32
 // clients all come back whole.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -485,7 +488,7 @@ TEST(ServeTiny, IdPromptsOnlyAndALoadOf200RequestsFrom32Clients) {
 // bench-serve --url replays the trace that bench-serve replays in process: the same requests, every
 // one run to its length (ignore_eos), the server's counters agreeing with the client's.
 TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
-  ServerProcess server({"-m", "preset:tiny", "--slots", "4"});
+  ServerProcess server({"-m", "preset:tiny", "--slots", "4", "--max-tokens-limit", "100"});
   ASSERT_TRUE(server.listening()) << server.log();
   const int p = server.port();
   const std::string url = "http://127.0.0.1:" + std::to_string(p);
@@ -531,12 +534,48 @@ TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
   refused({"bench-serve", "--url", url, "--slots", "2"}, "--slots: with --url the server's settings are measured");
   refused({"bench-serve", "--url", url, "--policy", "static"}, "a server schedules continuously");
   refused({"bench-serve", "--url", url, "--prompt-len", "400-500"}, "positions per request");
+  refused({"bench-serve", "--url", url, "--output-len", "4-200"}, "max_tokens up to 100; the trace asks for up to");
   refused({"bench-serve", "-m", "preset:tiny", "--connections", "4"}, "--connections: only with --url");
-  expect_clean_exit(server);
-  // Nobody listens there now.
-  refused({"bench-serve", "--url", url, "--requests", "2"}, url + "/v1/models: no answer");
-  refused({"bench-serve", "--url", "localhost:8080"}, "--url: 'localhost:8080' is not http://HOST:PORT");
+  for (const std::string bad : {"localhost:8080", "http://127.0.0.1", "http://:8080", "http://h:abc", "http://h:0"})
+    refused({"bench-serve", "--url", bad}, "--url: '" + bad + "' is not http://HOST:PORT");
   refused({"bench-serve", "--url", url + "/v1"}, "is not http://HOST:PORT");
+
+  // Over one connection the requests go one after another, and each one's wait counts in its time
+  // to first token: the last of 8 waits for the 7 before it.
+  CliResult serial = run_cli({"bench-serve", "--url", url, "--connections", "1", "--requests", "8", "--prompt-len", "4",
+                              "--output-len", "48", "-o", "json"});
+  ASSERT_EQ(serial.exit_code, 0) << serial.err;
+  const json s = json::parse(serial.out, nullptr, false);
+  ASSERT_TRUE(s.is_array() && s.size() == 1) << serial.out;
+  EXPECT_GT(s[0]["ttft_seconds"]["p99"].get<double>(), 0.5 * s[0]["seconds"].get<double>()) << serial.out;
+  expect_clean_exit(server);
+
+  // A port bound but not listening: nobody answers there.
+  const int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(closed, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(closed, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(getsockname(closed, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string nobody = "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  refused({"bench-serve", "--url", nobody, "--requests", "2"}, nobody + "/v1/models: no answer");
+  close(closed);
+}
+
+// A server's refusal reaches bench-serve's error with the server's own message: one slot on the
+// slow reference backend and a queue of one, so the third of four simultaneous requests is a 429.
+TEST(ServeTiny, BenchServeOverHttpSaysWhyTheServerRefused) {
+  ServerProcess server({"-m", "preset:tiny", "--device", "ref", "--slots", "1", "--max-queue", "1"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
+  CliResult r = run_cli({"bench-serve", "--url", url, "--connections", "4", "--requests", "4", "--prompt-len", "4",
+                         "--output-len", "64"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find("got HTTP 429: {\"error\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("queue"), std::string::npos) << r.err;
+  expect_clean_exit(server);
 }
 
 // --- A slow model (the reference backend): a full queue, too many connections, clients that go ---

@@ -194,6 +194,9 @@ int cmd_bench_serve(int argc, char** argv) {
     const ServerInfo server = query_server(url);
     MINFER_CHECK(needed <= server.n_ctx, url, " serves ", server.n_ctx, " positions per request; the trace's prompts of up to ",
                  trace.prompt_max, " and outputs of up to ", trace.output_max, " tokens need ", needed);
+    MINFER_CHECK(trace.prompt_max <= server.max_prompt_tokens && trace.output_max <= server.max_tokens_limit, url,
+                 " takes prompts of up to ", server.max_prompt_tokens, " tokens and max_tokens up to ",
+                 server.max_tokens_limit, "; the trace asks for up to ", trace.prompt_max, " and ", trace.output_max);
     model_name = server.model;
     slots = server.slots;
     const std::vector<TraceRequest> requests = make_trace(trace, server.vocab_size, server.bos_id);

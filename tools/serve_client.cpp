@@ -24,8 +24,25 @@ namespace minfer::cli {
 
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+using Clock = std::chrono::steady_clock;
+
+double seconds_of(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
+double now_seconds() { return seconds_of(Clock::now()); }
+
+// http://HOST:PORT (HOST a name, an IPv4 address or a bracketed IPv6 one; PORT 1-65535), nothing
+// after it: the client adds the paths. No TLS: the server has none.
+void check_url(const std::string& url) {
+  auto bad = [&] { fail("--url: '", url, "' is not http://HOST:PORT"); };
+  if (url.rfind("http://", 0) != 0) bad();
+  const std::string rest = url.substr(7);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) bad();
+  const std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+  if (host.find_first_of("/?#@ ") != std::string::npos) bad();
+  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos) bad();
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) bad();
+  const long n = std::strtol(port.c_str(), nullptr, 10);
+  if (n < 1 || n > 65535) bad();
 }
 
 // A GET that must answer 200; its body.
@@ -48,8 +65,10 @@ double metric(const std::string& text, const std::string& name) {
   return -1.0;
 }
 
-// One streamed completion; fills `stats` with the client's times.
-void send_one(const std::string& url, const TraceRequest& r, uint64_t index, RequestStats* stats) {
+// One streamed completion, sent now; fills `stats` with the client's times. The request counts
+// from `due`, its arrival time in the trace, so that a wait for a free connection is part of its
+// time to first token.
+void send_one(const std::string& url, const TraceRequest& r, uint64_t index, double due, RequestStats* stats) {
   httplib::Client client(url);
   client.set_connection_timeout(10, 0);
   client.set_read_timeout(600, 0);
@@ -57,22 +76,36 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, Req
                                {"seed", r.seed},     {"stream", true},            {"ignore_eos", true}};
   stats->id = index;
   stats->prompt_tokens = static_cast<int64_t>(r.prompt.size());
-  stats->submitted = now_seconds();
-  std::string pending;  // bytes of an event not complete yet
+  stats->submitted = due;
+  int status = 0;
+  std::string pending;  // bytes of an event not complete yet; an error's body when status != 200
   bool done = false;
-  std::string error;
+  int64_t usage_tokens = -1;
+  std::string reason, error;
   httplib::Request request;
   request.method = "POST";
   request.path = "/v1/completions";
   request.body = body.dump();
   request.set_header("Content-Type", "application/json");
+  request.response_handler = [&](const httplib::Response& response) {
+    status = response.status;
+    return true;
+  };
   request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
-    pending.append(data, length);
+    if (status != 200) {  // an error's JSON body, kept for the message
+      pending.append(data, std::min<size_t>(length, 4096 - std::min<size_t>(pending.size(), 4096)));
+      return true;
+    }
+    // Events end with a blank line; lines may end with CR LF.
+    for (size_t i = 0; i < length; ++i)
+      if (data[i] != '\r') pending.push_back(data[i]);
     for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
+      std::istringstream lines(pending.substr(0, end));
       pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      const std::string payload = event.substr(6);
+      std::string payload;
+      for (std::string line; std::getline(lines, line);)
+        if (line.rfind("data:", 0) == 0) payload += line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5);
+      if (payload.empty()) continue;  // a comment, an id or an event name alone
       if (payload == "[DONE]") {
         done = true;
         continue;
@@ -90,9 +123,12 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, Req
         if (stats->completion_tokens == 0) stats->first_token = now_seconds();
         stats->completion_tokens += n;
       }
-      const auto reason = choice.find("finish_reason");
-      if (reason != choice.end() && reason->is_string())
-        stats->reason = *reason == "length" ? FinishReason::length : FinishReason::stop;
+      const auto finish = choice.find("finish_reason");
+      if (finish != choice.end() && finish->is_string()) reason = finish->get<std::string>();
+      const auto usage = chunk.find("usage");
+      if (usage != chunk.end() && usage->is_object() && usage->contains("completion_tokens") &&
+          (*usage)["completion_tokens"].is_number_integer())
+        usage_tokens = (*usage)["completion_tokens"].get<int64_t>();
     }
     return true;
   };
@@ -101,19 +137,20 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, Req
   const bool sent = client.send(request, response, failure);
   stats->finished = now_seconds();
   if (!error.empty()) fail(url, ": request ", index, ": ", error);
+  if (status != 0 && status != 200) fail(url, ": request ", index, " got HTTP ", status, ": ", pending.substr(0, 300));
   if (!sent) fail(url, ": request ", index, " failed: ", httplib::to_string(failure));
-  if (response.status != 200)
-    fail(url, ": request ", index, " got HTTP ", response.status, ": ", response.body.substr(0, 300));
   if (!done) fail(url, ": request ", index, ": the stream ended without [DONE]");
+  // With ignore_eos every request runs to its length: anything else is a server's fault.
+  if (stats->completion_tokens != r.max_tokens || reason != "length" || usage_tokens != stats->completion_tokens)
+    fail(url, ": request ", index, " asked for ", r.max_tokens, " tokens and got ", stats->completion_tokens,
+         " (finish_reason '", reason, "', usage ", usage_tokens, ")");
+  stats->reason = FinishReason::length;
 }
 
 }  // namespace
 
 ServerInfo query_server(const std::string& url) {
-  // http://HOST[:PORT], nothing after it: the client adds the paths (no TLS: the server has none).
-  const std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : "";
-  MINFER_CHECK(!rest.empty() && rest.find_first_of("/ ?#@") == std::string::npos, "--url: '", url,
-               "' is not http://HOST:PORT");
+  check_url(url);
   const nlohmann::json models = nlohmann::json::parse(get_ok(url, "/v1/models"), nullptr, false);
   if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() || models["data"].empty())
     fail(url, "/v1/models: not a list of models");
@@ -128,39 +165,43 @@ ServerInfo query_server(const std::string& url) {
   info.n_ctx = field("max_model_len");
   info.vocab_size = field("vocab_size");
   info.bos_id = static_cast<int32_t>(field("bos_id"));
+  info.max_prompt_tokens = field("max_prompt_tokens");
+  info.max_tokens_limit = field("max_tokens_limit");
   info.slots = static_cast<int64_t>(metric(get_ok(url, "/metrics"), "minfer_slots"));
   return info;
 }
 
 ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& trace, int connections) {
   MINFER_CHECK(connections >= 1, "--connections must be at least 1");
+  check_url(url);
   ServeRun run;
   run.requests.resize(trace.size());
   std::atomic<size_t> next{0};
   std::mutex mutex;
-  std::condition_variable ended;
+  std::condition_variable changed;  // a failure, or the end of the run
   bool finished = false;
   std::exception_ptr failure;
-  const double start = now_seconds();
+  const Clock::time_point t0 = Clock::now();
+  const double start = seconds_of(t0);
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < trace.size();) {
-      const double wait = start + trace[i].arrival - now_seconds();
-      if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      const auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(trace[i].arrival));
       {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (failure) return;
+        std::unique_lock<std::mutex> lock(mutex);
+        if (changed.wait_until(lock, due, [&] { return failure != nullptr; })) return;
       }
       try {
-        send_one(url, trace[i], i, &run.requests[i]);
+        send_one(url, trace[i], i, seconds_of(due), &run.requests[i]);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!failure) failure = std::current_exception();
+        changed.notify_all();
         return;
       }
     }
   };
   // Busy slots as the server counts them, from /metrics every 50 ms.
-  std::thread poller([&] {
+  auto poller = [&] {
     httplib::Client client(url);
     client.set_connection_timeout(2, 0);
     client.set_read_timeout(5, 0);
@@ -172,19 +213,35 @@ ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& tr
       const double t = now_seconds() - start;
       lock.lock();
       if (busy >= 0) run.occupancy.emplace_back(t, static_cast<int64_t>(busy));
-      ended.wait_for(lock, std::chrono::milliseconds(50), [&] { return finished; });
+      changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return finished; });
     }
-  });
-  std::vector<std::thread> workers;
-  const size_t n_workers = std::min(static_cast<size_t>(connections), trace.size());
-  for (size_t c = 0; c < n_workers; ++c) workers.emplace_back(worker);
-  for (auto& w : workers) w.join();
+  };
+  std::vector<std::thread> threads;
+  auto stop_and_join = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      finished = true;
+      if (!failure) failure = std::current_exception();
+    }
+    changed.notify_all();
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  };
+  try {
+    threads.emplace_back(poller);
+    const size_t n_workers = std::min(static_cast<size_t>(connections), trace.size());
+    for (size_t c = 0; c < n_workers; ++c) threads.emplace_back(worker);
+  } catch (...) {  // a thread that could not start: stop the others before saying so
+    stop_and_join();
+    throw;
+  }
+  for (size_t t = 1; t < threads.size(); ++t) threads[t].join();
   {
     std::lock_guard<std::mutex> lock(mutex);
     finished = true;
   }
-  ended.notify_all();
-  poller.join();
+  changed.notify_all();
+  threads[0].join();
   if (failure) std::rethrow_exception(failure);
   double last = start;
   for (const RequestStats& r : run.requests) {

@@ -396,7 +396,9 @@ void ServeHttp::Impl::routes() {
   server.Get("/v1/models", [this](const Request&, Response& res) {
     json model = {{"id", options.model_name}, {"object", "model"},        {"created", started},
                   {"owned_by", "minfer"},     {"max_model_len", scheduler.n_ctx()},
-                  {"vocab_size", info.vocab_size}, {"bos_id", info.bos_id}};
+                  {"vocab_size", info.vocab_size}, {"bos_id", info.bos_id},
+                  {"max_prompt_tokens", options.limits.max_prompt_tokens},
+                  {"max_tokens_limit", options.limits.max_tokens_limit}};
     send_json(res, 200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
   server.Get("/metrics", [this](const Request&, Response& res) {
