@@ -5,15 +5,11 @@
 #include <chrono>
 
 #include "core/checked.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace minfer {
 
-namespace {
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
   // The last generated token is never fed back: P prompt tokens and N new ones take P + N - 1

@@ -6,16 +6,13 @@
 #include <memory>
 
 #include "core/checked.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/decoder.h"
 
 namespace minfer {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int64_t argmax_of(const float* z, int64_t n) {
   return std::max_element(z, z + n) - z;

@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace minfer {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void observe(uint64_t* counts, double value) {
   int b = 0;

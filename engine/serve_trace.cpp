@@ -8,15 +8,12 @@
 #include <random>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace minfer {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A length in [lo, hi] with log(length) uniform.
 int64_t log_uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
@@ -94,6 +91,16 @@ double ServeRun::mean_occupancy() const {
   return span > 0 ? area / span : double(occupancy.back().second);
 }
 
+void finish_run(ServeRun& run, double start, const std::vector<TraceRequest>& trace) {
+  double last = start;
+  for (const auto& r : run.requests) {
+    last = std::max(last, r.finished);
+    run.prompt_tokens += r.prompt_tokens;
+    run.output_tokens += r.completion_tokens;
+  }
+  run.seconds = last - start - (trace.empty() ? 0.0 : trace.front().arrival);
+}
+
 ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
   MINFER_CHECK(scheduler.metrics().busy_slots == 0 && scheduler.metrics().queue_depth == 0,
                "replay: the scheduler is busy");
@@ -137,13 +144,7 @@ ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
   }
   driver.join();
   if (failure) std::rethrow_exception(failure);
-  double last = start;
-  for (const auto& r : run.requests) {
-    last = std::max(last, r.finished);
-    run.prompt_tokens += r.prompt_tokens;
-    run.output_tokens += r.completion_tokens;
-  }
-  run.seconds = last - start - (trace.empty() ? 0.0 : trace.front().arrival);
+  finish_run(run, start, trace);
   return run;
 }
 

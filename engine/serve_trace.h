@@ -59,6 +59,10 @@ struct ServeRun {
   double mean_occupancy() const;  // busy slots averaged over time
 };
 
+// Sums the requests' tokens into `run` and sets its seconds, from the first arrival (`start`, the
+// replay's start on now_seconds()'s clock, plus the trace's first arrival time) to the last finish.
+void finish_run(ServeRun& run, double start, const std::vector<TraceRequest>& trace);
+
 // Replays `trace` against `scheduler` in this process (see above). The scheduler must be idle.
 ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace);
 

@@ -30,11 +30,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
     DecoderOptions dec;
     dec.n_ctx = steps + 1;
     Decoder decoder(*model, dec);
-    const double seconds = median_seconds(3, [&] {
-      decoder.reset();
-      decoder.prefill({{1}});
-      for (int i = 0; i < steps; ++i) decoder.decode({static_cast<int32_t>(3 + i)});
-    }, [&] { backend.synchronize(); });
+    const double seconds = median_decode_seconds(decoder, backend, steps);
     const double rate = double(steps) / seconds;
     const uint64_t step_bytes = decode_step_bytes(c, dtype, decoder.cache().dtype(), 1, steps / 2);
     const double ceiling = roof.read_gbps * 1e9 / double(step_bytes);

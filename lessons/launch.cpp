@@ -34,11 +34,7 @@ StepResult decode_step(Backend& backend, const std::string& spec, Kernels kernel
   StepResult result{};
   {
     Decoder decoder(*model, dec);
-    const double seconds = median_seconds(3, [&] {
-      decoder.reset();
-      decoder.prefill({{1}});
-      for (int i = 0; i < steps; ++i) decoder.decode({static_cast<int32_t>(3 + i)});
-    }, [&] { backend.synchronize(); });
+    const double seconds = median_decode_seconds(decoder, backend, steps);
     result.ms_per_step = seconds / steps * 1e3;
   }
   ProfilingBackend counter(backend);  // count the ops of one step (outside the timing)

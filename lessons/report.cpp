@@ -25,6 +25,14 @@ double median_seconds(int reps, const std::function<void()>& fn, const std::func
   return seconds[seconds.size() / 2];
 }
 
+double median_decode_seconds(Decoder& decoder, Backend& backend, int steps) {
+  return median_seconds(3, [&] {
+    decoder.reset();
+    decoder.prefill({{1}});
+    for (int i = 0; i < steps; ++i) decoder.decode({static_cast<int32_t>(3 + i)});
+  }, [&] { backend.synchronize(); });
+}
+
 Report::Report(std::string name, std::string title) : name_(std::move(name)), title_(std::move(title)) {
   std::printf("\n## demo %s: %s\n\n", name_.c_str(), title_.c_str());
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/decoder.h"
 
 namespace minfer::demo {
 
@@ -33,6 +34,10 @@ struct Options {
 
 // Median seconds of `reps` timed runs of `fn` after one untimed run; `sync` waits for the device.
 double median_seconds(int reps, const std::function<void()>& fn, const std::function<void()>& sync = nullptr);
+
+// Median seconds of 3 timed runs (after one untimed) of `steps` decode steps of one sequence after
+// a one-token prompt; `decoder` holds at least steps + 1 positions.
+double median_decode_seconds(Decoder& decoder, Backend& backend, int steps);
 
 class Report {
  public:

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #if MINFER_HAVE_HTTPLIB
@@ -25,9 +26,6 @@ namespace minfer::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_of(Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
-double now_seconds() { return seconds_of(Clock::now()); }
 
 // http://HOST:PORT (HOST a name, an IPv4 address or a bracketed IPv6 one; PORT 1-65535), nothing
 // after it: the client adds the paths. No TLS: the server has none.
@@ -243,13 +241,7 @@ ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& tr
   changed.notify_all();
   threads[0].join();
   if (failure) std::rethrow_exception(failure);
-  double last = start;
-  for (const RequestStats& r : run.requests) {
-    last = std::max(last, r.finished);
-    run.prompt_tokens += r.prompt_tokens;
-    run.output_tokens += r.completion_tokens;
-  }
-  run.seconds = last - start;
+  finish_run(run, start, trace);
   return run;
 }
 
