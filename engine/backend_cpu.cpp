@@ -26,9 +26,9 @@ constexpr DeviceKind kCpu = DeviceKind::cpu;
 
 namespace {
 
-void require_f32_cache(const char* op, const Tensor& cache) {
-  MINFER_CHECK(cache.dtype() == DType::f32, op, ": the CPU backend keeps an f32 KV cache, got ",
-               cache.str());
+void require_cpu_cache(const char* op, const Tensor& cache) {
+  MINFER_CHECK(cache.dtype() == DType::f32 || cache.dtype() == DType::f16, op,
+               ": the CPU backend keeps an f32 or f16 KV cache, got ", cache.str());
 }
 }  // namespace
 
@@ -73,9 +73,9 @@ void CpuBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, i
 void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
                           const Tensor& v, const Tensor& seq, const Tensor& pos) {
   auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCpu);
-  require_f32_cache("kv_store", k_cache);
+  require_cpu_cache("kv_store", k_cache);
   checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
-  cpu::kv_store(threads_, f32(k_cache), f32(v_cache), f32(k), ld(k), f32(v), ld(v), i32(seq),
+  cpu::kv_store(threads_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v), i32(seq),
                 i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
 }
 
@@ -83,9 +83,9 @@ void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, con
                                const Tensor& k, const Tensor& v, const Tensor& seq,
                                const Tensor& pos, const Tensor& table, int64_t head_dim) {
   auto cache = checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kCpu);
-  require_f32_cache("rope_kv_store", k_cache);
+  require_cpu_cache("rope_kv_store", k_cache);
   checks::positions("rope_kv_store", i32(seq), i32(pos), k.size(0), cache);
-  cpu::rope_kv_store(threads_, f32(k_cache), f32(v_cache), f32(q), ld(q), f32(k), ld(k), f32(v),
+  cpu::rope_kv_store(threads_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(q), ld(q), f32(k), ld(k), f32(v),
                      ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
                      k.size(1) / head_dim, head_dim, cache.n_ctx);
 }
@@ -94,12 +94,12 @@ void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_c
                            const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
                            int64_t head_dim, AttentionAlgorithm algorithm) {
   auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCpu);
-  require_f32_cache("attention", k_cache);
+  require_cpu_cache("attention", k_cache);
   checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
   auto run = algorithm == AttentionAlgorithm::online_softmax
                  ? cpu::attention<AttentionAlgorithm::online_softmax>
                  : cpu::attention<AttentionAlgorithm::three_pass>;
-  run(threads_, f32(out), ld(out), f32(q), ld(q), f32(k_cache), f32(v_cache), i32(seq), i32(pos),
+  run(threads_, f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), i32(seq), i32(pos),
       s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx);
 }
 

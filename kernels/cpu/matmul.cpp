@@ -280,9 +280,21 @@ inline void outer_tile(float* out, int64_t ld_out, int64_t rows, const float* xt
     for (int r = 0; r < kOuterRows; ++r) out[l * ld_out + r] = columns[r][l];
 }
 
+// note: a last group of only a few rows would still pay every FMA of a full vector of lanes (a
+// 12-row batch cost as much as 16). Up to kDotTailRows rows left over after the full groups are
+// instead multiplied as dot products (the small-M tile) against each weight tile while it is in
+// L1: that costs in proportion to the rows, plus a horizontal sum per output. Continuous
+// batching makes such counts common: the classifier runs only on the rows whose logits are
+// wanted, which is fewer than the step's rows while prompts are being fed in (measured on AVX2:
+// bench/results/NOTES.md; the AVX-512 boundary is the same fraction of the lanes, unmeasured).
+constexpr int64_t kDotTailRows = kOuterLanes * 3 / 4;
+
 void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w,
            int64_t M, int64_t N, int64_t K) {
-  const int64_t groups = (M + kOuterLanes - 1) / kOuterLanes;
+  const int64_t tail = M % kOuterLanes;
+  const bool dot_tail = tail > 0 && tail <= kDotTailRows && M > kOuterLanes;
+  const int64_t tail_row = M - tail;  // the first row of the dot-product tail
+  const int64_t groups = dot_tail ? M / kOuterLanes : (M + kOuterLanes - 1) / kOuterLanes;
   // Grows once, then reused: the decode loop makes no allocation after its first step.
   thread_local std::vector<float> packed;
   packed.resize(static_cast<size_t>(groups * K * kOuterLanes));
@@ -308,6 +320,9 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
       for (int64_t g = 0; g < groups; ++g, next = nullptr)
         outer_tile(out + g * kOuterLanes * ld_out + n, ld_out, std::min<int64_t>(kOuterLanes, M - g * kOuterLanes),
                    xt + g * K * kOuterLanes, tile, K, next);
+      if (dot_tail)
+        small_m_rows<simd::F32>(out + tail_row * ld_out, ld_out, x + tail_row * ld_x, ld_x, w, tail, n,
+                                n + kOuterRows, K);
     }
     if (n < n1) small_m_rows<simd::F32>(out, ld_out, x, ld_x, w, M, n, n1, K);
   });

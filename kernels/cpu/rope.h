@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/threads.h"
 
 namespace minfer::cpu {
@@ -16,7 +17,8 @@ void rope(ThreadPool& pool,
 // Fused: rotates q and k, then stores k and v into the cache (kv_store) in the same pass over
 // the rows. Equal to rope(q), rope(k), kv_store(k, v).
 void rope_kv_store(ThreadPool& pool,
-                   float* k_cache, float* v_cache,         // (n_seqs, n_kv_heads, n_ctx, head_dim)
+                   void* k_cache, void* v_cache,           // (n_seqs, n_kv_heads, n_ctx, head_dim)
+                   DType cache_dtype,                      // f32 or f16 (see kv_store.h)
                    float* q, int64_t ld_q,                 // (M, n_heads * head_dim), in place
                    float* k, int64_t ld_k,                 // (M, n_kv_heads * head_dim), in place
                    const float* v, int64_t ld_v,           // (M, n_kv_heads * head_dim)

@@ -92,6 +92,8 @@ inline void transpose16(Vec* v) {
     v[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);
   }
 }
+// Lane i = sum of the lanes of v[i], for kWidth vectors: the name the width-generic kernels use.
+inline Vec sum_each(const Vec* v) { return sum16(v); }
 inline const char* name() { return "AVX-512"; }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kWidth = 8;
@@ -126,6 +128,15 @@ inline void sum4(Vec v0, Vec v1, Vec v2, Vec v3, float* out) {
   __m256 h01 = _mm256_hadd_ps(v0, v1), h23 = _mm256_hadd_ps(v2, v3);
   __m256 h = _mm256_hadd_ps(h01, h23);  // per 128-bit half: [v0, v1, v2, v3] partial sums
   _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+// Lane i = sum of the lanes of v[i], for 8 vectors: three rounds of pairwise horizontal adds
+// shared by all 8 sums, then the two 128-bit halves added (about 2 instructions per sum).
+inline Vec sum_each(const Vec* v) {
+  __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
+  __m256 h45 = _mm256_hadd_ps(v[4], v[5]), h67 = _mm256_hadd_ps(v[6], v[7]);
+  // per 128-bit half: partial sums of [v0, v1, v2, v3] and of [v4, v5, v6, v7]
+  __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 inline const char* name() { return "AVX2+FMA"; }
 #else
