@@ -18,8 +18,10 @@ int64_t argmax_of(const float* z, int64_t n) {
   return std::max_element(z, z + n) - z;
 }
 
-std::unique_ptr<Decoder> scoring_decoder(Model& model, int64_t n_ctx, int64_t max_rows) {
+std::unique_ptr<Decoder> scoring_decoder(Model& model, int64_t n_ctx, int64_t max_rows,
+                                         std::optional<DType> kv_dtype) {
   DecoderOptions options;
+  options.kv_dtype = kv_dtype;
   options.n_seqs = 1;
   options.n_ctx = n_ctx;
   options.max_prefill_rows = max_rows;
@@ -55,7 +57,7 @@ PerplexityResult perplexity(Model& model, Model* base, const std::vector<int32_t
                  base->info().n_ctx, " positions");
   }
   const int64_t rows = std::min(options.max_rows, n_ctx);
-  auto decoder = scoring_decoder(model, n_ctx, rows);
+  auto decoder = scoring_decoder(model, n_ctx, rows, options.kv_dtype);
   std::unique_ptr<Decoder> base_decoder;
   // Everything the loop needs, allocated here: the base model's logits for one pass (raw, so that
   // identical logits give a KL of exactly 0) with their log-sum-exps, and one KL per position.
@@ -65,7 +67,7 @@ PerplexityResult perplexity(Model& model, Model* base, const std::vector<int32_t
   const int64_t first = n_ctx / 2;              // the first position whose prediction is scored
   const int64_t per_window = n_ctx - 1 - first;  // predictions scored per window
   if (base != nullptr) {
-    base_decoder = scoring_decoder(*base, n_ctx, rows);
+    base_decoder = scoring_decoder(*base, n_ctx, rows, options.kv_dtype);
     base_logits.resize(checked_product({uint64_t(rows), uint64_t(vocab)}, "base logits"));
     base_lse.resize(static_cast<size_t>(rows));
     kls.reserve(static_cast<size_t>(n_windows * per_window));

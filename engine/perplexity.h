@@ -31,6 +31,7 @@ struct PerplexityOptions {
   int64_t max_windows = 0;     // 0: every whole window
   int64_t max_rows = 512;      // positions per forward pass
   std::optional<int32_t> bos;  // the token each window starts with; unset: the text's own
+  std::optional<DType> kv_dtype;  // both models' KV cache; unset: the decoder's default
 };
 
 struct KlStats {

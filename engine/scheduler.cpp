@@ -48,6 +48,7 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
   d.n_seqs = o.slots;
   d.n_ctx = o.n_ctx;
   d.max_prefill_rows = o.step_tokens;
+  d.kv_dtype = o.kv_dtype;
   return d;
 }
 }  // namespace

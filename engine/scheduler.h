@@ -89,6 +89,7 @@ struct SchedulerOptions {
   int64_t n_ctx = 0;          // positions per slot; 0: the model's context
   int64_t step_tokens = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
   int64_t max_queue = 1024;   // requests waiting for a slot; submit() refuses more
+  std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default
   Policy policy = Policy::continuous;
 };
 

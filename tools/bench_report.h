@@ -16,6 +16,7 @@ struct BenchRow {
   std::string device;   // "cpu" or "cuda"
   std::string device_name;
   std::string dtype;
+  std::string kv_dtype;  // the KV cache's type
   int threads = 0;
   int64_t batch = 1;
   std::string test;     // "pp512", "tg128"

@@ -46,6 +46,7 @@ struct Settings {
   bool roofline = false;
   bool explicit_prompt = false;  // -p given: a prompt longer than a model's context is an error
   bool profile = false;          // time every op and print where each test spent its time
+  std::optional<DType> kv_dtype;  // --kv-dtype; unset: the decoder's default for the device
   BackendOptions backend;
 };
 
@@ -141,14 +142,16 @@ class Bench {
     }
   }
 
-  void run_batch(const BenchRow& base, Backend& backend, LlamaModel& model, const std::vector<int64_t>& prompts,
+  void run_batch(BenchRow base, Backend& backend, LlamaModel& model, const std::vector<int64_t>& prompts,
                  int64_t n_ctx, ProfilingBackend* profiler) {
     const int64_t B = base.batch;
     DecoderOptions dec;
     dec.n_seqs = B;
     dec.n_ctx = n_ctx;
     dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
+    dec.kv_dtype = s_.kv_dtype;
     Decoder decoder(model, dec);
+    base.kv_dtype = dtype_name(decoder.cache().dtype());
     for (int64_t p : prompts) {
       if (p <= 0) continue;
       if (profiler) profiler->reset();
@@ -234,6 +237,7 @@ int cmd_bench(int argc, char** argv) {
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
              {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0 (default auto)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
+             {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU, the weights' type on CUDA)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
@@ -273,6 +277,7 @@ int cmd_bench(int argc, char** argv) {
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
   s.explicit_prompt = args.has("-p");
   s.profile = args.has("--profile");
+  s.kv_dtype = kv_dtype_option(args);
   if (args.has("--save-json")) check_output_path(args.get("--save-json"), "--save-json");  // before the work
   Bench bench(s);
   std::vector<BenchRow> rows = bench.run();

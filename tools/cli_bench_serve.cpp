@@ -75,6 +75,7 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
   so.slots = args.get_int("--slots", 16, 1, 4096);
   so.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
   so.max_queue = trace.n_requests;
+  so.kv_dtype = kv_dtype_option(args);
 
   // Every request of the trace must fit a slot: the longest prompt plus the longest output.
   so.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, 1 << 20) : needed;

@@ -18,6 +18,8 @@ std::vector<Option> engine_options() {
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
+      {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
+                             "                              type, f16 for q8_0); bf16 is CUDA only"},
       {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
       {"--graphs", "ON|OFF", "CUDA: replay decode steps as CUDA Graphs (default on)"},
   };
@@ -44,6 +46,14 @@ BackendOptions backend_options(const Args& args) {
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
   return options;
+}
+
+std::optional<DType> kv_dtype_option(const Args& args) {
+  if (!args.declared("--kv-dtype") || !args.has("--kv-dtype")) return std::nullopt;
+  const DType t = parse_dtype(args.get("--kv-dtype").c_str());
+  MINFER_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, "--kv-dtype: '", args.get("--kv-dtype"),
+               "' is not f32, f16 or bf16");
+  return t;
 }
 
 LlamaOptions llama_options(const Args& args) {

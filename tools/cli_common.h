@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ BackendOptions backend_options(const Args& args);
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
+// --kv-dtype: unset when not given (the decoder's default for the device).
+std::optional<DType> kv_dtype_option(const Args& args);
 
 // Loads -m MODEL on a new backend and prints a line about it (and its memory) on stderr.
 struct Engine {

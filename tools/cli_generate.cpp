@@ -92,6 +92,7 @@ int cmd_generate(int argc, char** argv) {
   dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + gen.n_new - 1;
   check_fits_context(P, gen.n_new, dec.n_ctx);
   dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
+  dec.kv_dtype = kv_dtype_option(args);
   Decoder decoder(*engine.model, dec);
   std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
                format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),

@@ -101,6 +101,7 @@ int cmd_perplexity(int argc, char** argv) {
   PerplexityOptions ppl;
   ppl.n_ctx = args.has("-c") ? args.get_int("-c", 0, 4, info.n_ctx) : std::min<int64_t>(512, info.n_ctx);
   ppl.max_windows = max_windows;
+  ppl.kv_dtype = kv_dtype_option(args);
   if (!args.has("--no-bos") && info.bos_id >= 0) ppl.bos = info.bos_id;
   std::fprintf(stderr, "minfer: %zu tokens, windows of %lld, scoring the last %lld predictions of each\n",
                tokens.size(), static_cast<long long>(ppl.n_ctx), static_cast<long long>(ppl.n_ctx - 1 - ppl.n_ctx / 2));

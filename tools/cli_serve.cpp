@@ -153,6 +153,7 @@ int serve(const Args& args) {
                scheduler_options.step_tokens, ") must be at least --slots (", scheduler_options.slots,
                "): every slot decodes a row each step");
   scheduler_options.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
+  scheduler_options.kv_dtype = kv_dtype_option(args);
   const double grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
 
   ServeEvents events;
