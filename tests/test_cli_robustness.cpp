@@ -126,6 +126,11 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"bench-serve", "-m", "preset:tiny", "--ctx", "10"}, 1, "need 511 positions"},
       {{"bench-serve", "-m", "preset:tiny", "--rate", "-1"}, 1, "--rate: -1 is outside"},
       {{"bench-serve", "-m", "preset:tiny", "--save-json", "/tmp"}, 1, "is a directory"},
+      {{"generate", "-m", "preset:tiny", "-n", "4", "--kv-dtype", "q8_0"}, 1, "--kv-dtype: 'q8_0' is not f32, f16 or bf16"},
+      {{"bench-serve", "-m", "preset:tiny", "--kv-dtype", "i32"}, 1, "--kv-dtype: 'i32' is not f32, f16 or bf16"},
+      {{"generate", "-m", "preset:tiny", "-n", "4", "--device", "cpu", "--kv-dtype", "bf16"}, 1,
+       "the CPU backend keeps an f32 or f16 KV cache"},
+      {{"bench", "-m", "preset:tiny", "-p", "0", "-n", "4", "--kv-dtype", "f8"}, 1, "unknown dtype 'f8'"},
   };
   for (const Case& c : cases) expect_case(c);
 }

@@ -126,6 +126,32 @@ TEST(Decoder, SeparateClassifierAndGroupedQueryShapesRun) {
   }
 }
 
+TEST(Decoder, AnF16CacheHalvesTheBytesAndBatchesStillAgree) {
+  auto backend = make_backend(BackendKind::cpu);
+  auto model = LlamaModel::load("preset:tiny", *backend, {});
+  DecoderOptions options;
+  options.n_seqs = 2;
+  options.n_ctx = 64;
+  Decoder f32_cache(*model, options);
+  options.kv_dtype = DType::f16;
+  Decoder f16_cache(*model, options);
+  EXPECT_EQ(f32_cache.cache().dtype(), DType::f32);
+  EXPECT_EQ(f16_cache.cache().dtype(), DType::f16);
+  EXPECT_EQ(f16_cache.cache().bytes() * 2, f32_cache.cache().bytes());
+  // Through the CLI: the cache line names f16, and a batch decodes each row as one sequence does.
+  std::vector<std::string> args = {"generate", "-m", "preset:tiny", "--prompt-ids", "1,7,9", "-n", "40",
+                                   "--temp", "0", "--print-ids", "--device", "cpu", "--kv-dtype", "f16"};
+  CliResult one = run_cli(args);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.err.find("(f16, 1 sequences"), std::string::npos) << one.err;
+  args.insert(args.end(), {"--batch", "3"});
+  CliResult three = run_cli(args);
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  std::vector<std::string> rows = lines(three.out);
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& row : rows) EXPECT_EQ(row, lines(one.out).at(0));
+}
+
 TEST(Decoder, DecodeLoopAllocatesNothing) {
   auto backend = make_backend(BackendKind::cpu);
   auto model = LlamaModel::load("preset:tiny", *backend, {});

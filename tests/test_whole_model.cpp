@@ -121,6 +121,7 @@ struct RunOptions {
   Kernels kernels = Kernels::fused;
   int64_t max_prefill_rows = 2048;
   bool one_by_one = false;  // prompts fed a token per forward pass (all equal length only)
+  std::optional<DType> kv_dtype;  // unset: f32, or on CUDA the 16-bit weights' type
 };
 
 Logits decoder_logits(Backend& backend, const LlamaHostWeights& w, const Script& script, const RunOptions& o) {
@@ -133,6 +134,7 @@ Logits decoder_logits(Backend& backend, const LlamaHostWeights& w, const Script&
   dec.max_prefill_rows = o.max_prefill_rows;
   dec.kv_dtype = DType::f32;
   if (backend.kind() == BackendKind::cuda && o.dtype != DType::f32) dec.kv_dtype = o.dtype;
+  if (o.kv_dtype) dec.kv_dtype = o.kv_dtype;
   Decoder decoder(model, dec);
   Logits out;
   auto collect = [&] {
@@ -230,6 +232,40 @@ TEST(WholeModel, CpuBackendMatchesTheReferenceBackend) {
                                   ", prefill chunks of " + std::to_string(rows));
         }
     }
+  }
+}
+
+// An f16 KV cache on the CPU against the reference backend with the same f16 cache: the values
+// stored are the same f16 numbers (a key whose rotation differs in its last bit may round to the
+// neighbouring one), and the sums are f32 against double: measured up to 6e-9, limit 5e-8. An
+// f32 cache is ten times further away than the limit (5e-7 to 3e-6), so a cache that silently
+// stayed f32 would fail.
+TEST(WholeModel, CpuF16CacheMatchesTheReferenceWithAnF16Cache) {
+  auto ref = make_backend(BackendKind::ref);
+  BackendOptions options;
+  options.threads = 2;
+  auto cpu = make_backend(BackendKind::cpu, options);
+  for (const Named& n : shapes()) {
+    LlamaHostWeights w = weights_for(n, 37);
+    Script script = make_script(n.config.vocab_size, 6);
+    RunOptions f16_cache;
+    f16_cache.kv_dtype = DType::f16;
+    Logits expected = decoder_logits(*ref, w, script, f16_cache);
+    for (Kernels kernels : {Kernels::fused, Kernels::unfused})
+      for (int64_t rows : {2048, 5}) {
+        RunOptions o = f16_cache;
+        o.kernels = kernels;
+        o.max_prefill_rows = rows;
+        expect_logits_close(expected, decoder_logits(*cpu, w, script, o), 5e-8,
+                            std::string(n.name) + ", f16 cache, " + kernels_name(kernels) + ", prefill chunks of " +
+                                std::to_string(rows));
+      }
+    Logits f32_cache = decoder_logits(*cpu, w, script, RunOptions{});
+    double furthest = 0.0;
+    for (size_t step = 0; step < expected.size(); ++step)
+      for (size_t s = 0; s < expected[step].size(); ++s) furthest = std::max(furthest, nmse(expected[step][s], f32_cache[step][s]));
+    if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("%s: f32 cache against f16, worst NMSE %.3g\n", n.name, furthest);
+    EXPECT_GT(furthest, 2e-7) << n.name << ": an f32 cache gives the f16 cache's logits";
   }
 }
 
