@@ -149,16 +149,18 @@ BENCHMARK(BM_Attention)
 
 // One decode step's attention for a batch of B sequences (one row each, all at position T - 1)
 // in stories15M's shape: 6 heads of 48. `layers` separate caches are cycled through, as the
-// layers of a model do, so that with several layers the cache comes from DRAM, not L3.
+// layers of a model do, so that with several layers the cache comes from DRAM, not L3. `f16`: the
+// cache in f16 (--kv-dtype f16).
 void BM_AttentionBatch(benchmark::State& state) {
   const int64_t T = state.range(0), B = state.range(1), layers = state.range(2), n_ctx = 256;
   const auto algorithm = state.range(3) != 0 ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass;
+  const DType cache_dtype = state.range(4) != 0 ? DType::f16 : DType::f32;
   const int64_t heads = 6, head_dim = 48;
   Tensor q = random({B, heads * head_dim}), out = backend().empty({B, heads * head_dim}, DType::f32);
   std::vector<Tensor> k, v;
   for (int64_t l = 0; l < layers; ++l) {
-    k.push_back(random({B, heads, n_ctx, head_dim}, DType::f32, 3 + 2 * l));
-    v.push_back(random({B, heads, n_ctx, head_dim}, DType::f32, 4 + 2 * l));
+    k.push_back(random({B, heads, n_ctx, head_dim}, cache_dtype, 3 + 2 * l));
+    v.push_back(random({B, heads, n_ctx, head_dim}, cache_dtype, 4 + 2 * l));
   }
   Tensor seq = backend().empty({B}, DType::i32), pos = backend().empty({B}, DType::i32);
   for (int64_t m = 0; m < B; ++m) {
@@ -170,14 +172,14 @@ void BM_AttentionBatch(benchmark::State& state) {
     backend().attention(out, q, k[layer], v[layer], seq, pos, head_dim, algorithm);
     layer = (layer + 1) % layers;
   }
-  state.counters["KV B/s"] = benchmark::Counter(double(2 * B * T * heads * head_dim * 4),
+  state.counters["KV B/s"] = benchmark::Counter(double(2 * B * T * heads * head_dim * dtype_size(cache_dtype)),
                                                 benchmark::Counter::kIsIterationInvariantRate,
                                                 benchmark::Counter::kIs1024);
   state.SetLabel(attention_algorithm_name(algorithm));
 }
 BENCHMARK(BM_AttentionBatch)
-    ->ArgNames({"ctx", "n_seqs", "layers", "online"})
-    ->ArgsProduct({{64, 128}, {16}, {1, 24}, {0, 1}})
+    ->ArgNames({"ctx", "n_seqs", "layers", "online", "f16"})
+    ->ArgsProduct({{64, 128}, {16}, {1, 24}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_RmsNorm(benchmark::State& state) {
