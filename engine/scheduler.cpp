@@ -148,11 +148,12 @@ void Scheduler::record_finish_locked(const RequestStats& stats) {
 
 void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   std::unique_ptr<Live> live = std::move(slots_[slot]);
+  // A static batch's finished sequence goes on decoding where it was (see step()).
   if (options_.policy == SchedulerOptions::Policy::static_batches) padding_[slot] = 1;
+  else decoder_.reset_sequence(slot);
   live->stats.reason = reason;
   live->stats.finished = now;
   if (live->stats.first_token == 0) live->stats.first_token = now;
-  decoder_.reset_sequence(slot);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     record_finish_locked(live->stats);
@@ -238,12 +239,14 @@ bool Scheduler::step() {
     --budget;
     ++last_decode_rows_;
   }
-  // Static batches: the finished sequences of the running batch still take a row each (a token
-  // at position 0, over and over; nothing is sampled from it), as a batch of fixed size does.
+  // Static batches: the finished sequences of the running batch go on decoding, as a batch of
+  // fixed shape does (`generate --batch`, a padded batch in transformers): a row at the next
+  // position, attending to the whole cache of its sequence, with logits that nothing samples. One
+  // that reaches the end of its slot's context starts over at position 0.
   for (int64_t s = 0; s < options_.slots; ++s) {
     if (!padding_[s] || slots_[s] != nullptr) continue;
-    decoder_.reset_sequence(s);
-    chunks_.push_back({s, &padding_token_, 1, false});
+    if (decoder_.position(s) >= decoder_.n_ctx()) decoder_.reset_sequence(s);
+    chunks_.push_back({s, &padding_token_, 1, true});
     --budget;
   }
   // Prefilling slots by admission time, so that the oldest prompt finishes first.
@@ -288,6 +291,7 @@ bool Scheduler::step() {
   for (int64_t i = 0; i < n_logits; ++i) {
     const int64_t s = logit_slots_[i];
     Live* l = slots_[s].get();
+    if (l == nullptr) continue;  // a finished row of a static batch: computed, thrown away
     const int32_t token = samplers_[s].greedy() ? argmax_[i] : samplers_[s].sample(decoder_.logits_row(i));
     const ServeRequest& r = l->request;
     const bool stop = (r.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) ||

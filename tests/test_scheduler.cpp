@@ -276,6 +276,25 @@ TEST(Scheduler, StaticBatchesWaitForTheWholeBatch) {
   EXPECT_EQ(c.tokens[d].size(), 2u);
 }
 
+TEST(Scheduler, StaticBatchesGoOnDecodingFinishedRows) {
+  Fixture f = make(BackendKind::cpu);
+  std::mt19937 rng(11);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.policy = SchedulerOptions::Policy::static_batches;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t a = 0, b = 0;
+  a = scheduler.submit(request(c, &a, random_prompt(rng, 3), 2));
+  b = scheduler.submit(request(c, &b, random_prompt(rng, 5), 9));
+  run_to_end(scheduler);
+  ASSERT_LT(c.stats[a].finished, c.stats[b].finished);
+  // The finished row kept a row at its next position every step until b ended, so both
+  // sequences advanced by the same number of decode steps from their prompts.
+  EXPECT_EQ(scheduler.decoder().position(0) - 3, scheduler.decoder().position(1) - 5);
+  EXPECT_GT(scheduler.decoder().position(0), 3 + int64_t(c.tokens[a].size()));
+}
+
 TEST(Scheduler, RunServesRequestsFromOtherThreads) {
   Fixture f = make(BackendKind::cpu);
   SchedulerOptions o;
