@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "core/checked.h"
 #include "core/error.h"
 
@@ -56,7 +60,14 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
     case DType::f32: std::memcpy(dst, src, n * 4); return;
     case DType::f16: {
       auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      size_t i = 0;
+#if defined(__F16C__)
+      // vcvtps2ph rounds to nearest even, bit for bit as f32_to_f16 (the KV cache stores rows this way)
+      for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+      for (; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }
     case DType::bf16: {

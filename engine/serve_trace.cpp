@@ -135,12 +135,17 @@ ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
     driver_done = true;
   });
   run.occupancy.reserve(trace.size() * 64);
-  while (!driver_done.load() || finished.load() < submitted.load()) {
-    if (!scheduler.step()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      continue;
+  try {
+    while (!driver_done.load() || finished.load() < submitted.load()) {
+      if (!scheduler.step()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      run.occupancy.emplace_back(now_seconds() - start, scheduler.metrics().busy_slots);
     }
-    run.occupancy.emplace_back(now_seconds() - start, scheduler.metrics().busy_slots);
+  } catch (...) {
+    driver.join();  // a failed step ends the replay with its error, not with std::terminate
+    throw;
   }
   driver.join();
   if (failure) std::rethrow_exception(failure);

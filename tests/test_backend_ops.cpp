@@ -401,9 +401,15 @@ std::vector<Case> all_cases() {
         cases.push_back({backend, op, M, 6, 6, 34, DType::f32, !strided});
         cases.push_back({backend, op, M, 6, 3, 48, DType::f32, strided});
         if (M <= 8) cases.push_back({backend, op, M, 4, 4, 128, DType::f32, !strided});
-        // f16 caches: whole vectors (64), and on the CPU the plain-loop fallback (34)
+        // f16 caches: whole vectors (64), and on the CPU the plain-loop fallback (34), three
+        // sets of accumulators on AVX2 (32) and one set of 16 (128)
         cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
-        if (!cuda) cases.push_back({backend, op, M, 6, 3, 34, DType::f16, !strided});
+        if (!cuda) {
+          cases.push_back({backend, op, M, 6, 3, 34, DType::f16, !strided});
+          cases.push_back({backend, op, M, 4, 2, 32, DType::f32, strided});
+          cases.push_back({backend, op, M, 4, 2, 32, DType::f16, !strided});
+          if (M <= 8) cases.push_back({backend, op, M, 2, 1, 128, DType::f16, strided});
+        }
       }
       cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f16, strided});
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f16, strided});
@@ -419,10 +425,11 @@ std::vector<Case> all_cases() {
     }
   }
   // Batched decode sizes (16 sequences and around it): the CPU's outer-product kernel, with
-  // partial row groups, rows left to the dot-product tail (12, 13, 17, 20) and weight rows left
-  // over after the tiles of 16 (M = 512 above takes it too, for prefill).
+  // partial row groups, rows left to the dot-product tail (on AVX2 12-14 and 17-20, up to the
+  // boundary at 14; on AVX-512 20 and 28, the boundary) and weight rows left over after the
+  // tiles of 16 (M = 512 above takes it too, for prefill).
   for (const std::string backend : {"cpu", "cuda"})
-    for (int64_t M : {12, 13, 15, 16, 17, 20, 32}) {
+    for (int64_t M : {12, 13, 14, 15, 16, 17, 20, 28, 32}) {
       cases.push_back({backend, Op::matmul, M, 33, 67, 0, DType::f32, M == 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::f32, M != 17});
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});

@@ -293,6 +293,21 @@ TEST(Scheduler, StaticBatchesGoOnDecodingFinishedRows) {
   // sequences advanced by the same number of decode steps from their prompts.
   EXPECT_EQ(scheduler.decoder().position(0) - 3, scheduler.decoder().position(1) - 5);
   EXPECT_GT(scheduler.decoder().position(0), 3 + int64_t(c.tokens[a].size()));
+
+  // A finished row that reaches the end of its slot's context starts over at position 0 and the
+  // batch goes on: a's long prompt fills its slot two steps after it finishes, b still runs.
+  SchedulerOptions small = o;
+  small.n_ctx = 16;
+  Scheduler tight(*f.model, small);
+  Collected c2;
+  uint64_t long_prompt = 0, long_output = 0;
+  long_prompt = tight.submit(request(c2, &long_prompt, random_prompt(rng, 14), 1));
+  long_output = tight.submit(request(c2, &long_output, random_prompt(rng, 2), 14));
+  run_to_end(tight);
+  EXPECT_EQ(c2.tokens[long_prompt].size(), 1u);
+  EXPECT_EQ(c2.tokens[long_output].size(), 14u);
+  EXPECT_LT(tight.decoder().position(0), 14);  // restarted
+  EXPECT_EQ(tight.metrics().busy_slots, 0);
 }
 
 TEST(Scheduler, RunServesRequestsFromOtherThreads) {

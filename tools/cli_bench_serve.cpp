@@ -39,6 +39,7 @@ struct PolicyRun {
   ServeRun run;
   std::string url;  // empty: in this process
   int64_t connections = 0;
+  std::string kv_dtype;  // in this process: the KV cache's type
 };
 
 nlohmann::ordered_json to_json(const PolicyRun& p, const std::string& model, int64_t slots, const TraceOptions& t) {
@@ -49,6 +50,7 @@ nlohmann::ordered_json to_json(const PolicyRun& p, const std::string& model, int
   j["model"] = model;
   j["policy"] = p.policy;
   j["slots"] = slots;
+  if (!p.kv_dtype.empty()) j["kv_dtype"] = p.kv_dtype;
   j["requests"] = t.n_requests;
   j["rate"] = t.rate;
   j["prompt_len"] = {t.prompt_min, t.prompt_max};
@@ -96,7 +98,7 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
     std::fprintf(stderr, "minfer: %s, %lld slots of %lld positions, %lld requests...\n", p.c_str(),
                  static_cast<long long>(so.slots), static_cast<long long>(scheduler.n_ctx()),
                  static_cast<long long>(trace.n_requests));
-    runs->push_back({p, replay(scheduler, requests), "", 0});
+    runs->push_back({p, replay(scheduler, requests), "", 0, dtype_name(scheduler.decoder().cache().dtype())});
   }
   *model_name = info.name;
   *slots = so.slots;
@@ -203,7 +205,7 @@ int cmd_bench_serve(int argc, char** argv) {
     const std::vector<TraceRequest> requests = make_trace(trace, server.vocab_size, server.bos_id);
     std::fprintf(stderr, "minfer: %s at %s, %lld requests over at most %lld connections...\n", model_name.c_str(),
                  url.c_str(), static_cast<long long>(trace.n_requests), static_cast<long long>(connections));
-    runs.push_back({"server", replay_http(url, requests, static_cast<int>(connections)), url, connections});
+    runs.push_back({"server", replay_http(url, requests, static_cast<int>(connections)), url, connections, ""});
   } else {
     MINFER_CHECK(!args.has("--connections"), "--connections: only with --url");
     run_in_process(args, policy, trace, needed, &runs, &model_name, &slots);

@@ -50,10 +50,9 @@ BackendOptions backend_options(const Args& args) {
 
 std::optional<DType> kv_dtype_option(const Args& args) {
   if (!args.declared("--kv-dtype") || !args.has("--kv-dtype")) return std::nullopt;
-  const DType t = parse_dtype(args.get("--kv-dtype").c_str());
-  MINFER_CHECK(t == DType::f32 || t == DType::f16 || t == DType::bf16, "--kv-dtype: '", args.get("--kv-dtype"),
-               "' is not f32, f16 or bf16");
-  return t;
+  const std::string name = args.get("--kv-dtype");
+  MINFER_CHECK(name == "f32" || name == "f16" || name == "bf16", "--kv-dtype: '", name, "' is not f32, f16 or bf16");
+  return parse_dtype(name.c_str());
 }
 
 LlamaOptions llama_options(const Args& args) {

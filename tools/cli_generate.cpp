@@ -57,6 +57,7 @@ int cmd_generate(int argc, char** argv) {
   const bool text_prompt = args.has("-i") || args.has("-f");
   MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  const std::optional<DType> kv_dtype = kv_dtype_option(args);
   std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
   MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer: this model carries none, ",
                "give one with -z (a tokenizer.json, or llama2.c's tokenizer.bin)");
@@ -92,7 +93,7 @@ int cmd_generate(int argc, char** argv) {
   dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + gen.n_new - 1;
   check_fits_context(P, gen.n_new, dec.n_ctx);
   dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
-  dec.kv_dtype = kv_dtype_option(args);
+  dec.kv_dtype = kv_dtype;
   Decoder decoder(*engine.model, dec);
   std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
                format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),

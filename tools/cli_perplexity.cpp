@@ -70,6 +70,7 @@ int cmd_perplexity(int argc, char** argv) {
   const bool text = args.has("-f") || args.has("-i");
   MINFER_CHECK(text != args.has("--ids"), "give the tokens as text (-f FILE or -i TEXT) or as --ids FILE, one of them");
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  const std::optional<DType> kv_dtype = kv_dtype_option(args);
   std::unique_ptr<TextTokenizer> tokenizer;
   if (text) tokenizer = command_tokenizer(args, args.get("-m"));
   MINFER_CHECK(!text || tokenizer, "text (-f, -i) needs a tokenizer: this model carries none, give one with -z");
@@ -101,7 +102,7 @@ int cmd_perplexity(int argc, char** argv) {
   PerplexityOptions ppl;
   ppl.n_ctx = args.has("-c") ? args.get_int("-c", 0, 4, info.n_ctx) : std::min<int64_t>(512, info.n_ctx);
   ppl.max_windows = max_windows;
-  ppl.kv_dtype = kv_dtype_option(args);
+  ppl.kv_dtype = kv_dtype;
   if (!args.has("--no-bos") && info.bos_id >= 0) ppl.bos = info.bos_id;
   std::fprintf(stderr, "minfer: %zu tokens, windows of %lld, scoring the last %lld predictions of each\n",
                tokens.size(), static_cast<long long>(ppl.n_ctx), static_cast<long long>(ppl.n_ctx - 1 - ppl.n_ctx / 2));

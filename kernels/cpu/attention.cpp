@@ -32,8 +32,9 @@ using WeightedSumFn = void (*)(float*, const float*, const typename W::Stored*, 
 template <class W>
 using KernelPair = std::pair<ScoresFn<W>, WeightedSumFn<W>>;
 
-// Plain loops for any head_dim, the fallback of an f16 cache whose heads are not whole vectors
-// (an f32 cache falls back to Eigen instead).
+// Plain loops for any head_dim: the f16 cache's fallback where there are no vectorised kernels for
+// its head size (not whole vectors, above 128, or a build without AVX2); an f32 cache falls back
+// to Eigen instead.
 template <class W>
 void scores_scalar(float* score, const float* q, const typename W::Stored* keys, int64_t stride, int64_t n,
                    float scale, const typename W::Stored*, int64_t) {
@@ -114,20 +115,24 @@ template <class W, int HV>
 void weighted_sum(float* out, const float* p, const typename W::Stored* values, int64_t stride, int64_t n,
                   bool accumulate, const typename W::Stored* next_values, int64_t n_next) {
   // Sets of accumulators: keys t, t+1, ... feed independent FMA chains. AVX2 has 16 vector
-  // registers, so there the sets shrink as the head grows (12 accumulators at most).
+  // registers, so there the sets shrink as the head grows, to one set of HV from head_dim 104 on
+  // (which spills at 128: 16 accumulators, unmeasured).
   constexpr int U = L == 16 ? 4 : std::clamp(12 / HV, 1, 4);
   simd::Vec o[U][HV];
   for (int u = 0; u < U; ++u)
     for (int j = 0; j < HV; ++j) o[u][j] = u == 0 && accumulate ? simd::load(out + L * j) : simd::zero();
-  int64_t t = 0;
+  int64_t t = 0, prefetched = 0;  // rows of next_values requested so far, 16 at a time
   for (; t + U <= n; t += U) {
-    if (t % 16 == 0) prefetch_rows<W, HV>(next_values, n_next, t);
+    if (t >= prefetched) {
+      prefetch_rows<W, HV>(next_values, n_next, prefetched);
+      prefetched += 16;
+    }
     for (int u = 0; u < U; ++u) {
       const simd::Vec pt = simd::set1(p[t + u]);
       for (int j = 0; j < HV; ++j) o[u][j] = simd::fma(pt, W::load(values + (t + u) * stride + L * j), o[u][j]);
     }
   }
-  for (int64_t t0 = (t + 15) / 16 * 16; t0 < n_next; t0 += 16) prefetch_rows<W, HV>(next_values, n_next, t0);
+  for (int64_t t0 = prefetched; t0 < n_next; t0 += 16) prefetch_rows<W, HV>(next_values, n_next, t0);
   for (; t < n; ++t) {
     const simd::Vec pt = simd::set1(p[t]);
     for (int j = 0; j < HV; ++j) o[0][j] = simd::fma(pt, W::load(values + t * stride + L * j), o[0][j]);

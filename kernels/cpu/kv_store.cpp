@@ -3,36 +3,16 @@
 #include <cstring>
 
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/simd.h"
-
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 
 namespace minfer::cpu {
-
-namespace {
-
-// dst[i] = src[i] rounded to f16, nearest even (F16C's conversion and f32_to_f16 agree bit for bit).
-void to_f16(uint16_t* dst, const float* src, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
-}
-
-}  // namespace
 
 void store_row(void* k_cache, void* v_cache, DType cache_dtype, const float* k_row, const float* v_row,
                int32_t seq, int32_t pos, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx) {
   for (int64_t h = 0; h < n_kv_heads; ++h) {
     const int64_t slot = ((int64_t(seq) * n_kv_heads + h) * n_ctx + pos) * head_dim;
     if (cache_dtype == DType::f16) {
-      to_f16(static_cast<uint16_t*>(k_cache) + slot, k_row + h * head_dim, head_dim);
-      to_f16(static_cast<uint16_t*>(v_cache) + slot, v_row + h * head_dim, head_dim);
+      convert_from_f32(static_cast<uint16_t*>(k_cache) + slot, DType::f16, k_row + h * head_dim, size_t(head_dim));
+      convert_from_f32(static_cast<uint16_t*>(v_cache) + slot, DType::f16, v_row + h * head_dim, size_t(head_dim));
     } else {
       const size_t head_bytes = static_cast<size_t>(head_dim) * sizeof(float);
       std::memcpy(static_cast<float*>(k_cache) + slot, k_row + h * head_dim, head_bytes);
