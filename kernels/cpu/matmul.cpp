@@ -13,7 +13,8 @@
 //   2-7       any        small_m       4 weight rows x M activation rows per tile: each weight
 //                                      loaded feeds M FMAs, and is still read exactly once
 //   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
-//                                      16 rows at once, no horizontal sums (compute-bound)
+//                                      16 rows at once, no horizontal sums (compute-bound); up to
+//                                      3/4 of a vector's rows left over take the small_m tile
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
 //   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
 //                                      beats Eigen there, but does not block along K or M
