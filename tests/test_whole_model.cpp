@@ -163,6 +163,14 @@ double nmse(const std::vector<double>& expected, const std::vector<double>& actu
   return err / norm;
 }
 
+// The largest NMSE of any step's row of logits.
+double worst_nmse(const Logits& expected, const Logits& actual) {
+  double worst = 0.0;
+  for (size_t step = 0; step < expected.size(); ++step)
+    for (size_t s = 0; s < expected[step].size(); ++s) worst = std::max(worst, nmse(expected[step][s], actual[step][s]));
+  return worst;
+}
+
 void expect_logits_close(const Logits& expected, const Logits& actual, double limit, const std::string& label) {
   ASSERT_EQ(expected.size(), actual.size()) << label;
   double worst = 0.0;
@@ -174,6 +182,20 @@ void expect_logits_close(const Logits& expected, const Logits& actual, double li
     }
   ::testing::Test::RecordProperty(label, std::to_string(worst));
   if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("%s: worst NMSE %.3g\n", label.c_str(), worst);
+}
+
+// The CPU backend's logits against `expected` with both kernel sets, in one prefill pass and in
+// chunks of 5 rows.
+void expect_cpu_variants_close(const Logits& expected, Backend& cpu, const LlamaHostWeights& w, const Script& script,
+                               const RunOptions& base, double limit, const std::string& label) {
+  for (Kernels kernels : {Kernels::fused, Kernels::unfused})
+    for (int64_t rows : {2048, 5}) {
+      RunOptions o = base;
+      o.kernels = kernels;
+      o.max_prefill_rows = rows;
+      expect_logits_close(expected, decoder_logits(cpu, w, script, o), limit,
+                          label + ", " + kernels_name(kernels) + ", prefill chunks of " + std::to_string(rows));
+    }
 }
 
 // Before trusting the comparisons: the same token gives clearly different logits at different
@@ -221,16 +243,8 @@ TEST(WholeModel, CpuBackendMatchesTheReferenceBackend) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       RunOptions base;
       base.dtype = dtype;
-      Logits expected = decoder_logits(*ref, w, script, base);
-      for (Kernels kernels : {Kernels::fused, Kernels::unfused})
-        for (int64_t rows : {2048, 5}) {
-          RunOptions o = base;
-          o.kernels = kernels;
-          o.max_prefill_rows = rows;
-          expect_logits_close(expected, decoder_logits(*cpu, w, script, o), 1e-10,
-                              std::string(n.name) + ", " + dtype_name(dtype) + ", " + kernels_name(kernels) +
-                                  ", prefill chunks of " + std::to_string(rows));
-        }
+      expect_cpu_variants_close(decoder_logits(*ref, w, script, base), *cpu, w, script, base, 1e-10,
+                                std::string(n.name) + ", " + dtype_name(dtype));
     }
   }
 }
@@ -251,19 +265,8 @@ TEST(WholeModel, CpuF16CacheMatchesTheReferenceWithAnF16Cache) {
     RunOptions f16_cache;
     f16_cache.kv_dtype = DType::f16;
     Logits expected = decoder_logits(*ref, w, script, f16_cache);
-    for (Kernels kernels : {Kernels::fused, Kernels::unfused})
-      for (int64_t rows : {2048, 5}) {
-        RunOptions o = f16_cache;
-        o.kernels = kernels;
-        o.max_prefill_rows = rows;
-        expect_logits_close(expected, decoder_logits(*cpu, w, script, o), 5e-8,
-                            std::string(n.name) + ", f16 cache, " + kernels_name(kernels) + ", prefill chunks of " +
-                                std::to_string(rows));
-      }
-    Logits f32_cache = decoder_logits(*cpu, w, script, RunOptions{});
-    double furthest = 0.0;
-    for (size_t step = 0; step < expected.size(); ++step)
-      for (size_t s = 0; s < expected[step].size(); ++s) furthest = std::max(furthest, nmse(expected[step][s], f32_cache[step][s]));
+    expect_cpu_variants_close(expected, *cpu, w, script, f16_cache, 5e-8, std::string(n.name) + ", f16 cache");
+    const double furthest = worst_nmse(expected, decoder_logits(*cpu, w, script, RunOptions{}));
     if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("%s: f32 cache against f16, worst NMSE %.3g\n", n.name, furthest);
     EXPECT_GT(furthest, 2e-7) << n.name << ": an f32 cache gives the f16 cache's logits";
   }
