@@ -1,5 +1,8 @@
 #include "engine/cpu_info.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -10,28 +13,19 @@ namespace minfer {
 
 namespace {
 
-// Reads a cache size such as "32K" or "2048K" from sysfs.
-size_t read_cache_size(int index) {
-  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+std::string cache_file(int index, const char* name) {
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/" + name);
   std::string text;
-  if (!(in >> text) || text.empty()) return 0;
+  in >> text;
+  return text;
+}
+
+// A cache size such as "32K" or "2048K".
+size_t parse_cache_size(const std::string& text) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return 0;
   size_t value = std::stoull(text);
   char unit = text.back();
   return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
-}
-
-std::string read_cache_type(int index) {
-  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/type");
-  std::string type;
-  in >> type;
-  return type;
-}
-
-int read_cache_level(int index) {
-  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/level");
-  int level = 0;
-  in >> level;
-  return level;
 }
 
 }  // namespace
@@ -53,14 +47,38 @@ CpuInfo cpu_info() {
   }
   info.compiled = cpu::simd::name();
   for (int i = 0; i < 8; ++i) {
-    int level = read_cache_level(i);
-    if (level == 0) continue;
-    size_t size = read_cache_size(i);
-    if (level == 1 && read_cache_type(i) == "Data") info.l1d_bytes = size;
-    if (level == 2) info.l2_bytes = size;
-    if (level == 3) info.l3_bytes = size;
+    const std::string level_text = cache_file(i, "level"), type = cache_file(i, "type");
+    if (level_text.empty() || type == "Instruction") continue;
+    CacheInfo cache;
+    cache.level = std::atoi(level_text.c_str());
+    cache.bytes = parse_cache_size(cache_file(i, "size"));
+    cache.cpus_sharing = std::max(1, count_cpu_list(cache_file(i, "shared_cpu_list")));
+    if (cache.level < 1 || cache.bytes == 0) continue;
+    if (cache.level == 1) info.l1d_bytes = cache.bytes;
+    if (cache.level == 2) info.l2_bytes = cache.bytes;
+    if (cache.level == 3) info.l3_bytes = cache.bytes;
+    info.caches.push_back(cache);
   }
+  std::sort(info.caches.begin(), info.caches.end(),
+            [](const CacheInfo& a, const CacheInfo& b) { return a.level < b.level; });
   return info;
+}
+
+int count_cpu_list(const std::string& list) {
+  int count = 0;
+  std::stringstream ranges(list);
+  std::string range;
+  while (std::getline(ranges, range, ',')) {
+    int first = 0, last = 0;
+    char dash = 0;
+    std::stringstream in(range);
+    if (!(in >> first)) return 0;
+    last = first;
+    if (in >> dash && (dash != '-' || !(in >> last))) return 0;
+    if (last < first) return 0;
+    count += last - first + 1;
+  }
+  return count;
 }
 
 }  // namespace minfer

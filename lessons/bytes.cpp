@@ -3,75 +3,158 @@
 // weights: 1.0625). A decode step reads every weight once, so the ceiling is
 //   tokens/s <= read bandwidth / bytes per step,
 // and bytes per step is almost exactly the parameter count times bytes per weight (the norms, one
-// embedding row and the KV cache read add little at short contexts). The measured points follow
-// the ceiling down the bytes axis; how close they stay says how much of the step is the product
-// of each weight with the activations, and how much is everything else (attention, element-wise
-// ops, the conversion of 16- and 8-bit weights to arithmetic the core can do).
+// embedding row and the KV cache read add little at short contexts). How close the measured
+// points stay to it says how much of the step is the product of each weight with the activations,
+// and how much is everything else (attention, element-wise ops, the conversion of 16- and 8-bit
+// weights to arithmetic the core can do).
+//
+// Which bandwidth? That of the memory level the step's bytes live in (engine/roofline.h). The
+// lesson runs two models:
+//   - one larger than the caches: stories110M's shape with as many layers as make even its q8_0
+//     weights 4x the last cache (preset_at_least), so every dtype streams from DRAM and tokens/s
+//     follows bytes per weight;
+//   - one smaller than the last cache (the largest llama2.c preset whose f32 weights fit in half
+//     of it), read from the cache: faster than DRAM allows, and no longer in proportion to bytes,
+//     since halving bytes that were never DRAM's to read saves less. That is what caches buy.
+// The plot gives each point's achieved GB/s against its bytes per step, under every level's
+// measured bandwidth as a horizontal line.
+#include <algorithm>
+
 #include "engine/decoder.h"
 #include "engine/roofline.h"
 #include "lessons/demos.h"
 #include "models/llama.h"
 #include "models/llama_cost.h"
+#include "models/presets.h"
 
 namespace minfer::demo {
 
 namespace {
 
-void run_half(Report& r, const std::string& half, Backend& backend, const std::string& spec,
-              const std::vector<DType>& dtypes, int steps) {
-  const Roofline roof = measure_roofline(backend, DType::f32);
-  std::vector<std::vector<std::string>> rows;
-  double f32_rate = 0, q8_rate = 0, worst = 1e9, best = 0;
+struct Line {
+  std::string name;  // "larger than the caches", "cache-resident"
+  std::string spec;
+};
+
+// The largest llama2.c-shaped preset whose f32 weights fit in half the last cache ("tiny" when
+// none of the stories models does).
+std::string cache_resident_spec(const Roofline& roof) {
+  const uint64_t room = last_cache_bytes(roof.levels) / 2;
+  for (const char* name : {"stories110M", "stories42M", "stories15M"})
+    if (LlamaModel::weight_bytes(find_preset(name).config, DType::f32) <= room) return std::string("preset:") + name;
+  return "preset:tiny";
+}
+
+struct Point {
+  DType dtype;
+  uint64_t step_bytes;
+  double tokens_per_second;
+  double gbps() const { return tokens_per_second * double(step_bytes) / 1e9; }
+};
+
+// Decodes `line`'s model with each dtype's weights; plots each point's GB/s against its bytes per
+// step and adds a table row per dtype.
+std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend, const Roofline& roof,
+                            const Line& line, const std::vector<DType>& dtypes, int steps,
+                            std::vector<std::vector<std::string>>* rows) {
+  std::vector<Point> points;
   for (DType dtype : dtypes) {
     LlamaOptions options;
     options.dtype = dtype;
-    auto model = LlamaModel::load(spec, backend, options);
-    const LlamaConfig& c = model->config();
+    auto model = LlamaModel::load(line.spec, backend, options);
     DecoderOptions dec;
     dec.n_ctx = steps + 1;
     Decoder decoder(*model, dec);
-    const double seconds = median_decode_seconds(decoder, backend, steps);
-    const double rate = double(steps) / seconds;
-    const uint64_t step_bytes = decode_step_bytes(c, dtype, decoder.cache().dtype(), 1, steps / 2);
-    const double ceiling = roof.read_gbps * 1e9 / double(step_bytes);
-    const double per_weight = double(dtype_block_bytes(dtype)) / double(dtype_block(dtype));
-    r.point(half, "measured", per_weight, rate, dtype_name(dtype));
-    r.point(half, "bandwidth / bytes per step", per_weight, ceiling);
-    if (dtype == DType::f32) f32_rate = rate;
-    if (dtype == DType::q8_0) q8_rate = rate;
-    worst = std::min(worst, rate / ceiling);
-    best = std::max(best, rate / ceiling);
-    rows.push_back({dtype_name(dtype), fmt("%.4g", per_weight), fmt("%.1f", double(step_bytes) / 1e6), fmt("%.1f", rate),
-                    fmt("%.1f", ceiling), fmt("%.0f%%", 100 * rate / ceiling),
-                    f32_rate > 0 ? fmt("%.2fx", rate / f32_rate) : std::string("-")});
+    const Point p{dtype, decode_step_bytes(model->config(), dtype, decoder.cache().dtype(), 1, steps / 2),
+                  double(steps) / median_decode_seconds(decoder, backend, steps)};
+    const MemoryLevel& level = roof.level_for(p.step_bytes);
+    r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), dtype_name(dtype));
+    rows->push_back({line.name + " (" + line.spec + ")", dtype_name(dtype), fmt("%.1f", double(p.step_bytes) / 1e6),
+                     level.name, fmt("%.1f", p.tokens_per_second),
+                     fmt("%.1f", level.read_gbps * 1e9 / double(p.step_bytes)), fmt("%.1f", p.gbps()),
+                     fmt("%.0f%%", 100 * p.gbps() / level.read_gbps),
+                     points.empty() ? "-" : fmt("%.2fx", p.tokens_per_second / points.front().tokens_per_second)});
+    points.push_back(p);
   }
-  std::printf("%s: %s, one sequence, %d decode steps; ceilings measured: %s\n", half.c_str(), spec.c_str(), steps,
-              roof.describe().c_str());
-  print_table({"weights", "bytes/weight", "MB per step", "tokens/s", "bandwidth limit", "of limit", "vs f32"}, rows);
+  return points;
+}
+
+double bytes_per_weight(DType dtype) { return double(dtype_block_bytes(dtype)) / double(dtype_block(dtype)); }
+
+// "f16 reads 2.00x fewer bytes than f32 and decodes 1.93x faster, ..." for every point after the first.
+std::string speedups(const std::vector<Point>& points) {
+  const Point& base = points.front();
+  std::string text;
+  for (size_t i = 1; i < points.size(); ++i)
+    text += (i > 1 ? ", " : "") + std::string(dtype_name(points[i].dtype)) +
+            fmt(" reads %.2fx fewer bytes per weight", bytes_per_weight(base.dtype) / bytes_per_weight(points[i].dtype)) +
+            " than " + dtype_name(base.dtype) +
+            fmt(" and decodes %.2fx faster", points[i].tokens_per_second / base.tokens_per_second);
+  return text;
+}
+
+// The levels as horizontal lines across the plotted range of bytes per step.
+void plot_levels(Report& r, const std::string& half, const Roofline& roof, const std::vector<std::vector<Point>>& lines) {
+  double lo = 1e300, hi = 0;
+  for (const auto& line : lines)
+    for (const Point& p : line) {
+      lo = std::min(lo, 0.5 * double(p.step_bytes) / 1e6);
+      hi = std::max(hi, 2.0 * double(p.step_bytes) / 1e6);
+    }
+  for (const MemoryLevel& level : roof.levels) {
+    const std::string name = "level " + level.name + fmt(" %.1f GB/s", level.read_gbps);
+    r.point(half, name, lo, level.read_gbps);
+    r.point(half, name, hi, level.read_gbps);
+  }
+}
+
+void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps) {
+  const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
+  const Roofline roof = measure_roofline(backend, DType::f32);
+  std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
+  std::vector<Line> lines;
+  if (!user_model.empty()) {
+    lines.push_back({"your model", user_model});
+  } else {
+    const Preset big = preset_at_least("stories110M", kMainOverLastCache * last_cache_bytes(roof.levels), DType::q8_0);
+    lines.push_back({"larger than the caches", "preset:" + big.name});
+    lines.push_back({"cache-resident", cache_resident_spec(roof)});
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::vector<Point>> measured;
+  for (const Line& line : lines) measured.push_back(run_line(r, half, backend, roof, line, dtypes, steps, &rows));
+  std::printf("%s: one sequence, %d decode steps\n", half.c_str(), steps);
+  print_table({"model", "weights", "MB per step", "level", "tokens/s", "level GB/s / bytes", "GB/s", "of level", "vs f32"},
+              rows);
+  plot_levels(r, half, roof, measured);
   r.ran(half);
-  std::string text = fmt("decode reaches %.0f%%", 100 * worst) + fmt(" to %.0f%% of bandwidth / bytes per step", 100 * best);
-  if (f32_rate > 0 && q8_rate > 0)
-    text += fmt(" for every weight type; q8_0 reads 3.76x fewer bytes than f32 and decodes %.2fx faster", q8_rate / f32_rate);
-  r.conclude(half, text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const Point& f32 = measured[i].front();
+    const MemoryLevel& level = roof.level_for(f32.step_bytes);
+    std::string text = lines[i].name + " (" + lines[i].spec +
+                       fmt(", %.0f MB per f32 step, read from ", double(f32.step_bytes) / 1e6) + level.name + "): " +
+                       speedups(measured[i]) + fmt("; f32 reaches %.0f%%", 100 * f32.gbps() / level.read_gbps) +
+                       " of " + level.name + "'s bandwidth";
+    if (!level.main_memory())
+      text += fmt(" at %.1f GB/s,", f32.gbps()) +
+              fmt(" %.2fx what main memory gives: that is what caches buy", f32.gbps() / roof.main_memory().read_gbps);
+    r.conclude(half, text);
+  }
 }
 
 }  // namespace
 
 void bytes(const Options& o) {
-  Report r("bytes", "decode tokens/s against bytes per weight, under bandwidth / bytes per step");
+  Report r("bytes", "decode against bytes per weight: GB/s read per step, under the bandwidth of the level the bytes live in");
   auto cpu = cpu_backend(o);
-  // stories110M: 438 MB of f32 weights, 116 MB as q8_0, both far beyond a 32 MiB L3. Quick:
-  // stories42M, 168 MB and 45 MB.
-  run_half(r, "cpu", *cpu, o.model_or(o.quick ? "preset:stories42M" : "preset:stories110M"),
-           {DType::f32, DType::f16, DType::bf16, DType::q8_0}, o.quick ? 8 : 64);
+  run_half(r, "cpu", *cpu, o.model, o.quick ? 8 : 64);
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {
     auto gpu = cuda_backend();
-    run_half(r, "cuda", *gpu, o.model_or("preset:llama-1b"), {DType::f32, DType::f16, DType::bf16, DType::q8_0},
-             o.quick ? 16 : 128);
+    run_half(r, "cuda", *gpu, o.model, o.quick ? 16 : 128);
   }
-  r.axes("bytes per weight", "tokens/s (one sequence)", false, true);
+  r.axes("MB read per decode step", "GB/s read (one sequence)", true, true);
   r.write(o.out_dir);
 }
 

@@ -1,9 +1,11 @@
 #include "models/presets.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "kernels/ref/fill.h"
+#include "models/llama.h"
 
 namespace minfer {
 
@@ -21,6 +23,11 @@ LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, in
   c.shared_classifier = shared;
   return c;
 }
+
+LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
+  c.n_layers = layers;
+  return c;
+}
 }  // namespace
 
 const std::vector<Preset>& presets() {
@@ -35,13 +42,39 @@ const std::vector<Preset>& presets() {
   return all;
 }
 
-const Preset& find_preset(const std::string& name) {
+Preset find_preset(const std::string& name) {
+  const size_t colon = name.find(':');
+  const std::string base_name = name.substr(0, colon);
   std::string names;
+  const Preset* base = nullptr;
   for (const auto& p : presets()) {
-    if (p.name == name) return p;
+    if (p.name == base_name) base = &p;
     names += (names.empty() ? "" : ", ") + p.name;
   }
-  fail("unknown preset '", name, "' (presets: ", names, ")");
+  MINFER_CHECK(base != nullptr, "unknown preset '", base_name, "' (presets: ", names, ")");
+  if (colon == std::string::npos) return *base;
+  const std::string option = name.substr(colon + 1);
+  const std::string digits = option.rfind("layers=", 0) == 0 ? option.substr(7) : std::string();
+  MINFER_CHECK(!digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+               "preset '", name, "': after the name only :layers=N is understood, N from 1 to ", kMaxPresetLayers);
+  const int64_t layers = std::stoll(digits);
+  MINFER_CHECK(layers >= 1 && layers <= kMaxPresetLayers, "preset '", name, "': layers must be 1 to ", kMaxPresetLayers);
+  Preset deeper = *base;
+  deeper.name = base_name + ":layers=" + std::to_string(layers);
+  deeper.config.n_layers = layers;
+  deeper.note = base->note + ", " + std::to_string(layers) + " layers";
+  return deeper;
+}
+
+Preset preset_at_least(const std::string& base, uint64_t min_bytes, DType dtype) {
+  const Preset shape = find_preset(base);
+  const uint64_t fixed = LlamaModel::weight_bytes(with_layers(shape.config, 0), dtype);
+  const uint64_t per_layer = LlamaModel::weight_bytes(with_layers(shape.config, 1), dtype) - fixed;
+  int64_t layers = shape.config.n_layers;
+  if (min_bytes > fixed) layers = std::max<int64_t>(layers, int64_t((min_bytes - fixed + per_layer - 1) / per_layer));
+  MINFER_CHECK(layers <= kMaxPresetLayers, "no preset of ", base, "'s shape holds ", min_bytes >> 20, " MiB of ",
+               dtype_name(dtype), " weights within ", kMaxPresetLayers, " layers");
+  return find_preset(base + ":layers=" + std::to_string(layers));
 }
 
 WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kind, int64_t layer) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "models/llama_config.h"
 
 namespace minfer {
@@ -20,8 +21,16 @@ struct Preset {
 };
 
 const std::vector<Preset>& presets();
-// The preset called `name` (without "preset:"); Error listing the names otherwise.
-const Preset& find_preset(const std::string& name);
+// The preset called `name` (without "preset:"); Error listing the names otherwise. "NAME:layers=N"
+// is NAME's shape with N layers (each layer's weights as NAME's own, layer for layer): a model of a
+// chosen size, such as one larger than the last-level cache.
+Preset find_preset(const std::string& name);
+constexpr int64_t kMaxPresetLayers = 1024;
+
+// The preset of `base`'s shape with the fewest layers (never fewer than its own) whose weights,
+// stored as `dtype`, take at least `min_bytes`: "stories110M:layers=36" for 1 GiB of f32 weights.
+// It is how the main job and the bytes lesson get a model that must stream from main memory.
+Preset preset_at_least(const std::string& base, uint64_t min_bytes, DType dtype);
 
 enum class WeightKind { embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
 

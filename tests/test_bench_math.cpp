@@ -8,7 +8,7 @@
 namespace minfer {
 namespace {
 
-const LlamaConfig& tiny() { return find_preset("tiny").config; }
+LlamaConfig tiny() { return find_preset("tiny").config; }
 
 TEST(BenchMath, MatrixParameters) {
   // per layer: wq, wo 64 x 64; wk, wv 32 x 64; w1, w3 172 x 64; w2 64 x 172

@@ -41,15 +41,17 @@ double BenchRow::roofline_fraction() const {
 }
 
 std::string BenchRow::achieved() const {
-  char text[96];
+  char text[128];
   const double value = decode() ? gbps : gflops;
   const double ceiling = decode() ? roofline_gbps : roofline_gflops;
   const char* unit = decode() ? "GB/s" : "GFLOP/s";
+  const std::string level = decode() && !roofline_level.empty() ? roofline_level + " " : "";
   if (ceiling > 0)
-    std::snprintf(text, sizeof(text), "%.1f %s = %.0f%% of %.1f", value, unit, 100.0 * value / ceiling, ceiling);
+    std::snprintf(text, sizeof(text), "%.1f %s = %.0f%% of %s%.1f", value, unit, 100.0 * value / ceiling,
+                  level.c_str(), ceiling);
   else
     std::snprintf(text, sizeof(text), "%.1f %s", value, unit);
-  return text;
+  return over_reason.empty() ? text : std::string(text) + " (" + over_reason + ")";
 }
 
 void print_markdown_header(FILE* out) {
@@ -69,16 +71,16 @@ void print_markdown_row(FILE* out, const BenchRow& r) {
 
 void print_csv_header(FILE* out) {
   std::fprintf(out, "model,n_params,model_bytes,device,dtype,threads,kernels,gemm,graphs,batch,test,n_prompt,"
-                    "n_gen,avg_ts,stddev_ts,bytes_per_step,gbps,gflops,roofline_gbps,roofline_gflops,build_commit\n");
+                    "n_gen,avg_ts,stddev_ts,bytes_per_step,gbps,gflops,roofline_level,roofline_gbps,roofline_gflops,build_commit\n");
 }
 
 void print_csv_row(FILE* out, const BenchRow& r) {
-  std::fprintf(out, "%s,%llu,%llu,%s,%s,%d,%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%llu,%.4f,%.4f,%.4f,%.4f,%s\n",
+  std::fprintf(out, "%s,%llu,%llu,%s,%s,%d,%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%llu,%.4f,%.4f,%s,%.4f,%.4f,%s\n",
                r.model.c_str(), static_cast<unsigned long long>(r.n_params),
                static_cast<unsigned long long>(r.model_bytes), r.device.c_str(), r.dtype.c_str(), r.threads,
                r.kernels.c_str(), r.gemm.c_str(), r.graphs.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
                static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.avg_ts, r.stddev_ts,
-               static_cast<unsigned long long>(r.bytes_per_step), r.gbps, r.gflops, r.roofline_gbps,
+               static_cast<unsigned long long>(r.bytes_per_step), r.gbps, r.gflops, r.roofline_level.c_str(), r.roofline_gbps,
                r.roofline_gflops, r.build_commit.c_str());
   std::fflush(out);
 }
@@ -86,14 +88,20 @@ void print_csv_row(FILE* out, const BenchRow& r) {
 std::string to_json(const std::vector<BenchRow>& rows) {
   nlohmann::ordered_json records = nlohmann::ordered_json::array();
   for (const BenchRow& r : rows) {
+    nlohmann::ordered_json levels = nlohmann::ordered_json::array();
+    for (const MemoryLevel& l : r.roofline_levels)
+      levels.push_back({{"name", l.name}, {"capacity_bytes", l.capacity_bytes}, {"read_gbps", l.read_gbps},
+                        {"probe_bytes", l.probe_bytes}});
     records.push_back({{"model", r.model}, {"n_params", r.n_params}, {"model_bytes", r.model_bytes},
                        {"device", r.device}, {"device_name", r.device_name}, {"dtype", r.dtype},
                        {"kv_dtype", r.kv_dtype}, {"threads", r.threads}, {"kernels", r.kernels}, {"gemm", r.gemm}, {"graphs", r.graphs},
                        {"batch", r.batch}, {"test", r.test}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
                        {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts},
                        {"bytes_per_step", r.bytes_per_step}, {"gbps", r.gbps}, {"gflops", r.gflops},
-                       {"roofline_gbps", r.roofline_gbps}, {"roofline_gflops", r.roofline_gflops},
-                       {"roofline_fraction", r.roofline_fraction()}, {"build_commit", r.build_commit}});
+                       {"roofline_level", r.roofline_level},
+                       {"roofline_level_bytes", r.roofline_level_bytes}, {"roofline_gbps", r.roofline_gbps},
+                       {"roofline_gflops", r.roofline_gflops}, {"roofline_fraction", r.roofline_fraction()},
+                       {"roofline_over", r.over_reason}, {"roofline_levels", levels}, {"build_commit", r.build_commit}});
   }
   return records.dump(1) + "\n";  // non-finite numbers are written as null
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/roofline.h"
+
 namespace minfer::cli {
 
 struct BenchRow {
@@ -30,14 +32,20 @@ struct BenchRow {
   uint64_t bytes_per_step = 0;  // tg: average over the steps; pp: one pass over the weights + cache
   double gbps = 0.0;            // bytes_per_step x steps per second
   double gflops = 0.0;
-  double roofline_gbps = 0.0;   // measured ceilings, 0 when not measured (--roofline)
+  // The measured ceilings (--roofline; 0 and empty otherwise). A decode row is compared with the
+  // memory level its bytes per step fit in (engine/roofline.h), a prefill row with the matmul peak.
+  double roofline_gbps = 0.0;    // the read bandwidth of that level
+  std::string roofline_level;    // its name: "L2", "L3", "DRAM", "HBM"
+  uint64_t roofline_level_bytes = 0;  // its capacity for the threads in use; 0 for main memory
   double roofline_gflops = 0.0;
+  std::vector<MemoryLevel> roofline_levels;  // every level, for the plots
+  std::string over_reason;       // why the row reads over 100% of its ceiling, when it does
   std::string build_commit;
 
   bool decode() const { return n_gen > 0; }
   // The rate that matters for the row and, with --roofline, its fraction of the measured
-  // ceiling: "71.3 GB/s = 87% of 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill);
-  // without a roofline just the rate, "71.3 GB/s".
+  // ceiling: "71.3 GB/s = 87% of DRAM 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill),
+  // followed by the reason where a row reads over 100%; without a roofline just the rate.
   std::string achieved() const;
   double roofline_fraction() const;  // 0 when no roofline was measured
 };

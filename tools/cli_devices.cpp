@@ -30,8 +30,12 @@ int cmd_devices(int argc, char** argv) {
   CpuInfo cpu = cpu_info();
   std::printf("cpu: %s, %d logical cores\n", cpu.model.c_str(), cpu.logical_cores);
   std::printf("  simd: %s (kernels compiled for %s)\n", cpu.simd.c_str(), cpu.compiled.c_str());
-  std::printf("  caches: L1d %zu KiB, L2 %zu KiB, L3 %zu KiB\n", cpu.l1d_bytes >> 10,
-              cpu.l2_bytes >> 10, cpu.l3_bytes >> 10);
+  std::string caches;
+  for (const CacheInfo& c : cpu.caches)
+    caches += (caches.empty() ? "" : ", ") + std::string("L") + std::to_string(c.level) + (c.level == 1 ? "d " : " ") +
+              std::to_string(c.bytes >> 10) + " KiB" +
+              (c.cpus_sharing > 1 ? " shared by " + std::to_string(c.cpus_sharing) + " CPUs" : " per core");
+  std::printf("  caches: %s\n", caches.empty() ? "not reported by the OS" : caches.c_str());
   return 0;
 }
 

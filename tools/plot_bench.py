@@ -6,7 +6,9 @@
 writes OUTDIR/bench_throughput.png (tokens/s against batch size, prefill and decode, one line per
 model/device/dtype/threads/kernels) and, when the records carry roofline ceilings (--roofline),
 OUTDIR/bench_roofline.png (every row placed by arithmetic intensity, FLOPs per byte, against its
-achieved GFLOP/s, under the measured bandwidth slope and matmul peak).
+achieved GFLOP/s, under each memory level's bandwidth slope and the matmul peak) and
+OUTDIR/bench_bandwidth.png (every decode row's achieved GB/s against its bytes per step, under
+each memory level's measured bandwidth as a horizontal line across the sizes it holds).
 Needs matplotlib (Debian: python3-matplotlib, which serves /usr/bin/python3).
 """
 import argparse
@@ -60,27 +62,73 @@ def plot_throughput(records, path):
     plt.close(fig)
 
 
+def levels_of(r):
+    """The memory levels a record was judged against: [(name, capacity_bytes, read_gbps)]."""
+    return [(l["name"], l["capacity_bytes"], l["read_gbps"]) for l in r.get("roofline_levels") or []]
+
+
 def plot_roofline(records, path):
-    rows = [r for r in records if r.get("roofline_gbps") and r.get("roofline_gflops") and r.get("gbps")]
+    rows = [r for r in records if r.get("roofline_gflops") and r.get("gbps") and levels_of(r)]
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(7, 5))
     ceilings = {}
     for r in rows:
-        ceilings[(r["device_name"], r["dtype"])] = (r["roofline_gbps"], r["roofline_gflops"])
-    for (device, dtype), (gbps, gflops) in ceilings.items():
-        ridge = gflops / gbps
-        xs = [ridge / 64, ridge, ridge * 64]
-        ax.plot(xs, [min(gflops, x * gbps) for x in xs], "-", label=f"ceiling {device} {dtype}: {gbps:.0f} GB/s, {gflops:.0f} GFLOP/s")
+        ceilings[(r["device_name"], r["dtype"])] = (levels_of(r), r["roofline_gflops"])
+    for (device, dtype), (levels, gflops) in ceilings.items():
+        ridge = gflops / levels[-1][2]
+        xs = [ridge / 64 * 2 ** (i / 4) for i in range(4 * 13)]
+        for i, (name, _, gbps) in enumerate(levels):
+            shade = str(0.6 * i / max(1, len(levels) - 1))
+            ax.plot(xs, [min(gflops, x * gbps) for x in xs], "-", color=shade,
+                    label=f"{device} {dtype}: {name} {gbps:.0f} GB/s, peak {gflops:.0f} GFLOP/s")
     for r in rows:
         intensity = r["gflops"] / r["gbps"]
         marker = "s" if r["test"].startswith("pp") else "o"
-        ax.plot(intensity, r["gflops"], marker, label=f"{r['test']} B={r['batch']} {r['model']} ({100 * r['roofline_fraction']:.0f}%)")
+        level = f" of {r['roofline_level']}" if r.get("roofline_level") else ""
+        ax.plot(intensity, r["gflops"], marker,
+                label=f"{r['test']} B={r['batch']} {r['model']} ({100 * r['roofline_fraction']:.0f}%{level})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte read)")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title("minfer bench on the roofline")
+    ax.set_title("minfer bench on the cache-aware roofline")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    save_whole(fig, path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_bandwidth(records, path):
+    rows = [r for r in records if r["test"].startswith("tg") and r.get("gbps") and levels_of(r)]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 5))
+    smallest = min(r["bytes_per_step"] for r in rows) / 4
+    largest = max(r["bytes_per_step"] for r in rows) * 4
+    drawn = set()
+    for r in rows:
+        key = (r["device_name"], r["threads"])
+        if key in drawn:
+            continue
+        drawn.add(key)
+        below = smallest
+        for i, (name, capacity, gbps) in enumerate(levels_of(r)):
+            right = capacity if capacity else max(largest, 4 * below)
+            shade = str(0.6 * i / max(1, len(levels_of(r)) - 1))
+            ax.hlines(gbps, below, right, colors=shade, linestyles="--",
+                      label=f"{r['device_name']}: {name} {gbps:.1f} GB/s")
+            below = right
+    for r in rows:
+        ax.plot(r["bytes_per_step"], r["gbps"], "o",
+                label=f"{r['test']} B={r['batch']} {r['model']} {r['dtype']} ({100 * r['roofline_fraction']:.0f}% of {r['roofline_level']})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes read per decode step")
+    ax.set_ylabel("GB/s")
+    ax.set_title("decode against the bandwidth of the level its bytes fit in")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()
@@ -105,6 +153,8 @@ def main():
     wrote = ["bench_throughput.png"]
     if plot_roofline(records, os.path.join(args.out, "bench_roofline.png")):
         wrote.append("bench_roofline.png")
+    if plot_bandwidth(records, os.path.join(args.out, "bench_bandwidth.png")):
+        wrote.append("bench_bandwidth.png")
     print("plot_bench: wrote " + ", ".join(os.path.join(args.out, w) for w in wrote))
 
 

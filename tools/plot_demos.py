@@ -4,8 +4,9 @@
     /usr/bin/python3 tools/plot_demos.py [DIR or NAME.json ...] [-o OUTDIR]
 
 Each half of a demo (cpu, cuda) gets its own panel: series with an x value are drawn as lines
-(a series called "kernels" as labelled points, "ceiling" as the roofline), rows without one as
-bars. The demo's conclusions are printed under the panels.
+(a series called "kernels" as labelled points, "ceiling" or "ceiling LEVEL" as the roofline of
+a memory level, "level ..." as a dashed horizontal line, "measured..." with its points labelled),
+rows without one as bars. The demo's conclusions are printed under the panels.
 Needs matplotlib (Debian: python3-matplotlib, which serves /usr/bin/python3).
 """
 import argparse
@@ -50,6 +51,8 @@ def draw_line(ax, demo, rows):
     series = {}
     for r in rows:
         series.setdefault(r["series"], []).append(r)
+    ceilings = [n for n in series if n.startswith("ceiling ")]
+    levels = [n for n in series if n.startswith("level ")]
     for name, points in series.items():
         points.sort(key=lambda r: r["x"])
         xs, ys = [p["x"] for p in points], [p["y"] for p in points]
@@ -59,8 +62,18 @@ def draw_line(ax, demo, rows):
                 ax.annotate(p["label"], (p["x"], p["y"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
         elif name == "ceiling":
             ax.plot(xs, ys, "-", color="black", label="measured ceiling")
+        elif name.startswith("ceiling "):
+            ax.plot(xs, ys, "-", color=str(0.6 * ceilings.index(name) / max(1, len(ceilings) - 1)),
+                    label=name.replace("ceiling", "roof:"))
+        elif name.startswith("level "):
+            ax.plot(xs, ys, "--", linewidth=1, color=str(0.6 * levels.index(name) / max(1, len(levels) - 1)),
+                    label=name[len("level "):])
         else:
             ax.plot(xs, ys, "-o", markersize=3, label=name)
+            if name.startswith("measured"):
+                for p in points:
+                    if p.get("label"):
+                        ax.annotate(p["label"], (p["x"], p["y"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
     if demo.get("xlog"):
         ax.set_xscale("log")
     if demo.get("ylog"):
