@@ -114,7 +114,7 @@ def plot_bandwidth(records, path):
         if key in drawn:
             continue
         drawn.add(key)
-        below = smallest
+        below = min([smallest] + [c / 4 for _, c, _ in levels_of(r) if c])
         for i, (name, capacity, gbps) in enumerate(levels_of(r)):
             right = capacity if capacity else max(largest, 4 * below)
             shade = str(0.6 * i / max(1, len(levels_of(r)) - 1))
