@@ -28,6 +28,8 @@ constexpr int64_t dtype_block_bytes(DType t) {
 }
 // Bytes per element of a plain type (not q8_0, whose elements have no whole size).
 constexpr int dtype_size(DType t) { return static_cast<int>(dtype_block_bytes(t)); }
+// Bytes per element of any type, as a fraction: 4, 2, or 34 / 32 = 1.0625 for q8_0.
+constexpr double dtype_bytes_per_element(DType t) { return double(dtype_block_bytes(t)) / double(dtype_block(t)); }
 // The bytes of `count` elements (a whole number of blocks; Error otherwise).
 uint64_t dtype_bytes(DType t, uint64_t count);
 

@@ -12,7 +12,7 @@
 // lesson runs two models:
 //   - one larger than the caches: stories110M's shape with as many layers as make even its q8_0
 //     weights 4x the last cache (preset_at_least), so every dtype streams from DRAM and tokens/s
-//     follows bytes per weight;
+//     follows bytes per weight (--quick: its f32 weights);
 //   - one smaller than the last cache (the largest llama2.c preset whose f32 weights fit in half
 //     of it), read from the cache: faster than DRAM allows, and no longer in proportion to bytes,
 //     since halving bytes that were never DRAM's to read saves less. That is what caches buy.
@@ -79,15 +79,14 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
   return points;
 }
 
-double bytes_per_weight(DType dtype) { return double(dtype_block_bytes(dtype)) / double(dtype_block(dtype)); }
-
 // "f16 reads 2.00x fewer bytes than f32 and decodes 1.93x faster, ..." for every point after the first.
 std::string speedups(const std::vector<Point>& points) {
   const Point& base = points.front();
   std::string text;
   for (size_t i = 1; i < points.size(); ++i)
     text += (i > 1 ? ", " : "") + std::string(dtype_name(points[i].dtype)) +
-            fmt(" reads %.2fx fewer bytes per weight", bytes_per_weight(base.dtype) / bytes_per_weight(points[i].dtype)) +
+            fmt(" reads %.2fx fewer bytes per weight",
+                dtype_bytes_per_element(base.dtype) / dtype_bytes_per_element(points[i].dtype)) +
             " than " + dtype_name(base.dtype) +
             fmt(" and decodes %.2fx faster", points[i].tokens_per_second / base.tokens_per_second);
   return text;
@@ -108,7 +107,8 @@ void plot_levels(Report& r, const std::string& half, const Roofline& roof, const
   }
 }
 
-void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps) {
+void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps,
+              bool quick) {
   const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
   const Roofline roof = measure_roofline(backend, DType::f32);
   std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
@@ -116,7 +116,10 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   if (!user_model.empty()) {
     lines.push_back({"your model", user_model});
   } else {
-    const Preset big = preset_at_least("stories110M", kMainOverLastCache * last_cache_bytes(roof.levels), DType::q8_0);
+    // note: --quick sizes the model by its f32 weights, a quarter of the layers: a smoke run, in
+    // which the q8_0 weights are only about the last cache's size (the table names their level).
+    const Preset big = preset_at_least("stories110M", kMainOverLastCache * last_cache_bytes(roof.levels),
+                                       quick ? DType::f32 : DType::q8_0);
     lines.push_back({"larger than the caches", "preset:" + big.name});
     lines.push_back({"cache-resident", cache_resident_spec(roof)});
   }
@@ -147,12 +150,12 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
 void bytes(const Options& o) {
   Report r("bytes", "decode against bytes per weight: GB/s read per step, under the bandwidth of the level the bytes live in");
   auto cpu = cpu_backend(o);
-  run_half(r, "cpu", *cpu, o.model, o.quick ? 8 : 64);
+  run_half(r, "cpu", *cpu, o.model, o.quick ? 8 : 64, o.quick);
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {
     auto gpu = cuda_backend();
-    run_half(r, "cuda", *gpu, o.model, o.quick ? 16 : 128);
+    run_half(r, "cuda", *gpu, o.model, o.quick ? 16 : 128, o.quick);
   }
   r.axes("MB read per decode step", "GB/s read (one sequence)", true, true);
   r.write(o.out_dir);

@@ -223,9 +223,7 @@ class Bench {
     DType smallest = DType::f32;
     for (const std::string& d : s_.dtypes) {
       const DType dtype = d == "auto" ? DType::f32 : parse_dtype(d.c_str());
-      if (double(dtype_block_bytes(dtype)) / double(dtype_block(dtype)) <
-          double(dtype_block_bytes(smallest)) / double(dtype_block(smallest)))
-        smallest = dtype;
+      if (dtype_bytes_per_element(dtype) < dtype_bytes_per_element(smallest)) smallest = dtype;
     }
     const uint64_t last_cache = last_cache_bytes(device_memory_levels(backend));
     const Preset preset = preset_at_least("stories110M", kMainOverLastCache * last_cache, smallest);

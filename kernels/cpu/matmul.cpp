@@ -124,21 +124,21 @@ inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
 }
 
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
-// sequential stream, with a software prefetch 512 bytes ahead (bench/results/NOTES.md).
+// sequential stream, every cache line of it prefetched 4 KiB ahead (bench/results/NOTES.md).
 // note: at one row this beats the 4-row tile below, whose four rows are four interleaved streams
 // (by a quarter on stories110M; bench/results/NOTES.md), once each step reads 256 bytes.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
-  // U vectors a step: 256 bytes of weights with AVX-512
+  // U vectors a step: 256 bytes of weights with AVX-512, 128 with AVX2
   constexpr int VW = simd::kWidth, U = 16 / sizeof(typename W::Stored);
-  constexpr int64_t kAhead = 512 / sizeof(typename W::Stored);
+  constexpr int64_t kAhead = 4096 / sizeof(typename W::Stored), kLine = 64 / sizeof(typename W::Stored);
   for (int64_t n = n0; n < n1; ++n) {
     const typename W::Stored* row = w + n * K;
     simd::Vec acc[U];
     for (auto& a : acc) a = simd::zero();
     int64_t k = 0;
     for (; k + U * VW <= K; k += U * VW) {
-      __builtin_prefetch(row + k + kAhead);
+      for (int64_t line = 0; line < U * VW; line += kLine) __builtin_prefetch(row + k + kAhead + line);
       for (int u = 0; u < U; ++u) acc[u] = simd::fma(W::load(row + k + u * VW), simd::load(x + k + u * VW), acc[u]);
     }
     for (; k + VW <= K; k += VW) acc[0] = simd::fma(W::load(row + k), simd::load(x + k), acc[0]);
