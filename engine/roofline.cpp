@@ -142,7 +142,6 @@ std::vector<MemoryLevel> device_memory_levels(Backend& backend) {
 Roofline measure_roofline(Backend& backend, DType dtype) {
   Roofline r;
   const bool cuda = backend.device() == DeviceKind::cuda;
-  r.threads = backend.cpu_threads();
   r.levels = device_memory_levels(backend);
   const std::vector<uint64_t> sets = probe_working_sets(r.levels, cuda ? (uint64_t(2) << 30) : (uint64_t(1) << 30));
   Tensor buffer = backend.empty({static_cast<int64_t>(sets.back() / 4)}, DType::f32);

@@ -84,7 +84,6 @@ struct Roofline {
   double peak_gflops = 0.0;         // best repetition of the best product shape
   DType dtype = DType::f32;         // of the product's weights
   int64_t gemm_size = 0;            // the largest product is (n x n) times (n x n)^T
-  int threads = 0;                  // CPU threads the probe ran on (0 on a GPU)
 
   const MemoryLevel& main_memory() const { return levels.back(); }
   // The ceiling a step reading `bytes` is compared with.

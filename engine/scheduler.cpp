@@ -124,7 +124,10 @@ void Scheduler::cancel_all() {
   wake_.notify_one();
 }
 
-void Scheduler::notify() { wake_.notify_one(); }
+void Scheduler::notify() {
+  { std::lock_guard<std::mutex> lock(mutex_); }  // run() is now before its check or in its wait
+  wake_.notify_one();
+}
 
 SchedulerMetrics Scheduler::metrics() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -327,7 +330,11 @@ void Scheduler::run(const std::atomic<bool>& stop) {
     if (step()) continue;
     std::unique_lock<std::mutex> lock(mutex_);
     if (stop.load()) return;
-    wake_.wait(lock, [&] { return stop.load() || !queue_.empty() || !cancels_.empty() || cancel_all_; });
+    wake_.wait(lock, [&] {
+      const bool work = stop.load() || !queue_.empty() || !cancels_.empty() || cancel_all_;
+      if (!work && before_sleep_) before_sleep_();
+      return work;
+    });
   }
 }
 

@@ -135,7 +135,13 @@ class Scheduler {
   // sleeping while there is nothing to do.
   void run(const std::atomic<bool>& stop);
   // Wakes run() (after setting its stop flag).
+  // note: it takes the scheduler's lock before it notifies. Without it a flag set and a notify
+  // sent while run() stood between its look at the flag and its wait were lost, and run() slept
+  // for good (seen as a `serve` that never exited after SIGTERM).
   void notify();
+  // For tests: called by run() with the lock held, after it found nothing to do and before it
+  // sleeps, so a test can hold the engine in the window that notify() must not miss.
+  void set_before_sleep_hook(std::function<void()> hook) { before_sleep_ = std::move(hook); }
 
   SchedulerMetrics metrics() const;
   // The rows of the last step: decode rows and prompt rows (for the lessons and tests).
@@ -155,6 +161,7 @@ class Scheduler {
 
   mutable std::mutex mutex_;  // guards queue_, cancels_, metrics_, next_id_
   std::condition_variable wake_;
+  std::function<void()> before_sleep_;  // set_before_sleep_hook
   std::deque<std::unique_ptr<Live>> queue_;
   std::vector<uint64_t> cancels_;
   bool cancel_all_ = false;

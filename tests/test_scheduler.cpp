@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <thread>
@@ -353,6 +355,40 @@ TEST(Scheduler, RunServesRequestsFromOtherThreads) {
   EXPECT_EQ(done.load(), 20);
   EXPECT_EQ(scheduler.metrics().requests_finished, 20u);
   EXPECT_EQ(scheduler.metrics().busy_slots, 0);
+}
+
+// Issue 20: `serve` set the engine's stop flag and called notify() without the scheduler's lock,
+// so a notify that came while run() stood between its look at the flag and its wait was lost and
+// the process never exited. The hook holds the engine in that window while another thread stops
+// it; with the lock taken in notify() the stop waits for the engine to sleep and then wakes it.
+TEST(Scheduler, AStopBetweenTheEnginesCheckAndItsWaitStillWakesIt) {
+  Fixture f = make(BackendKind::ref);
+  Scheduler scheduler(*f.model, SchedulerOptions{});
+  std::atomic<bool> stop{false}, in_window{false}, stopping{false}, returned{false};
+  std::atomic<int> sleeps{0};
+  scheduler.set_before_sleep_hook([&] {
+    if (sleeps++ > 0) return;  // hold the first sleep only
+    in_window = true;
+    for (int i = 0; i < 2000 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // an unlocked notify lands here
+  });
+  std::thread engine([&] {
+    scheduler.run(stop);
+    returned = true;
+  });
+  for (int i = 0; i < 5000 && !in_window; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(in_window.load());
+  std::thread stopper([&] {
+    stop = true;
+    stopping = true;
+    scheduler.notify();
+  });
+  for (int i = 0; i < 2000 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool woke = returned.load();
+  if (!woke) scheduler.notify();  // the lost wake-up: wake it again so the test can end
+  stopper.join();
+  engine.join();
+  EXPECT_TRUE(woke) << "run() slept through a stop set between its check and its wait";
 }
 
 TEST(ServeTrace, TracesAreSeededAndReplayAnswersEveryRequest) {
