@@ -160,8 +160,8 @@ Roofline measure_roofline(Backend& backend, DType dtype) {
   // (a 2048^3 product alone was seen 24% below a 256 x 8192 x 8192 one).
   r.gemm_size = cuda ? 8192 : 2048;
   r.dtype = dtype;
-  r.peak_gflops = std::max(measure_matmul_gflops(backend, r.gemm_size, r.gemm_size, dtype, cuda ? 10 : 5),
-                           measure_matmul_gflops(backend, 256, 2 * r.gemm_size, dtype, cuda ? 10 : 5));
+  r.peak_gflops = std::max(measure_matmul_gflops(backend, r.gemm_size, r.gemm_size, dtype, cuda ? 10 : 3),
+                           measure_matmul_gflops(backend, 256, 2 * r.gemm_size, dtype, cuda ? 10 : 3));
   return r;
 }
 

@@ -5,7 +5,8 @@
 // matrix-matrix products (prefill) far right, under the flat peak.
 // note: the main operands are 4x the last cache (at least 256 MiB: a 32 MiB L3 was seen to keep
 // a good part of a 64 MiB operand between repetitions), so the memory-bound kernels meet DRAM as
-// they do in a model larger than the caches, and are judged against DRAM's slope. Beside them, a
+// they do in a model larger than the caches; every memory-bound kernel is judged against the
+// slope of the level its bytes fit in (--quick: 256 MiB operands, DRAM or a large L3). Beside them, a
 // matrix-vector product whose weights are the working set at which the probe found each cache
 // level's bandwidth: the same kernel, cache-resident, judged against that level's slope.
 #include "engine/roofline.h"
@@ -18,42 +19,47 @@ namespace {
 struct KernelPoint {
   std::string name;
   double flops, bytes, seconds;
-  std::string level;  // the memory level its operands live in
+  std::string level;  // a memory-bound kernel's: the level its bytes fit in; empty: compute-bound
 };
 
 // A product of M rows with (N, K) weights of `dtype`, timed; weights uniform in +-0.02.
-KernelPoint time_matmul(Backend& b, const std::string& name, int64_t M, int64_t N, int64_t K, DType dtype, int reps,
-                        const std::string& level) {
+KernelPoint time_matmul(Backend& b, const std::string& name, int64_t M, int64_t N, int64_t K, DType dtype, int reps) {
   Tensor w = b.empty({N, K}, dtype), x = b.empty({M, K}, DType::f32), out = b.empty({M, N}, DType::f32);
   b.fill_uniform(w, 1, -0.02f, 0.02f);
   b.fill_uniform(x, 2, -1.0f, 1.0f);
   const double seconds = median_seconds(reps, [&] { b.matmul(out, x, w); }, [&] { b.synchronize(); });
-  return {name, 2.0 * double(M * N * K), double(dtype_bytes(dtype, uint64_t(N * K)) + 4 * M * (K + N)), seconds, level};
+  return {name, 2.0 * double(M * N * K), double(dtype_bytes(dtype, uint64_t(N * K)) + 4 * M * (K + N)), seconds, ""};
 }
 
 std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType weights, bool quick) {
   std::vector<KernelPoint> points;
   auto sync = [&] { b.synchronize(); };
   const int reps = quick ? 5 : 11;
-  const std::string dram = roof.main_memory().name;
-  // Operands of 4x the last cache, at least 256 MiB; rows rounded up to 64.
-  const uint64_t operand = std::max<uint64_t>(uint64_t(256) << 20, kMainOverLastCache * last_cache_bytes(roof.levels));
+  // Operands of 4x the last cache, at least 256 MiB (--quick: 256 MiB, which a large L3 may hold;
+  // each kernel is judged against the level its bytes fit in); rows rounded up to 64.
+  const uint64_t operand = quick ? uint64_t(256) << 20
+                                 : std::max<uint64_t>(uint64_t(256) << 20, kMainOverLastCache * last_cache_bytes(roof.levels));
   auto rows_for = [&](uint64_t row_bytes) { return int64_t((operand / row_bytes + 63) / 64 * 64); };
+  auto memory_bound = [&](KernelPoint k) {
+    k.level = roof.level_for(uint64_t(k.bytes)).name;
+    return k;
+  };
   const int64_t K = 8192;
-  for (int64_t M : {1, 16, 256}) {
-    const int64_t N = M == 256 ? 8192 : rows_for(dtype_bytes(weights, K));  // prefill's product is compute-bound
-    points.push_back(time_matmul(b, "matmul M=" + std::to_string(M), M, N, K, weights, reps, M == 256 ? "" : dram));
-  }
+  for (int64_t M : {1, 16})
+    points.push_back(memory_bound(
+        time_matmul(b, "matmul M=" + std::to_string(M), M, rows_for(dtype_bytes(weights, K)), K, weights, reps)));
+  points.push_back(time_matmul(b, "matmul M=256", 256, 8192, K, weights, reps));  // prefill: compute-bound
   // The same products with 8-bit weights (34 bytes per 32): decode's intensity rises 3.76x over f32.
   if (weights != DType::q8_0)
     for (int64_t M : {1, 16})
-      points.push_back(time_matmul(b, "q8_0 matmul M=" + std::to_string(M), M, rows_for(dtype_bytes(DType::q8_0, K)), K,
-                                   DType::q8_0, reps, dram));
+      points.push_back(memory_bound(time_matmul(b, "q8_0 matmul M=" + std::to_string(M), M,
+                                                rows_for(dtype_bytes(DType::q8_0, K)), K, DType::q8_0, reps)));
   // The same matrix-vector product with its weights in each cache level.
   for (const MemoryLevel& level : roof.levels) {
     if (level.main_memory()) continue;
     const int64_t Kc = 1024, Nc = std::max<int64_t>(64, int64_t(level.probe_bytes / dtype_bytes(weights, Kc)));
-    points.push_back(time_matmul(b, "matmul M=1 in " + level.name, 1, Nc, Kc, weights, quick ? 51 : 201, level.name));
+    points.push_back(time_matmul(b, "matmul M=1 in " + level.name, 1, Nc, Kc, weights, quick ? 51 : 201));
+    points.back().level = level.name;
   }
   const int64_t D = 4096, rows = rows_for(4 * D);
   Tensor x = b.empty({rows, D}, DType::f32), y = b.empty({rows, D}, DType::f32), z = b.empty({rows, D}, DType::f32);
@@ -62,10 +68,10 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   b.fill_uniform(z, 8, -1.0f, 1.0f);
   b.fill_uniform(g, 4, 0.5f, 1.5f);
   // rmsnorm reads x and writes y (8 bytes an element); swiglu reads two inputs and writes one (12).
-  points.push_back({"rmsnorm", 4.0 * rows * D, 8.0 * rows * D,
-                    median_seconds(reps, [&] { b.rmsnorm(y, x, g, 1e-5f); }, sync), dram});
-  points.push_back({"swiglu", 6.0 * rows * D, 12.0 * rows * D, median_seconds(reps, [&] { b.swiglu(y, x, z); }, sync),
-                    dram});
+  points.push_back(memory_bound({"rmsnorm", 4.0 * rows * D, 8.0 * rows * D,
+                                 median_seconds(reps, [&] { b.rmsnorm(y, x, g, 1e-5f); }, sync), ""}));
+  points.push_back(memory_bound({"swiglu", 6.0 * rows * D, 12.0 * rows * D,
+                                 median_seconds(reps, [&] { b.swiglu(y, x, z); }, sync), ""}));
   x = y = z = Tensor();
   const int64_t T = 2048, heads = 16, hd = 64;
   const uint64_t seq_bytes = 2 * heads * T * hd * 4;  // keys and values of one sequence
@@ -83,10 +89,11 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   }
   seq.copy_from(ids.slice(0, 0, seqs));
   pos.copy_from(ids.slice(0, seqs, 2 * seqs));
-  points.push_back({"attention, decode of " + std::to_string(seqs) + " x 2048", 4.0 * seqs * heads * hd * T,
-                    2.0 * seqs * heads * T * hd * 4,
-                    median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, hd, AttentionAlgorithm::online_softmax); }, sync),
-                    dram});
+  points.push_back(memory_bound(
+      {"attention, decode of " + std::to_string(seqs) + " x 2048", 4.0 * seqs * heads * hd * T,
+       2.0 * seqs * heads * T * hd * 4,
+       median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, hd, AttentionAlgorithm::online_softmax); }, sync),
+       ""}));
   return points;
 }
 
@@ -107,14 +114,23 @@ void run_half(Report& r, const std::string& half, Backend& b, DType weights, boo
       r.point(half, "ceiling " + level.name, intensity, std::min(roof.peak_gflops, intensity * level.read_gbps));
   std::vector<std::vector<std::string>> rows;
   double decode_fraction = 0, prefill_fraction = 0, q8_fraction = 0, q8_intensity = 0;
-  std::string cached;
+  std::string cached, decode_level;
   for (const KernelPoint& k : measure_kernels(b, roof, weights, quick)) {
     const double intensity = k.flops / k.bytes, gflops = k.flops / k.seconds / 1e9;
     const double bound = roof_at(roof, k.level, intensity);
     r.point(half, "kernels", intensity, gflops, k.name);
+    const bool memory = bound < roof.peak_gflops;
+    // A kernel over its roof says why, as a bench row does.
+    const std::string over = gflops <= bound ? ""
+                             : memory        ? over_ceiling_reason(roof, uint64_t(k.bytes), gflops / intensity)
+                                             : "over: this shape runs faster than those the peak was measured on";
     rows.push_back({k.name, fmt("%.2f", intensity), fmt("%.1f", gflops), k.level.empty() ? "peak" : k.level,
-                    fmt("%.1f", bound), fmt("%.0f%%", 100.0 * gflops / bound), bound < roof.peak_gflops ? "memory" : "compute"});
-    if (k.name == "matmul M=1") decode_fraction = gflops / bound;
+                    fmt("%.1f", bound), fmt("%.0f%%", 100.0 * gflops / bound),
+                    std::string(memory ? "memory" : "compute") + (over.empty() ? "" : " (" + over + ")")});
+    if (k.name == "matmul M=1") {
+      decode_fraction = gflops / bound;
+      decode_level = k.level;
+    }
     if (k.name == "matmul M=256") prefill_fraction = gflops / bound;
     if (k.name == "q8_0 matmul M=1") {
       q8_fraction = gflops / bound;
@@ -130,7 +146,7 @@ void run_half(Report& r, const std::string& half, Backend& b, DType weights, boo
   r.conclude(half, fmt("the ridge is at %.1f FLOPs per byte of ", ridge) + roof.main_memory().name +
                        fmt(": decode's matrix-vector product (%.2f FLOP/byte) is memory-bound and reaches ",
                            2.0 / dtype_size(weights)) +
-                       fmt("%.0f%% of its ", 100 * decode_fraction) + roof.main_memory().name + " roof" + cached +
+                       fmt("%.0f%% of its ", 100 * decode_fraction) + decode_level + " roof" + cached +
                        fmt("; prefill's 256-row product is compute-bound at %.0f%% of the measured peak", 100 * prefill_fraction) +
                        (q8_intensity > 0 ? fmt("; with q8_0 weights decode moves right to %.2f FLOP/byte", q8_intensity) +
                                                fmt(" and reaches %.0f%% of that roof", 100 * q8_fraction)
