@@ -91,7 +91,7 @@ inline void row_int8(float* out, int64_t ld_out, const ActBlock* xq, int64_t nb,
   __m256 acc[MR];
   for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __builtin_prefetch(reinterpret_cast<const char*>(w + b) + 1024);
+    __builtin_prefetch(reinterpret_cast<const char*>(w + b) + 4096);  // 4 KiB ahead (bench/results/NOTES.md)
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].q));
     const __m256i wa = _mm256_sign_epi8(wq, wq);
     const float dw = scale_of(w[b]);
