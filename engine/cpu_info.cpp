@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -65,7 +66,7 @@ CpuInfo cpu_info() {
 }
 
 int count_cpu_list(const std::string& list) {
-  int count = 0;
+  int64_t count = 0;
   std::stringstream ranges(list);
   std::string range;
   while (std::getline(ranges, range, ',')) {
@@ -75,10 +76,11 @@ int count_cpu_list(const std::string& list) {
     if (!(in >> first)) return 0;
     last = first;
     if (in >> dash && (dash != '-' || !(in >> last))) return 0;
-    if (last < first) return 0;
-    count += last - first + 1;
+    if (first < 0 || last < first) return 0;
+    count += int64_t(last) - first + 1;
+    if (count > (1 << 20)) return 0;  // no machine has that many CPUs: not a CPU list
   }
-  return count;
+  return static_cast<int>(count);
 }
 
 }  // namespace minfer

@@ -16,14 +16,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string mib(uint64_t bytes) {
+// "4 MiB", "2.5 MiB", "1 GiB", "768 KiB": a cache or working-set size.
+std::string size_text(uint64_t bytes) {
+  const bool gib = bytes >= (uint64_t(1) << 30) && bytes % (uint64_t(1) << 30) == 0;
+  const double value = gib ? double(bytes >> 30) : bytes >= (uint64_t(1) << 20) ? double(bytes) / double(1 << 20)
+                                                                                : double(bytes) / 1024.0;
   char text[32];
-  if (bytes >= (uint64_t(1) << 30) && bytes % (uint64_t(1) << 30) == 0)
-    std::snprintf(text, sizeof(text), "%llu GiB", static_cast<unsigned long long>(bytes >> 30));
-  else if (bytes >= (uint64_t(1) << 20))
-    std::snprintf(text, sizeof(text), "%.0f MiB", double(bytes) / double(1 << 20));
-  else
-    std::snprintf(text, sizeof(text), "%.0f KiB", double(bytes) / 1024.0);
+  std::snprintf(text, sizeof(text), value == double(int64_t(value)) ? "%.0f %s" : "%.1f %s", value,
+                gib ? "GiB" : bytes >= (uint64_t(1) << 20) ? "MiB" : "KiB");
   return text;
 }
 
@@ -56,13 +56,25 @@ uint64_t last_cache_bytes(const std::vector<MemoryLevel>& levels) {
 }
 
 std::vector<uint64_t> probe_working_sets(const std::vector<MemoryLevel>& levels, uint64_t min_main) {
+  constexpr uint64_t kGrain = 64 << 10;  // sets are whole 64 KiB: whole cache lines and vector blocks
   std::vector<uint64_t> sets;
   const uint64_t last_cache = last_cache_bytes(levels);
   if (last_cache > 0) {
-    // note: sizes are whole 64 KiB multiples so every set is whole cache lines and vector blocks.
-    for (uint64_t bytes = std::max<uint64_t>(levels.front().capacity_bytes / 4, 64 << 10); bytes <= last_cache;
-         bytes *= 2)
-      sets.push_back(bytes / (64 << 10) * (64 << 10));
+    for (uint64_t bytes = std::max<uint64_t>(levels.front().capacity_bytes / 4, kGrain); bytes <= last_cache; bytes *= 2)
+      sets.push_back(bytes / kGrain * kGrain);
+    // A level less than twice the one before it can fall between two doublings: it gets a set of
+    // three quarters of its capacity (or just past the level before).
+    uint64_t below = 0;
+    for (const MemoryLevel& level : levels) {
+      if (level.main_memory()) continue;
+      const auto inside = [&](uint64_t b) { return b > below && b <= level.capacity_bytes; };
+      if (std::none_of(sets.begin(), sets.end(), inside)) {
+        const uint64_t three_quarters = level.capacity_bytes / 4 * 3 / kGrain * kGrain;
+        sets.push_back(inside(three_quarters) ? three_quarters : below + kGrain);
+      }
+      below = level.capacity_bytes;
+    }
+    std::sort(sets.begin(), sets.end());
   }
   sets.push_back(std::max(min_main, kMainOverLastCache * last_cache));
   return sets;
@@ -83,6 +95,17 @@ void assign_ceilings(std::vector<MemoryLevel>* levels, const std::vector<ReadPro
   }
   levels->erase(std::remove_if(levels->begin(), levels->end(), [](const MemoryLevel& l) { return l.read_gbps <= 0; }),
                 levels->end());
+  // note: a level is never slower than the one behind it. A probe that finds one so (a GPU's L2
+  // read through short kernel launches, say) measured the launches, not the level; the level
+  // then takes the slower level's ceiling, and a row held in it is not judged against less.
+  for (size_t i = levels->size(); i-- > 1;) {
+    MemoryLevel& faster = (*levels)[i - 1];
+    const MemoryLevel& slower = (*levels)[i];
+    if (faster.read_gbps < slower.read_gbps) {
+      faster.read_gbps = slower.read_gbps;
+      faster.probe_bytes = slower.probe_bytes;
+    }
+  }
 }
 
 size_t level_holding(const std::vector<MemoryLevel>& levels, uint64_t bytes) {
@@ -157,7 +180,7 @@ Roofline measure_roofline(Backend& backend, DType dtype) {
   assign_ceilings(&r.levels, r.curve);
   // note: the peak is the better of two shapes: a square product, and one of 256 rows, the shape
   // of a batched prefill chunk, for which the CPU's packed kernels and Eigen block differently
-  // (a 2048^3 product alone was seen 24% below a 256 x 8192 x 8192 one).
+  // (a 2048^3 product alone was seen 24% below the roofline lesson's 256 x 8192 x 8192 one).
   r.gemm_size = cuda ? 8192 : 2048;
   r.dtype = dtype;
   r.peak_gflops = std::max(measure_matmul_gflops(backend, r.gemm_size, r.gemm_size, dtype, cuda ? 10 : 3),
@@ -172,10 +195,10 @@ std::string Roofline::describe() const {
     char part[160];
     if (l.main_memory())
       std::snprintf(part, sizeof(part), "%s %s %.1f GB/s (streaming %s)", i ? "," : "", l.name.c_str(), l.read_gbps,
-                    mib(l.probe_bytes).c_str());
+                    size_text(l.probe_bytes).c_str());
     else
       std::snprintf(part, sizeof(part), "%s %s (%s) %.1f GB/s", i ? "," : "", l.name.c_str(),
-                    mib(l.capacity_bytes).c_str(), l.read_gbps);
+                    size_text(l.capacity_bytes).c_str(), l.read_gbps);
     text += part;
   }
   char peak[160];
@@ -188,7 +211,7 @@ std::string Roofline::describe_curve() const {
   std::string text;
   for (const ReadProbe& read : curve) {
     char part[64];
-    std::snprintf(part, sizeof(part), "%s%s %.1f", text.empty() ? "" : ", ", mib(read.bytes).c_str(), read.gbps);
+    std::snprintf(part, sizeof(part), "%s%s %.1f", text.empty() ? "" : ", ", size_text(read.bytes).c_str(), read.gbps);
     text += part;
   }
   return text + " GB/s";
@@ -203,13 +226,13 @@ std::string over_ceiling_reason(const Roofline& roofline, uint64_t bytes, double
   if (index > 0 && bytes <= kMainOverLastCache * roofline.levels[index - 1].capacity_bytes) {
     const MemoryLevel& faster = roofline.levels[index - 1];
     std::snprintf(text, sizeof(text), "over: part of the %.1f MB step stays in the %s %s", mb,
-                  mib(faster.capacity_bytes).c_str(), faster.name.c_str());
+                  size_text(faster.capacity_bytes).c_str(), faster.name.c_str());
   } else if (index == 0 && bytes < level.probe_bytes) {
     std::snprintf(text, sizeof(text), "over: the %.1f MB step is smaller than the %s %s read it is compared with", mb,
-                  mib(level.probe_bytes).c_str(), level.name.c_str());
+                  size_text(level.probe_bytes).c_str(), level.name.c_str());
   } else {
     std::snprintf(text, sizeof(text), "over: faster than the probe's best %s read (%s); the probe met a busier machine",
-                  level.name.c_str(), mib(level.probe_bytes).c_str());
+                  level.name.c_str(), size_text(level.probe_bytes).c_str());
   }
   return text;
 }

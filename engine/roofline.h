@@ -24,6 +24,10 @@
 // of that level's best makes visible rather than hides.
 // note: L1 holds no model's step and a `sum` call costs more to hand out to the threads than to
 // read an L1-sized set, so the smallest level probed is the one after L1.
+// note: a private cache's capacity counts one instance per thread, as if each thread kept its own
+// part of a step; minfer's pool hands out blocks first come, first served, so a part can move to
+// another core between steps, and a set of the whole aggregate L2 reads well below a smaller one
+// (on the Intel VM of bench/results/cpu-xeon/, 4 MiB at about half of 2 MiB's speed).
 #pragma once
 
 #include <cstdint>
@@ -64,12 +68,14 @@ constexpr uint64_t kMainOverLastCache = 4;
 uint64_t last_cache_bytes(const std::vector<MemoryLevel>& levels);
 
 // The working sets the probe streams: a quarter of the first cache level's capacity, doubling
-// while within the last cache's, then the main-memory set: 4x the last cache, at least `min_main`.
+// while within the last cache's (and three quarters of any level no doubling lands in), then the
+// main-memory set: 4x the last cache, at least `min_main`.
 std::vector<uint64_t> probe_working_sets(const std::vector<MemoryLevel>& levels, uint64_t min_main);
 
 // Gives each level its ceiling from the probe's reads: the best read whose working set fits in
 // the level and not in the one before; main memory's from the sets beyond 4x the last cache.
-// Levels that no read reached are dropped.
+// Levels that no read reached are dropped; a level measured slower than the one behind it takes
+// that one's ceiling.
 void assign_ceilings(std::vector<MemoryLevel>* levels, const std::vector<ReadProbe>& curve);
 
 // The index of the level whose capacity first holds `bytes`; main memory's when none does.
@@ -83,7 +89,7 @@ struct Roofline {
   std::vector<ReadProbe> curve;     // every working set the probe streamed, smallest first
   double peak_gflops = 0.0;         // best repetition of the best product shape
   DType dtype = DType::f32;         // of the product's weights
-  int64_t gemm_size = 0;            // the largest product is (n x n) times (n x n)^T
+  int64_t gemm_size = 0;            // n: the products are (n x n) x (n x n)^T and (256 x 2n) x (2n x 2n)^T
 
   const MemoryLevel& main_memory() const { return levels.back(); }
   // The ceiling a step reading `bytes` is compared with.
@@ -103,9 +109,8 @@ std::vector<MemoryLevel> device_memory_levels(Backend& backend);
 // CUDA: n = 8192).
 Roofline measure_roofline(Backend& backend, DType dtype);
 
-// A step of `bytes` read at `gbps` against the level it is compared with: the percentage, and
-// where it is over 100% the reason, e.g. "over: part of the 290 MB step stays in the 260 MiB L3".
-// Empty reason when at or under 100%.
+// Why a step of `bytes` read at `gbps` is over the ceiling of the level it is compared with, e.g.
+// "over: part of the 290.0 MB step stays in the 260 MiB L3"; empty when it is not over.
 std::string over_ceiling_reason(const Roofline& roofline, uint64_t bytes, double gbps);
 
 }  // namespace minfer

@@ -57,7 +57,9 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   // The same matrix-vector product with its weights in each cache level.
   for (const MemoryLevel& level : roof.levels) {
     if (level.main_memory()) continue;
-    const int64_t Kc = 1024, Nc = std::max<int64_t>(64, int64_t(level.probe_bytes / dtype_bytes(weights, Kc)));
+    // Weights of the probe's best set, at most half the level, so that they and the activations fit in it.
+    const uint64_t weight_bytes = std::min(level.probe_bytes, level.capacity_bytes / 2);
+    const int64_t Kc = 1024, Nc = std::max<int64_t>(64, int64_t(weight_bytes / dtype_bytes(weights, Kc)));
     points.push_back(time_matmul(b, "matmul M=1 in " + level.name, 1, Nc, Kc, weights, quick ? 51 : 201));
     points.back().level = level.name;
   }

@@ -33,6 +33,7 @@ TEST(Roofline, CountsSysfsCpuLists) {
   EXPECT_EQ(count_cpu_list("a"), 0);
   EXPECT_EQ(count_cpu_list("3-1"), 0);
   EXPECT_EQ(count_cpu_list("0-"), 0);
+  EXPECT_EQ(count_cpu_list("0-2147483647"), 0);  // no overflow: not a list any machine has
 }
 
 TEST(Roofline, PrivateCachesGrowWithThreadsSharedOnesDoNot) {
@@ -87,6 +88,34 @@ TEST(Roofline, EachLevelGetsTheBestReadThatFitsInItAndNotBelow) {
   auto sparse = memory_levels(xeon_caches(), 2, 2, "DRAM");
   assign_ceilings(&sparse, {{2 * MiB, 170}, {1200 * MiB, 26}});
   EXPECT_EQ(names(sparse), (std::vector<std::string>{"L2", "DRAM"}));
+}
+
+TEST(Roofline, NoLevelFallsBetweenTwoDoublings) {
+  // 64 threads with 1.25 MiB of L2 per core (two CPUs each) and one 48 MiB L3: 40 MiB of L2, 48 of
+  // L3. The doublings 10, 20, 40, 80 MiB miss the L3; it gets a set of its own, just past the L2.
+  auto levels = memory_levels({{2, 1280 * KiB, 2}, {3, 48 * MiB, 64}}, 64, 64, "DRAM");
+  ASSERT_EQ(names(levels), (std::vector<std::string>{"L2", "L3", "DRAM"}));
+  EXPECT_EQ(levels[0].capacity_bytes, 40 * MiB);
+  const auto sets = probe_working_sets(levels, GiB);
+  EXPECT_EQ(sets, (std::vector<uint64_t>{10 * MiB, 20 * MiB, 40 * MiB, 40 * MiB + 64 * KiB, GiB}));
+  std::vector<ReadProbe> curve;
+  for (uint64_t bytes : sets) curve.push_back({bytes, 1000.0 / double(bytes >> 20)});
+  assign_ceilings(&levels, curve);
+  EXPECT_EQ(names(levels), (std::vector<std::string>{"L2", "L3", "DRAM"}));
+  EXPECT_EQ(levels[1].probe_bytes, 40 * MiB + 64 * KiB);
+  Roofline roof;
+  roof.levels = levels;
+  EXPECT_EQ(roof.level_for(45 * MiB).name, "L3");
+}
+
+TEST(Roofline, ACacheIsNeverJudgedSlowerThanTheMemoryBehindIt) {
+  // A GPU's L2 read through short kernel launches can measure below HBM: the launches, not the L2.
+  auto levels = memory_levels({{2, 50 * MiB, 1}}, 1, 1, "HBM");
+  assign_ceilings(&levels, {{12800 * KiB, 2900}, {25 * MiB, 3500}, {50 * MiB, 3100}, {2 * GiB, 4000}});
+  ASSERT_EQ(names(levels), (std::vector<std::string>{"L2", "HBM"}));
+  EXPECT_EQ(levels[0].read_gbps, 4000);
+  EXPECT_EQ(levels[0].probe_bytes, 2 * GiB);
+  EXPECT_EQ(levels[1].read_gbps, 4000);
 }
 
 Roofline issue_machine() {
