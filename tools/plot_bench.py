@@ -62,6 +62,20 @@ def plot_throughput(records, path):
     plt.close(fig)
 
 
+def finish_log_log(fig, ax, xlabel, ylabel, title, path):
+    """Log axes, labels, grid and legend, then the PNG written whole."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    save_whole(fig, path, dpi=120)
+    plt.close(fig)
+
+
 def levels_of(r):
     """The memory levels a record was judged against: [(name, capacity_bytes, read_gbps)]."""
     return [(l["name"], l["capacity_bytes"], l["read_gbps"]) for l in r.get("roofline_levels") or []]
@@ -88,16 +102,8 @@ def plot_roofline(records, path):
         level = f" of {r['roofline_level']}" if r.get("roofline_level") else ""
         ax.plot(intensity, r["gflops"], marker,
                 label=f"{r['test']} B={r['batch']} {r['model']} ({100 * r['roofline_fraction']:.0f}%{level})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOPs per byte read)")
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title("minfer bench on the cache-aware roofline")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    save_whole(fig, path, dpi=120)
-    plt.close(fig)
+    finish_log_log(fig, ax, "arithmetic intensity (FLOPs per byte read)", "GFLOP/s",
+                   "minfer bench on the cache-aware roofline", path)
     return True
 
 
@@ -124,16 +130,8 @@ def plot_bandwidth(records, path):
     for r in rows:
         ax.plot(r["bytes_per_step"], r["gbps"], "o",
                 label=f"{r['test']} B={r['batch']} {r['model']} {r['dtype']} ({100 * r['roofline_fraction']:.0f}% of {r['roofline_level']})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("bytes read per decode step")
-    ax.set_ylabel("GB/s")
-    ax.set_title("decode against the bandwidth of the level its bytes fit in")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    save_whole(fig, path, dpi=120)
-    plt.close(fig)
+    finish_log_log(fig, ax, "bytes read per decode step", "GB/s",
+                   "decode against the bandwidth of the level its bytes fit in", path)
     return True
 
 
