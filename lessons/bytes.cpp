@@ -93,6 +93,22 @@ std::string speedups(const std::vector<Point>& points) {
   return text;
 }
 
+// "; q8_0 reads 72% of f32's GB/s, ..." for the points that read under 90% of the first one's GB/s:
+// their tokens/s fall short of the byte ratio because the loop that widens or dequantizes the
+// weights, more vector work per byte than f32's, binds before the memory does.
+std::string slower_streams(const std::vector<Point>& points) {
+  const Point& base = points.front();
+  std::string names;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (points[i].gbps() < 0.9 * base.gbps())
+      names += (names.empty() ? "" : ", ") + std::string(dtype_name(points[i].dtype)) +
+               fmt(" reads %.0f%%", 100 * points[i].gbps() / base.gbps());
+  if (names.empty()) return "";
+  return "; " + names + " of " + dtype_name(base.dtype) +
+         "'s GB/s: converting the weights costs more vector work per byte than f32's loop, and binds before the "
+         "memory does (bench/results/NOTES.md)";
+}
+
 // The levels as horizontal lines across the plotted range of bytes per step.
 void plot_levels(Report& r, const std::string& half, const Roofline& roof, const std::vector<std::vector<Point>>& lines) {
   double lo = 1e300, hi = 0;
@@ -150,7 +166,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
     if (!level.main_memory())
       text += fmt(" at %.1f GB/s,", f32.gbps()) +
               fmt(" %.2fx what main memory gives: that is what caches buy", f32.gbps() / roof.main_memory().read_gbps);
-    r.conclude(half, text);
+    r.conclude(half, text + slower_streams(measured[i]));
   }
 }
 
