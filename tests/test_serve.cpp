@@ -326,7 +326,13 @@ TEST_F(ServeApi, RefusesBadRequestsWithOneLineJsonErrors) {
   expect_api_error(post(p, R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens = 0");
   expect_api_error(post(p, R"({"prompt": "a", "temperature": "hot"})"), 400, "temperature must be a number");
   expect_api_error(post(p, R"({"prompt": "a", "top_p": 0})"), 400, "top_p = 0 is outside (0, 1]");
-  expect_api_error(post(p, R"({"prompt": "a", "seed": 0})"), 400, "seed = 0");
+  expect_api_error(post(p, R"({"prompt": "a", "seed": 1.5})"), 400, "seed must be a 64-bit integer");
+  expect_api_error(post(p, R"({"prompt": "a", "stream": true, "stream_options": "garbage"})"), 400,
+                   "stream_options must be an object");
+  expect_api_error(post(p, R"({"prompt": "a", "stream": true, "stream_options": {"x": 1}})"), 400,
+                   "stream_options: unknown field 'x'");
+  expect_api_error(post(p, R"({"prompt": "a", "stream_options": {"include_usage": true}})"), 400,
+                   "include_usage is only for streams");
   expect_api_error(post(p, R"({"prompt": "a", "stream": "yes"})"), 400, "stream must be a boolean");
   expect_api_error(post(p, R"({"prompt": "a", "ignore_eos": 1})"), 400, "ignore_eos must be a boolean");
   expect_api_error(post(p, R"({"prompt": "a", "stop": 5})"), 400, "stop must be");
@@ -705,6 +711,179 @@ TEST_F(ServeSlow, ConnectionsOverTheLimitAreAnswered503) {
   EXPECT_EQ(status, 200);
 }
 
+// --- Clients that trickle, flood or send too much (issue 20) ---
+
+// Sends `bytes` one at a time, `gap_ms` apart, until they are sent, a send fails or `max_s` passes.
+void trickle(int fd, const std::string& bytes, int gap_ms, double max_s) {
+  const auto start = Clock::now();
+  for (char c : bytes) {
+    if (since(start) > max_s || ::send(fd, &c, 1, MSG_NOSIGNAL) != 1) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+  }
+}
+
+class ServeAbuse : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"-m", "preset:tiny", "--slots", "1", "--max-queue", "2", "--max-connections", "8",
+                                 "--header-timeout", "0.5", "--body-timeout", "0.5"});
+  }
+  static void TearDownTestSuite() {
+    expect_clean_exit(*server_);
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->listening()) << server_->log(); }
+  static int port() { return server_->port(); }
+  static ServerProcess* server_;
+};
+ServerProcess* ServeAbuse::server_ = nullptr;
+// The sampler state a seed of 0 draws with (tools/serve_api.h's kSeedZeroState).
+constexpr uint64_t kSeedZeroStateForTests = 0x9E3779B97F4A7C15ull;
+
+// The answer on `fd` to a client trickling `bytes` a byte every 50 ms for up to 4 s.
+std::string answer_to_trickle(int fd, const std::string& bytes, double* seconds) {
+  const auto start = Clock::now();
+  std::thread sender([&] { trickle(fd, bytes, 50, 4); });
+  std::string answer;
+  read_until(fd, "}}", 4, &answer);
+  *seconds = since(start);
+  sender.join();
+  return answer;
+}
+
+TEST_F(ServeAbuse, HeadersTrickledPastTheirDeadlineAreAnswered408) {
+  const int fd = connect_local(port());
+  ASSERT_GE(fd, 0);
+  double seconds = 0;
+  const std::string answer =
+      answer_to_trickle(fd, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + std::string(200, 'X'), &seconds);
+  close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  EXPECT_NE(answer.find("did not arrive within 0.5 s (--header-timeout)"), std::string::npos) << answer;
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(get(port(), "/health").status, 200);
+}
+
+TEST_F(ServeAbuse, BodyTrickledPastItsDeadlineIsAnswered408) {
+  const int fd = connect_local(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 200\r\n\r\n"));
+  double seconds = 0;
+  const std::string answer = answer_to_trickle(fd, R"({"prompt": [1, 2], "max_tokens": 2, "x": ")" + std::string(200, 'x'),
+                                               &seconds);
+  close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  EXPECT_NE(answer.find("the request body did not arrive within 0.5 s (--body-timeout)"), std::string::npos) << answer;
+  EXPECT_LT(seconds, 2.0);
+}
+
+TEST_F(ServeAbuse, HeadersOverTheLimitAreAnswered431) {
+  const int fd = connect_local(port());
+  ASSERT_GE(fd, 0);
+  std::string head = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  while (head.size() < 100 * 1024) head += "X-Filler: " + std::string(90, 'f') + "\r\n";
+  send_all(fd, head + "\r\n");  // the server may close before it has all of it
+  std::string answer;
+  read_until(fd, "}}", 5, &answer);
+  close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("the request line and headers are over 65536 bytes"), std::string::npos) << answer;
+  EXPECT_EQ(get(port(), "/health").status, 200);
+}
+
+TEST_F(ServeAbuse, TricklingClientsAtTheConnectionLimitLockNobodyOut) {
+  // As many slow clients as the server takes connections, each trickling a header for 3 s.
+  std::vector<std::thread> slow;
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = connect_local(port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    slow.emplace_back([fd] { trickle(fd, "GET /health HTTP/1.1\r\n" + std::string(100, 'X'), 30, 3); });
+  }
+  // Their head deadline frees their connections, and /health is answered while they still trickle.
+  const auto start = Clock::now();
+  int status = -1;
+  while (status != 200 && since(start) < 2.5) status = get(port(), "/health").status;
+  EXPECT_EQ(status, 200) << "after " << since(start) << " s";
+  EXPECT_LT(since(start), 2.5);
+  for (auto& t : slow) t.join();
+  for (int fd : fds) close(fd);
+}
+
+TEST_F(ServeAbuse, RefusalsOverTheLimitDoNotHoldTheAcceptor) {
+  // Idle connections fill the limit (a connection of the test before may still be closing) ...
+  std::vector<int> idle;
+  std::string refusal;
+  while (refusal.empty() && idle.size() < 12) {
+    const int fd = connect_local(port());
+    ASSERT_GE(fd, 0);
+    if (!read_until(fd, "}}", 0.3, &refusal)) {
+      refusal.clear();
+      idle.push_back(fd);
+      continue;
+    }
+    close(fd);
+  }
+  ASSERT_EQ(refusal.rfind("HTTP/1.1 503", 0), 0u) << refusal;
+  // ... and 40 more are each refused without waiting for the one before to linger and close.
+  const auto start = Clock::now();
+  int refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = connect_local(port());
+    std::string answer;
+    if (fd >= 0 && read_until(fd, "}}", 2, &answer) && answer.rfind("HTTP/1.1 503", 0) == 0) ++refused;
+    if (fd >= 0) close(fd);
+  }
+  EXPECT_EQ(refused, 40);
+  EXPECT_LT(since(start), 2.0) << "40 refusals (each lingered 0.1 s on the acceptor before)";
+  for (int fd : idle) close(fd);
+}
+
+TEST_F(ServeAbuse, AnyIntegerSeedIsAcceptedAndZeroDrawsTheSameTwice) {
+  auto ids = [&](const std::string& seed) {
+    Answer a = post(port(), R"({"prompt": [1, 7], "max_tokens": 12, "temperature": 1, "seed": )" + seed + "}");
+    EXPECT_EQ(a.status, 200) << "seed " << seed << ": " << a.raw;
+    return a.status == 200 ? ids_text(ids_of(a.body["choices"][0]["token_ids"])) : a.raw;
+  };
+  EXPECT_EQ(ids("0"), ids("0"));
+  EXPECT_EQ(ids("-5"), ids("-5"));
+  EXPECT_EQ(ids("0"), ids(std::to_string(kSeedZeroStateForTests)));
+  EXPECT_NE(ids("0"), ids("1"));
+}
+
+TEST_F(ServeAbuse, StreamOptionsIncludeUsageEndsWithAUsageOnlyEvent) {
+  Answer a = post(port(), R"({"prompt": [1, 7], "max_tokens": 5, "temperature": 0, "stream": true,
+                              "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(a.status, 200) << a.raw;
+  SseEvents sse = parse_sse(a.raw);
+  ASSERT_TRUE(sse.well_formed && sse.done) << a.raw;
+  ASSERT_GE(sse.events.size(), 2u) << a.raw;
+  for (size_t i = 0; i + 1 < sse.events.size(); ++i) {
+    EXPECT_TRUE(sse.events[i].contains("usage") && sse.events[i]["usage"].is_null()) << sse.events[i].dump();
+    EXPECT_EQ(sse.events[i]["choices"].size(), 1u) << sse.events[i].dump();
+  }
+  const json& last = sse.events.back();
+  EXPECT_TRUE(last["choices"].is_array() && last["choices"].empty()) << last.dump();
+  EXPECT_EQ(last["usage"]["completion_tokens"], 5) << last.dump();
+  EXPECT_EQ(last["usage"]["prompt_tokens"], 2) << last.dump();
+}
+
+TEST_F(ServeAbuse, TwoDifferentContentLengthsAreRefused) {
+  const int fd = connect_local(port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  ASSERT_TRUE(send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\nContent-Length: 5\r\n\r\n" + body));
+  std::string answer;
+  read_until(fd, "}}", 5, &answer);
+  close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find("two different Content-Length headers"), std::string::npos) << answer;
+}
+
 // --- Shutting down ---
 
 TEST(ServeShutdown, SigtermLetsTheRequestInFlightFinish) {
@@ -761,6 +940,51 @@ TEST(ServeShutdown, SigtermCancelsWhatOutlastsTheGrace) {
   EXPECT_EQ(sse.events.back()["error"]["code"], "shutting_down") << answer.raw;
   EXPECT_NE(server.log().find("minfer: shut down; requests finished: 0, cancelled: 1"), std::string::npos)
       << server.log();
+}
+
+TEST(ServeShutdown, ATricklingClientCannotHoldTheShutdown) {
+  ServerProcess server({"-m", "preset:tiny", "--shutdown-grace", "0.5", "--header-timeout", "60", "--body-timeout", "60"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  const int head = connect_local(server.port()), body = connect_local(server.port());
+  ASSERT_GE(head, 0);
+  ASSERT_GE(body, 0);
+  ASSERT_TRUE(send_all(body, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"));
+  std::thread heads([&] { trickle(head, "GET /health HTTP/1.1\r\n" + std::string(1000, 'X'), 20, 20); });
+  std::thread bodies([&] { trickle(body, std::string(1000, 'x'), 20, 20); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = Clock::now();
+  const int status = server.signal_and_wait(SIGTERM, 20);
+  const double seconds = since(start);
+  close(head);
+  close(body);
+  heads.join();
+  bodies.join();
+  EXPECT_EQ(status, 0) << server.log();
+  EXPECT_LT(seconds, 0.5 + 2 + 2.0) << "grace 0.5 s, then 2 s for what was being written";
+}
+
+TEST(ServeQueue, RequestsWaitInTheQueueBeforeConnectionsAreRefused) {
+  // The default connection limit leaves room for every slot and the whole queue: 66 requests at
+  // once are 1 running, 65 waiting (before, 64 connections were the limit and the rest got 503).
+  ServerProcess server({"-m", "preset:stories15M", "--device", "ref", "--slots", "1", "--max-queue", "65",
+                        "--ctx", "256"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  std::vector<int> fds;
+  for (int i = 0; i < 66; ++i) {
+    const int fd = connect_local(server.port());
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    ASSERT_TRUE(send_all(fd, completion_request_bytes(R"({"prompt": [1, 500, 600], "max_tokens": 250})")));
+  }
+  EXPECT_TRUE(wait_metrics(server.port(), 30, [](const Metrics& m) {
+    return m.get("minfer_busy_slots") == 1 && m.get("minfer_queue_depth") == 65;
+  })) << "queue depth " << metrics(server.port()).get("minfer_queue_depth");
+  expect_api_error(post(server.port(), R"({"prompt": [1, 8], "max_tokens": 3})"), 429, "the queue is full");
+  for (int fd : fds) close(fd);
+  EXPECT_TRUE(wait_metrics(server.port(), 30, [](const Metrics& m) {
+    return m.get("minfer_busy_slots") == 0 && m.get("minfer_queue_depth") == 0;
+  }));
+  expect_clean_exit(server);
 }
 
 TEST(ServeCli, BadOptionsAreRefusedBeforeServing) {

@@ -10,8 +10,9 @@
 // handler. Until the server listens, a signal ends the process as it ends minfer's other
 // commands (re-raised, so that core/files.h's cleanup handler runs; serve writes no files).
 // Once serving, the first signal drains: /health and new completions answer 503, the requests
-// in flight have --shutdown-grace seconds to finish, what is left is cancelled, the listening
-// socket closes, and the process exits 0 with a line of counts. A second signal ends the grace
+// in flight have --shutdown-grace seconds to finish, what is left is cancelled (2 s to end), the
+// listening socket closes, connections still open are cut 2 s later whatever their clients do,
+// and the process exits 0 with a line of counts. A second signal ends the grace
 // period at once.
 #include <pthread.h>
 #include <signal.h>
@@ -137,6 +138,11 @@ std::string model_name(std::string spec) {
   return slash == std::string::npos ? spec : spec.substr(slash + 1);
 }
 
+constexpr int64_t kSpareConnections = 32;
+// After the grace period, how long the cancelled requests have to end before the connections
+// still open are cut (ServeHttp::stop gives those 2 s more to finish writing).
+constexpr auto kCancelWait = std::chrono::seconds(2);
+
 int serve(const Args& args) {
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
   ServeHttpOptions http_options;
@@ -144,7 +150,8 @@ int serve(const Args& args) {
   MINFER_CHECK(!http_options.host.empty(), "--host: empty address");
   http_options.port = static_cast<int>(args.get_int("--port", 8080, 0, 65535));
   http_options.max_body_bytes = args.get_int("--max-body-bytes", 1 << 20, 64, 1 << 30);
-  http_options.max_connections = args.get_int("--max-connections", 64, 1, 4096);
+  http_options.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
+  http_options.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
   http_options.model_name = model_name(args.get("-m"));
   SchedulerOptions scheduler_options;
   scheduler_options.slots = args.get_int("--slots", 8, 1, 4096);
@@ -153,6 +160,11 @@ int serve(const Args& args) {
                scheduler_options.step_tokens, ") must be at least --slots (", scheduler_options.slots,
                "): every slot decodes a row each step");
   scheduler_options.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
+  // note: every request in a slot or in the queue holds a connection; beyond those, kSpareConnections
+  // for /health, /metrics and clients between requests. Refusing at the socket before the queue is
+  // full would answer 503 where a request could have waited (and 429 is the answer when it is full).
+  http_options.max_connections = args.get_int("--max-connections", scheduler_options.slots + scheduler_options.max_queue +
+                                                                        kSpareConnections, 1, 1 << 16);
   scheduler_options.kv_dtype = kv_dtype_option(args);
   const double grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
 
@@ -230,8 +242,10 @@ int serve(const Args& args) {
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
   while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
     events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
-  // What is left is cancelled, again while handlers that were still reading or parsing submit.
-  const auto cancel_end = Clock::now() + std::chrono::seconds(10);
+  // What is left is cancelled, again while handlers that were still parsing submit; a body still
+  // arriving is not waited for.
+  http.stop_reading();
+  const auto cancel_end = Clock::now() + kCancelWait;
   while (http.in_flight() > 0 && Clock::now() < cancel_end) {
     scheduler.cancel_all();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -261,7 +275,9 @@ int cmd_serve(int argc, char** argv) {
       {"--max-body-bytes", "N", "the largest request body (default 1048576)"},
       {"--max-prompt-tokens", "N", "the longest prompt (default: the context)"},
       {"--max-tokens-limit", "N", "the largest max_tokens a request may ask for (default: the context)"},
-      {"--max-connections", "N", "open connections at most; more are answered 503 (default 64)"},
+      {"--max-connections", "N", "open connections at most; more are answered 503 (default: slots + max-queue + 32)"},
+      {"--header-timeout", "S", "seconds a request's line and headers have to arrive whole, or 408 (default 10)"},
+      {"--body-timeout", "S", "seconds its body has to arrive after them, or 408 (default 30)"},
       {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},
   });
   Args args("serve",

@@ -9,8 +9,15 @@
 //     was read (404, 405, 413) must not leave the unread body to be parsed as the next request,
 //     and the connection is closed lingering, so that the client reads the answer instead of a
 //     reset.
+//   - deadlines and a size limit that hold whatever a client does (httplib 0.11 only times out each
+//     read, so a client sending a byte a second holds its connection for good): a request's head
+//     (request line and headers) must arrive whole within `head_timeout_ms` and in at most
+//     `max_head_bytes` (else 408 or 431, and the connection closes), its body within
+//     `body_timeout_ms` after that; abort_connections() ends every connection within 0.1 s, so a
+//     shutdown is bounded.
 // It does so by overriding Server::process_and_close_socket (the hook httplib's own SSLServer
-// overrides) with the same keep-alive loop over its own socket stream.
+// overrides) with the same keep-alive loop over its own socket stream, which reads the head itself
+// before httplib parses it.
 #pragma once
 
 #if MINFER_HAVE_HTTPLIB
@@ -19,16 +26,28 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace minfer::cli {
 
 class SocketStream;  // a connection's socket as httplib's Stream (in http_server.cpp)
+class Closer;        // closes refused connections in the background (in http_server.cpp)
+
+struct ConnectionLimits {
+  size_t max_connections = 64;
+  int head_timeout_ms = 10000;
+  int body_timeout_ms = 30000;
+  size_t max_head_bytes = 64 * 1024;
+};
 
 class ConnectionServer : public httplib::Server {
  public:
-  // `refusal_body` is the JSON answered with 503 to a connection over `max_connections`.
-  ConnectionServer(size_t max_connections, std::string refusal_body);
+  // The body of an error answer the server makes itself (503 over the connection limit, 408, 431).
+  using ErrorBody = std::function<std::string(int status, const std::string& message)>;
+  ConnectionServer(ConnectionLimits limits, ErrorBody error_body);
+  ~ConnectionServer() override;
 
   // Binds host:port (port 0: a free one) with a listening backlog of 128; returns the port, or
   // throws Error.
@@ -36,6 +55,11 @@ class ConnectionServer : public httplib::Server {
   // From now on every connection ends after its current request, and idle kept-alive
   // connections close (shutdown); new connections still get one answer each.
   void close_kept_alive();
+  // Every read fails within 0.1 s (a shutdown after its grace period: a body still arriving will
+  // not be used); answers are still written.
+  void stop_reading();
+  // Every connection ends within 0.1 s, in whatever read or write it is (a shutdown's last step).
+  void abort_connections();
 
   // The socket of the connection whose request this thread is handling; -1 outside a handler.
   static int current_socket();
@@ -43,15 +67,21 @@ class ConnectionServer : public httplib::Server {
   static bool peer_closed(int socket);
   // The answer this thread is writing ends its connection (and says so: Connection: close).
   static void close_after_response(httplib::Response& res);
+  // Whether the request this thread is handling failed to read its body within the deadline.
+  static bool body_deadline_passed();
 
  private:
   bool process_and_close_socket(int sock) override;
   bool wait_for_request(const SocketStream& stream, bool first) const;
-  void refuse(int sock) const;
+  bool read_head(SocketStream& stream, int sock);
+  void answer_and_close(int sock, int status, const char* reason, const std::string& message);
 
-  size_t max_connections_;
-  std::string refusal_body_;
+  ConnectionLimits limits_;
+  ErrorBody error_body_;
   std::atomic<bool> closing_{false};
+  std::atomic<bool> reads_stopped_{false};
+  std::atomic<bool> aborting_{false};
+  std::unique_ptr<Closer> closer_;
 };
 
 }  // namespace minfer::cli

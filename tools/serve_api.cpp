@@ -144,6 +144,29 @@ std::string error_body(const ApiError& error) {
   return dump_json(ordered_json{{"error", e}});
 }
 
+uint64_t sampler_seed(const json& seed) {
+  const uint64_t state = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(seed.get<int64_t>());
+  return state != 0 ? state : kSeedZeroState;
+}
+
+namespace {
+// stream_options: null, or an object whose only field is include_usage (a boolean).
+void parse_stream_options(const json& v, CompletionRequest& r) {
+  if (v.is_null()) return;
+  if (!v.is_object())
+    throw ApiError{400, "stream_options must be an object, not " + one_line(v.dump(), 64), "stream_options", ""};
+  for (const auto& [key, value] : v.items()) {
+    if (key != "include_usage")
+      throw ApiError{400, "stream_options: unknown field '" + one_line(key, 64) + "' (only include_usage)",
+                     "stream_options", ""};
+    if (!value.is_null() && !value.is_boolean())
+      throw ApiError{400, "stream_options.include_usage must be a boolean, not " + one_line(value.dump(), 64),
+                     "stream_options", ""};
+    r.include_usage = value.is_boolean() && value.get<bool>();
+  }
+}
+}  // namespace
+
 CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
                                            const ApiLimits& limits) {
   json j;
@@ -184,10 +207,8 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
       r.top_p = static_cast<float>(p);
     } else if (key == "seed") {
       if (v.is_null()) continue;
-      if (!v.is_number_integer()) wrong_type("seed", "an integer", v);
-      if (!v.is_number_unsigned() || v.get<uint64_t>() == 0)
-        refuse("seed", "seed = " + v.dump() + ": at least 1 (the sampler's xorshift needs a non-zero state)");
-      r.seed = v.get<uint64_t>();
+      if (!v.is_number_integer()) wrong_type("seed", "a 64-bit integer", v);
+      r.seed = sampler_seed(v);
     } else if (key == "stop") {
       parse_stop(v, has_tokenizer, r);
     } else if (key == "stream") {
@@ -199,13 +220,17 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     } else if (key == "n" || key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix" ||
                key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
       check_unimplemented(key, v);
-    } else if (key == "user" || key == "stream_options") {
+    } else if (key == "stream_options") {
+      parse_stream_options(v, r);
+    } else if (key == "user") {
       continue;
     } else {
       refuse(key, "unknown field '" + one_line(key, 64) + "'");
     }
   }
   if (!has_prompt) refuse("prompt", "prompt is required");
+  if (r.include_usage && !r.stream)
+    refuse("stream_options", "stream_options.include_usage is only for streams (\"stream\": true)");
   return r;
 }
 
@@ -325,11 +350,13 @@ ordered_json completion_json(const CompletionHeader& header, const std::string& 
 
 ordered_json stream_chunk_json(const CompletionHeader& header, const std::string& text,
                                const std::vector<int32_t>& ids, const char* finish_reason) {
-  return {{"id", header.id},
-          {"object", "text_completion"},
-          {"created", header.created},
-          {"model", header.model},
-          {"choices", ordered_json::array({choice_json(text, ids, finish_reason)})}};
+  ordered_json chunk = {{"id", header.id},
+                        {"object", "text_completion"},
+                        {"created", header.created},
+                        {"model", header.model},
+                        {"choices", ordered_json::array({choice_json(text, ids, finish_reason)})}};
+  if (header.include_usage) chunk["usage"] = nullptr;
+  return chunk;
 }
 
 std::string dump_json(const ordered_json& value) {

@@ -44,11 +44,17 @@ struct CompletionRequest {
   int64_t max_tokens = 16;
   float temperature = 1.0f;            // 0: greedy
   float top_p = 1.0f;
-  std::optional<uint64_t> seed;        // >= 1 (run.c's xorshift needs a non-zero state)
+  std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
   std::vector<std::string> stop;       // up to 4 non-empty strings
   bool stream = false;
+  bool include_usage = false;          // stream_options.include_usage: a last event with usage only
   bool ignore_eos = false;             // keep going past the model's end tokens (vLLM's and llama.cpp's extension)
 };
+// The sampler's state for a request's `seed`, any 64-bit integer as OpenAI's API takes it: the
+// seed itself (so that seed S draws what `minfer generate --seed S` draws), a negative one as its
+// two's complement, and 0, which would stick run.c's xorshift at 0, as kSeedZeroState.
+constexpr uint64_t kSeedZeroState = 0x9E3779B97F4A7C15ull;
+uint64_t sampler_seed(const nlohmann::json& seed);
 // Parses the body; throws ApiError naming the field on malformed JSON or a wrong type or value.
 // `vocab_size` bounds id prompts; `has_tokenizer` says whether text prompts and stop strings can
 // be served. Does not encode the text (the caller does, then calls check_prompt_length).
@@ -132,6 +138,7 @@ struct CompletionHeader {
   std::string id;  // "cmpl-N"
   int64_t created = 0;
   std::string model;
+  bool include_usage = false;  // streams: usage null in every event, then one event with usage only
 };
 nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 nlohmann::ordered_json completion_json(const CompletionHeader& header, const std::string& text,

@@ -70,6 +70,14 @@ uint64_t random_seed() {
   return z != 0 ? z : 1;
 }
 
+constexpr auto kAbortAfter = std::chrono::seconds(2);
+
+ApiError late_body(const ServeHttpOptions& options) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g", options.body_timeout_ms / 1000.0);
+  return {408, std::string("the request body did not arrive within ") + seconds + " s (--body-timeout)", "", ""};
+}
+
 const char* default_message(int status) {
   switch (status) {
     case 400: return "malformed HTTP request";
@@ -87,9 +95,11 @@ const char* default_message(int status) {
 struct ServeHttp::Impl {
   Impl(Scheduler& s, const ModelInfo& i, const TextTokenizer* t, ServeHttpOptions o)
       : scheduler(s), info(i), tokenizer(t), options(std::move(o)),
-        server(static_cast<size_t>(options.max_connections),
-               error_body({503, "too many open connections (--max-connections " +
-                                    std::to_string(options.max_connections) + ")", "", "too_many_connections"})),
+        server(ConnectionLimits{static_cast<size_t>(options.max_connections), options.head_timeout_ms,
+                                options.body_timeout_ms, static_cast<size_t>(options.max_head_bytes)},
+               [](int status, const std::string& message) {
+                 return error_body({status, message, "", status == 503 ? "too_many_connections" : ""});
+               }),
         started(static_cast<int64_t>(std::time(nullptr))) {
     if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
   }
@@ -159,6 +169,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
       if (over)
         throw ApiError{413, "the request body is over the limit of " + std::to_string(options.max_body_bytes) +
                                 " bytes (--max-body-bytes)", "", "body_too_large"};
+      if (ConnectionServer::body_deadline_passed()) throw late_body(options);
       throw ApiError{400, "the request body could not be read", "", ""};
     }
     if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
@@ -216,7 +227,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
       throw ApiError{400, e.what(), "", ""};
     }
     CompletionHeader header{"cmpl-" + std::to_string(id), static_cast<int64_t>(std::time(nullptr)),
-                            request.model ? *request.model : options.model_name};
+                            request.model ? *request.model : options.model_name, request.include_usage};
     if (request.stream)
       answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight));
     else
@@ -334,8 +345,19 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
                              "", "shutting_down"});
     json last = stream_chunk_json(s->header, s->text.finish(), {},
                                   s->text.stopped() || reason == FinishReason::stop ? "stop" : "length");
-    last["usage"] = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent));
-    const std::string tail = sse_event(last) + "data: [DONE]\n\n";
+    const json usage = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent));
+    std::string tail;
+    if (s->header.include_usage) {
+      // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
+      json usage_only = stream_chunk_json(s->header, "", {}, nullptr);
+      usage_only["choices"] = json::array();
+      usage_only["usage"] = usage;
+      tail = sse_event(last) + sse_event(usage_only);
+    } else {
+      last["usage"] = usage;
+      tail = sse_event(last);
+    }
+    tail += "data: [DONE]\n\n";
     if (!sink.write(tail.data(), tail.size())) return false;
     sink.done();
     return true;
@@ -370,6 +392,13 @@ void ServeHttp::Impl::routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     const std::string length = req.get_header_value("Content-Length");
+    // RFC 9112, 6.3: Content-Length headers that disagree make the body's end unknowable.
+    for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+      if (req.get_header_value("Content-Length", i) != length) {
+        ConnectionServer::close_after_response(res);
+        send_error(res, {400, "two different Content-Length headers", "", ""});
+        return httplib::Server::HandlerResponse::Handled;
+      }
     if (length.find_first_not_of("0123456789") != std::string::npos) {
       ConnectionServer::close_after_response(res);
       send_error(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
@@ -407,10 +436,11 @@ void ServeHttp::Impl::routes() {
   });
   // Answers httplib makes itself (a malformed request line, a body it could not read) get the
   // same JSON error as the rest.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const Request&, Response& res) {
+  server.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request&, Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ConnectionServer::close_after_response(res);
-    send_error(res, {res.status, default_message(res.status), "", ""});
+    if (ConnectionServer::body_deadline_passed()) send_error(res, late_body(options));
+    else send_error(res, {res.status, default_message(res.status), "", ""});
     return httplib::Server::HandlerResponse::Handled;
   }));
   server.set_exception_handler([](const Request&, Response& res, std::exception_ptr thrown) {
@@ -448,11 +478,19 @@ void ServeHttp::drain() {
   impl_->server.close_kept_alive();
 }
 
+void ServeHttp::stop_reading() { impl_->server.stop_reading(); }
+
 void ServeHttp::stop() {
   // httplib's stop() does nothing before listen() has started: wait for it to start (or fail).
   while (!impl_->server.is_running() && !impl_->listen_returned)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->server.stop();
+  // Connections still open have kAbortAfter to write what they were writing; then every one ends,
+  // whatever its client does, and listen() returns.
+  const auto abort_at = std::chrono::steady_clock::now() + kAbortAfter;
+  while (!impl_->listen_returned && std::chrono::steady_clock::now() < abort_at)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  impl_->server.abort_connections();
 }
 
 void ServeHttp::engine_failed(const std::string& message) {

@@ -10,8 +10,8 @@
 // A handler whose client has gone (its socket closed, or a write failed) cancels its request.
 //
 // Shutting down (cli_serve.cpp): drain() answers /health and new completions with 503 while the
-// requests in flight finish; then the scheduler's cancel_all() ends what is left, and stop()
-// closes the listening socket.
+// requests in flight finish; then stop_reading() and the scheduler's cancel_all() end what is
+// left, and stop() closes the listening socket and, 2 s later, every connection still open.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,9 @@ struct ServeHttpOptions {
   int port = 8080;                  // 0: a free port
   int64_t max_body_bytes = 1 << 20;
   int64_t max_connections = 64;
+  int head_timeout_ms = 10000;      // a request's line and headers arrive whole within this, or 408
+  int body_timeout_ms = 30000;      // and its body within this after them
+  int64_t max_head_bytes = 64 * 1024;  // the request line and headers at most, or 431
   ApiLimits limits;
   std::string model_name;           // the id /v1/models lists and answers echo by default
 };
@@ -44,7 +47,9 @@ class ServeHttp {
   int bind();     // binds host:port; returns the port (throws Error)
   bool listen();  // serves until stop(); false when the listening socket failed
   void drain();   // /health and new completions answer 503; kept-alive connections close
-  void stop();    // closes the listening socket; listen() returns once every connection ended
+  void stop_reading();  // after the grace period: reads fail (a body still arriving), answers are written
+  void stop();    // closes the listening socket; listen() returns once every connection ended (cut
+                  // after 2 s, whatever its client does)
   // The engine's thread died: every handler waiting for tokens answers 500 with this message.
   void engine_failed(const std::string& message);
 
