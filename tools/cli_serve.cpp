@@ -153,6 +153,11 @@ int serve(const Args& args) {
   http_options.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
   http_options.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
   http_options.model_name = model_name(args.get("-m"));
+  MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")), "--api-key and --api-key-file: one or the other");
+  const std::string api_key = args.has("--api-key-file") ? read_api_key_file(args.get("--api-key-file")) : args.get("--api-key", "");
+  MINFER_CHECK(!args.has("--api-key") || !api_key.empty(), "--api-key: empty key");
+  http_options.access =
+      make_access_options(http_options.host, api_key, args.get("--allowed-hosts", ""), args.get("--allowed-origins", ""));
   SchedulerOptions scheduler_options;
   scheduler_options.slots = args.get_int("--slots", 8, 1, 4096);
   scheduler_options.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
@@ -276,6 +281,12 @@ int cmd_serve(int argc, char** argv) {
       {"--max-prompt-tokens", "N", "the longest prompt (default: the context)"},
       {"--max-tokens-limit", "N", "the largest max_tokens a request may ask for (default: the context)"},
       {"--max-connections", "N", "open connections at most; more are answered 503 (default: slots + max-queue + 32)"},
+      {"--api-key", "KEY", "every route but /health wants Authorization: Bearer KEY, else 401 (default: none)"},
+      {"--api-key-file", "PATH", "the key from the first line of PATH (kept out of the process list)"},
+      {"--allowed-hosts", "LIST", "Host names served, comma-separated, * any (default: on a loopback address only\n"
+                                  "                              localhost, 127.0.0.1 and [::1], else any); others get 403"},
+      {"--allowed-origins", "LIST", "browser origins served, with CORS headers (e.g. http://localhost:3000), * any\n"
+                                    "                              (default: none); a request from another Origin gets 403"},
       {"--header-timeout", "S", "seconds a request's line and headers have to arrive whole, or 408 (default 10)"},
       {"--body-timeout", "S", "seconds its body has to arrive after them, or 408 (default 30)"},
       {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},

@@ -72,6 +72,12 @@ uint64_t random_seed() {
 
 constexpr auto kAbortAfter = std::chrono::seconds(2);
 
+// An allowed browser origin may read the answer (and the error) it gets.
+void set_cors_headers(Response& res, const std::string& origin) {
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+}
+
 ApiError late_body(const ServeHttpOptions& options) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%g", options.body_timeout_ms / 1000.0);
@@ -376,6 +382,31 @@ void ServeHttp::Impl::routes() {
     const Route* route = nullptr;
     for (const auto& r : kRoutes)
       if (req.path == r.path) route = &r;
+    // Access first (tools/serve_access.h): a preflight carries no key; every route but /health
+    // (and any unknown one) wants it.
+    const std::string origin = req.get_header_value("Origin");
+    const bool preflight = req.method == "OPTIONS";
+    const bool needs_key = !preflight && (route == nullptr || std::string(route->path) != "/health");
+    if (auto refusal = check_access(options.access, req.get_header_value("Host"), origin,
+                                    req.get_header_value("Authorization"), needs_key)) {
+      ConnectionServer::close_after_response(res);
+      if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+      if (cors_allowed(options.access, origin)) set_cors_headers(res, origin);
+      send_error(res, *refusal);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (cors_allowed(options.access, origin)) set_cors_headers(res, origin);
+    if (preflight && route != nullptr) {
+      const std::string methods = std::string(route->method) + ", OPTIONS";
+      res.status = 204;
+      res.set_header("Allow", methods);
+      if (cors_allowed(options.access, origin)) {
+        res.set_header("Access-Control-Allow-Methods", methods);
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (route == nullptr) {
       ConnectionServer::close_after_response(res);
       send_error(res, {404,

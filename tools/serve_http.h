@@ -20,6 +20,7 @@
 
 #include "engine/scheduler.h"
 #include "models/text_tokenizer.h"
+#include "tools/serve_access.h"
 #include "tools/serve_api.h"
 
 namespace minfer::cli {
@@ -33,6 +34,7 @@ struct ServeHttpOptions {
   int body_timeout_ms = 30000;      // and its body within this after them
   int64_t max_head_bytes = 64 * 1024;  // the request line and headers at most, or 431
   ApiLimits limits;
+  AccessOptions access;             // the API key, and the Host and Origin headers served
   std::string model_name;           // the id /v1/models lists and answers echo by default
 };
 
