@@ -178,6 +178,7 @@ class BpeTokenizer : public TextTokenizer {
   std::vector<int32_t> encode(const std::string& text, bool add_special) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string token_bytes(int32_t prev, int32_t id) const override;
+  bool byte_fallback(int32_t id) const override;
   int32_t bos_id() const override { return spec_.bos; }
   std::vector<int32_t> eos_ids() const override { return spec_.eos; }
   std::string describe() const override { return spec_.description; }
@@ -630,6 +631,15 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   }
   flush();
   return out;
+}
+
+bool BpeTokenizer::byte_fallback(int32_t id) const {
+  check_id(id);
+  if (!spec_.has_decoder || (!spec_.decode_verbatim.empty() && spec_.decode_verbatim[static_cast<size_t>(id)]))
+    return false;
+  const bool has_step = std::any_of(spec_.decoder.begin(), spec_.decoder.end(),
+                                    [](const DecodeStep& step) { return step.kind == DecodeStep::Kind::byte_fallback; });
+  return has_step && byte_piece_value(spec_.tokens[static_cast<size_t>(id)]) >= 0;
 }
 
 std::string BpeTokenizer::token_bytes(int32_t prev, int32_t id) const {

@@ -31,6 +31,13 @@ class TextTokenizer {
   // The bytes token `id` adds when it follows `prev` in a stream of generated tokens (-1: the
   // first token), for printing as tokens arrive; may end inside a UTF-8 character (Utf8Stream).
   virtual std::string token_bytes(int32_t prev, int32_t id) const = 0;
+  // Whether `id` is a byte token of a ByteFallback decoder (SentencePiece's <0xNN>): decode()
+  // turns a run of such tokens into its bytes when they are valid UTF-8, and into one U+FFFD per
+  // token when they are not, so a stream must hold a run until it ends to print what decode does.
+  virtual bool byte_fallback(int32_t id) const {
+    (void)id;
+    return false;
+  }
   virtual int32_t bos_id() const = 0;              // -1 when the vocabulary has none
   virtual std::vector<int32_t> eos_ids() const = 0;  // the tokens that end a generation
   virtual std::string describe() const = 0;        // "byte-level BPE, 49152 tokens, 48900 merges"

@@ -219,6 +219,28 @@ TEST_F(ServeApi, StreamedEventsConcatenateToTheWholeAnswer) {
   EXPECT_EQ(last["usage"], whole.body["usage"]);
 }
 
+TEST_F(ServeApi, InvalidUtf8BecomesTheSameReplacementsStreamedAndWhole) {
+  // Near-uniform draws from a vocabulary with 256 byte tokens: most completions hold bytes that
+  // are not UTF-8. Each seed's stream must add up to its whole answer, U+FFFDs included.
+  int with_replacements = 0;
+  for (int seed = 1; seed <= 12; ++seed) {
+    json request = {{"prompt", "Once"}, {"max_tokens", 48}, {"temperature", 1e6}, {"seed", seed}, {"ignore_eos", true}};
+    Answer whole = post(port(), request.dump());
+    ASSERT_EQ(whole.status, 200) << whole.raw;
+    request["stream"] = true;
+    Answer streamed = post(port(), request.dump());
+    ASSERT_EQ(streamed.status, 200);
+    SseEvents sse = parse_sse(streamed.raw);
+    ASSERT_TRUE(sse.well_formed && sse.done) << streamed.raw;
+    std::string text;
+    for (const json& event : sse.events) text += event["choices"][0]["text"].get<std::string>();
+    const std::string expected = whole.body["choices"][0]["text"];
+    EXPECT_EQ(text, expected) << "seed " << seed;
+    if (expected.find("\xEF\xBF\xBD") != std::string::npos) ++with_replacements;
+  }
+  EXPECT_GE(with_replacements, 3) << "too few completions held invalid bytes to test anything";
+}
+
 TEST_F(ServeApi, StopStringsCutTheTextAndEndTheRequest) {
   json request = {{"prompt", "He ran fast"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}};
   SseEvents full = parse_sse(post(port(), request.dump()).raw);

@@ -227,6 +227,28 @@ TEST(TextTokenizer, Utf8StreamHoldsBackSplitCharacters) {
   EXPECT_EQ(s.flush(), "");
 }
 
+TEST(TextTokenizer, ByteFallbackTokensAreNamedAndDecodeAsARun) {
+  // SentencePiece's <0xNN> tokens (tokenizer.json's ByteFallback decoder, and GGUF llama's) are
+  // byte-fallback tokens; ordinary pieces and byte-level BPE's tokens are not.
+  const auto spm = load_tokenizer_json(fixture("spm-bpe", "tokenizer.json"));
+  GgufVocab v = gguf_vocab(read_json(fixture("spm-bpe", "gguf_vocab.json")));
+  const auto gguf = make_gguf_tokenizer(v, "spm-bpe/gguf_vocab.json");
+  const int32_t byte_e2 = 3 + 0xE2, byte_l = 3 + 'l';
+  for (const TextTokenizer* t : {spm.get(), gguf.get()}) {
+    EXPECT_TRUE(t->byte_fallback(byte_e2)) << t->describe();
+    EXPECT_TRUE(t->byte_fallback(byte_l)) << t->describe();
+    const auto word = t->encode("Hello", false);
+    ASSERT_FALSE(word.empty());
+    EXPECT_FALSE(t->byte_fallback(word[0])) << t->describe();
+    // A run that is not UTF-8 is one U+FFFD per token, the 'l' included.
+    const int32_t after = word[0];
+    const std::string run = t->decode({after, byte_e2, byte_l});
+    EXPECT_EQ(run.substr(run.size() - 6), "\xEF\xBF\xBD\xEF\xBF\xBD") << t->describe();
+  }
+  const auto byte_level = load_tokenizer_json(fixture("llama3-bpe", "tokenizer.json"));
+  for (int32_t id = 0; id < 300; ++id) EXPECT_FALSE(byte_level->byte_fallback(id)) << id;
+}
+
 TEST(TextTokenizer, ByteFallbackCharacterSplitAcrossTokensStreamsWhole) {
   const auto t = load_tokenizer_json(fixture("spm-bpe", "tokenizer.json"));
   const std::string text = "emoji😀inside";

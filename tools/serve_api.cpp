@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "models/utf8.h"
+
 namespace minfer::cli {
 
 namespace {
@@ -275,7 +277,9 @@ TokenPieces::TokenPieces(const TextTokenizer& tokenizer) : bos_(tokenizer.bos_id
   const int64_t n = tokenizer.vocab_size();
   const int32_t other = bos_ == 0 && n > 1 ? 1 : 0;  // any token but BOS
   after_token_.reserve(static_cast<size_t>(n));
+  byte_fallback_.resize(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) {
+    byte_fallback_[static_cast<size_t>(id)] = tokenizer.byte_fallback(id);
     after_token_.push_back(tokenizer.token_bytes(other, id));
     longest_ = std::max(longest_, after_token_.back().size());
   }
@@ -302,25 +306,48 @@ CompletionText::CompletionText(const TokenPieces* pieces, int32_t prompt_last, s
 
 std::string CompletionText::push(int32_t id) {
   if (stopped_ || pieces_ == nullptr) return {};
-  held_ += utf8_.push(pieces_->piece(prev_, id));
+  const std::string& piece = pieces_->piece(prev_, id);
   prev_ = id;
-  std::string out;
+  if (pieces_->byte_fallback(id)) {
+    run_ += piece;
+    ++run_tokens_;
+    return {};
+  }
+  return take(end_run() + piece);
+}
+
+std::string CompletionText::end_run() {
+  std::string text;
+  if (utf8::is_valid(run_)) {
+    text = std::move(run_);
+  } else {
+    for (size_t i = 0; i < run_tokens_; ++i) text += "\xEF\xBF\xBD";
+  }
+  run_.clear();
+  run_tokens_ = 0;
+  return text;
+}
+
+std::string CompletionText::take(const std::string& bytes) {
+  held_ += utf8_.push(bytes);
   const size_t at = find_stop(held_, stops_);
   if (at != std::string::npos) {
-    out = held_.substr(0, at);
+    std::string out = held_.substr(0, at);
     held_.clear();
     stopped_ = true;
-    return out;
+    return utf8::lossy(out);
   }
   const size_t keep = stop_prefix_at_end(held_, stops_);
-  out = held_.substr(0, held_.size() - keep);
+  std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
-  return out;
+  return utf8::lossy(out);
 }
 
 std::string CompletionText::finish() {
   if (stopped_) return {};
-  std::string out = std::move(held_) + utf8_.flush();
+  std::string out = take(end_run());
+  if (stopped_) return out;
+  out += utf8::lossy(held_ + utf8_.flush());
   held_.clear();
   return out;
 }

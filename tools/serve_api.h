@@ -96,10 +96,14 @@ class TokenPieces {
   // The bytes of `id` after `prev` (a token of the prompt or of the completion); empty for ids the
   // tokenizer does not know (models pad their vocabularies).
   const std::string& piece(int32_t prev, int32_t id) const;
+  bool byte_fallback(int32_t id) const {  // TextTokenizer::byte_fallback
+    return id >= 0 && static_cast<size_t>(id) < byte_fallback_.size() && byte_fallback_[static_cast<size_t>(id)];
+  }
   size_t longest() const { return longest_; }
 
  private:
   std::vector<std::string> after_token_, after_bos_;  // after_bos_ is empty when it would equal after_token_
+  std::vector<bool> byte_fallback_;
   int32_t bos_ = -1;
   size_t longest_ = 0;
   std::string none_;
@@ -109,8 +113,10 @@ class TokenPieces {
 // (the prompt's last token first, so that a leading space is kept and prompt + text reads as one
 // text), in whole UTF-8 characters, cut before the first stop string. Bytes that could begin a
 // stop string are held back until a later token decides. The events' texts add up to the whole
-// answer's text (the tokenizer's decode) whenever the completion is valid UTF-8; invalid bytes
-// become U+FFFD in both, but not always as many.
+// answer's text (the tokenizer's decode), invalid bytes included: a run of byte-fallback tokens is
+// held until it ends and then printed as decode prints it (its bytes, or one U+FFFD per token),
+// other invalid bytes become one U+FFFD per maximal invalid sequence (utf8::lossy), and an event
+// never ends inside a character the next token could still finish.
 class CompletionText {
  public:
   CompletionText(const TokenPieces* pieces, int32_t prompt_last, std::vector<std::string> stops);
@@ -123,9 +129,14 @@ class CompletionText {
  private:
   const TokenPieces* pieces_;
   int32_t prev_;
+  std::string take(const std::string& bytes);  // through the UTF-8 and stop-string hold-backs
+  std::string end_run();                       // the byte-fallback run so far, as decode prints it
+
   std::vector<std::string> stops_;
   Utf8Stream utf8_;
   std::string held_;
+  std::string run_;  // the bytes of byte-fallback tokens not yet printed ...
+  size_t run_tokens_ = 0;  // ... and how many tokens they came in
   bool stopped_ = false;
 };
 

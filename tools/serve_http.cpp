@@ -117,7 +117,6 @@ struct ServeHttp::Impl {
   void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                      uint64_t id, const std::vector<int32_t>& prompt, std::vector<std::string> stops,
                      std::shared_ptr<InFlight> flight);
-  std::string decoded(int32_t context, const std::vector<int32_t>& ids) const;
   enum class Wait { tokens, finished, client_gone, engine_down };
   Wait wait(Channel& channel, size_t seen, bool whole, int socket) const;
   FinishCounts finished_counts() const { return {finished_stop, finished_length, finished_cancelled}; }
@@ -264,31 +263,14 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
     throw ApiError{503, "the server shut down before the completion finished (" + std::to_string(ids.size()) +
                             " tokens generated)", "", "shutting_down"};
   // The request ended at the token that completed a stop string (the engine's matcher); the text
-  // is cut before it.
-  std::string text = decoded(prompt.back(), ids);
-  const size_t cut = find_stop(text, stops);
-  if (cut != std::string::npos) text.resize(cut);
-  const char* finish = reason == FinishReason::stop || cut != std::string::npos ? "stop" : "length";
+  // is cut before it. note: the text is made as a stream's events are, token by token
+  // (CompletionText), so that a stream adds up to the whole answer, U+FFFDs and stops alike.
+  CompletionText completion(pieces.get(), prompt.back(), stops);
+  std::string text;
+  for (size_t i = 0; i < ids.size() && !completion.stopped(); ++i) text += completion.push(ids[i]);
+  text += completion.finish();
+  const char* finish = reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
   send_json(res, 200, dump_json(completion_json(header, text, ids, finish, static_cast<int64_t>(prompt.size()))));
-}
-
-// The tokenizer's decode of the completion as it continues the prompt: decode(context + ids)
-// after decode(context), so that what the tokenizer does at the start of a text (SentencePiece
-// drops the leading space) happens only where the text starts. Ids the tokenizer does not know
-// (models pad their vocabularies) have no text.
-std::string ServeHttp::Impl::decoded(int32_t context, const std::vector<int32_t>& ids) const {
-  if (tokenizer == nullptr) return {};
-  const int64_t known = tokenizer->vocab_size();
-  std::vector<int32_t> all = {context};
-  for (int32_t id : ids)
-    if (id >= 0 && id < known) all.push_back(id);
-  if (all.size() == 1) return {};
-  if (context >= 0 && context < known) {
-    const std::string prefix = tokenizer->decode({context});
-    const std::string text = tokenizer->decode(all);
-    if (text.compare(0, prefix.size(), prefix) == 0) return text.substr(prefix.size());
-  }
-  return tokenizer->decode(std::vector<int32_t>(all.begin() + 1, all.end()));
 }
 
 void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
