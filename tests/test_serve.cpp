@@ -627,9 +627,15 @@ class ServeSlow : public ::testing::Test {
   static double cancelled() { return metrics(port()).get("minfer_requests_finished_total{reason=\"cancelled\"}"); }
   // A long request on a raw socket, running once this returns (the socket, or -1).
   static int start_long_request(double busy_slots) {
+    const double accepted = metrics(port()).get("minfer_requests_total");
     const int fd = connect_local(port());
     if (fd < 0 || !send_all(fd, completion_request_bytes(kLongRequest))) return -1;
-    if (!wait_metrics(port(), 30, [&](const Metrics& m) { return m.get("minfer_busy_slots") == busy_slots; }))
+    // (The slot of a request that just finished may still count until its step ends: the new one
+    // runs once it was accepted and has left the queue.)
+    if (!wait_metrics(port(), 30, [&](const Metrics& m) {
+          return m.get("minfer_requests_total") == accepted + 1 && m.get("minfer_busy_slots") == busy_slots &&
+                 m.get("minfer_queue_depth") == 0;
+        }))
       return -1;
     return fd;
   }
@@ -863,6 +869,30 @@ TEST_F(ServeAbuse, RefusalsOverTheLimitDoNotHoldTheAcceptor) {
   EXPECT_EQ(refused, 40);
   EXPECT_LT(since(start), 2.0) << "40 refusals (each lingered 0.1 s on the acceptor before)";
   for (int fd : idle) close(fd);
+}
+
+TEST_F(ServeAbuse, HalfClosedClientsStillGetTheirAnswers) {
+  // A client may shut its sending side once its request is sent and read on (RFC 9112, 9.6).
+  for (const bool stream : {false, true}) {
+    const json request = {{"prompt", {1, 7}}, {"max_tokens", 500}, {"temperature", 0}, {"ignore_eos", true},
+                          {"stream", stream}};
+    const int fd = connect_local(port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, completion_request_bytes(request.dump())));
+    ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    const auto start = Clock::now();
+    std::string answer;
+    read_until(fd, stream ? "data: [DONE]" : "\"total_tokens\"", 60, &answer);
+    close(fd);
+    SCOPED_TRACE(stream ? "stream" : "whole");
+    // A whole answer's client was probed with an interim 100 Continue if it waited 50 ms or more.
+    const std::string status = answer.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0) == 0 ? answer.substr(25) : answer;
+    EXPECT_EQ(status.rfind("HTTP/1.1 200 OK", 0), 0u) << answer.substr(0, 300);
+    EXPECT_NE(answer.find(stream ? "data: [DONE]" : "\"completion_tokens\":500"), std::string::npos)
+        << answer.substr(0, 300);
+    std::printf("[ half     ] %s answer after %.2f s, %s\n", stream ? "streamed" : "whole", since(start),
+                answer.rfind("HTTP/1.1 100", 0) == 0 ? "probed with 100 Continue" : "not probed");
+  }
 }
 
 TEST_F(ServeAbuse, AnyIntegerSeedIsAcceptedAndZeroDrawsTheSameTwice) {

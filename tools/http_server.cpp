@@ -381,13 +381,23 @@ void ConnectionServer::abort_connections() {
 
 int ConnectionServer::current_socket() { return t_socket; }
 
-bool ConnectionServer::peer_closed(int socket) {
-  if (socket < 0) return false;
+ConnectionServer::Peer ConnectionServer::peer_state(int socket) {
+  if (socket < 0) return Peer::open;
   pollfd p{socket, POLLRDHUP, 0};
   int n;
   do n = ::poll(&p, 1, 0);
   while (n < 0 && errno == EINTR);
-  return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  if (n <= 0) return Peer::open;
+  if ((p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return Peer::gone;
+  return (p.revents & POLLRDHUP) != 0 ? Peer::half_closed : Peer::open;
+}
+
+bool ConnectionServer::probe_with_interim(int socket) {
+  static const char kInterim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  ssize_t n;
+  do n = ::send(socket, kInterim, sizeof(kInterim) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof(kInterim) - 1);
 }
 
 void ConnectionServer::close_after_response(httplib::Response& res) {

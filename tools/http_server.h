@@ -4,7 +4,8 @@
 //     waiting in a queue behind streams that can last minutes (ConnectionServer's task queue runs
 //     each connection on its own thread, up to the limit);
 //   - the socket of the request a thread is handling (current_socket), so that a handler waiting
-//     for tokens can notice that its client has gone (peer_closed) and cancel the request;
+//     for tokens can notice that its client has gone (peer_state, probe_with_interim) and cancel
+//     the request;
 //   - answers that end their connection (close_after_response): a refusal sent before the body
 //     was read (404, 405, 413) must not leave the unread body to be parsed as the next request,
 //     and the connection is closed lingering, so that the client reads the answer instead of a
@@ -63,8 +64,14 @@ class ConnectionServer : public httplib::Server {
 
   // The socket of the connection whose request this thread is handling; -1 outside a handler.
   static int current_socket();
-  // Whether the peer of `socket` has closed its side or the connection failed.
-  static bool peer_closed(int socket);
+  // What the peer of `socket` has done: nothing, shut its sending side (which may only mean that
+  // its request is complete: RFC 9112, 9.6), or reset the connection (or it failed).
+  enum class Peer { open, half_closed, gone };
+  static Peer peer_state(int socket);
+  // Sends an interim "HTTP/1.1 100 Continue" to a half-closed peer of an HTTP/1.1 request before
+  // its answer: a peer that closed for good answers it with a reset (gone at the next look), one
+  // that only half-closed reads it and waits on, as HTTP/1.1 clients must. False when it fails.
+  static bool probe_with_interim(int socket);
   // The answer this thread is writing ends its connection (and says so: Connection: close).
   static void close_after_response(httplib::Response& res);
   // Whether the request this thread is handling failed to read its body within the deadline.

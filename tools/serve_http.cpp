@@ -111,14 +111,18 @@ struct ServeHttp::Impl {
   }
 
   void routes();
-  void completions(Response& res, const httplib::ContentReader& read);
+  void completions(Response& res, const httplib::ContentReader& read, bool http11);
   void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
-                    uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops);
+                    uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
+                    bool http11);
   void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                      uint64_t id, const std::vector<int32_t>& prompt, std::vector<std::string> stops,
                      std::shared_ptr<InFlight> flight);
   enum class Wait { tokens, finished, client_gone, engine_down };
-  Wait wait(Channel& channel, size_t seen, bool whole, int socket) const;
+  // Until the request finished or (for a stream) has tokens past `seen`, or the client is gone.
+  // `may_probe`: a whole answer to an HTTP/1.1 request, whose half-closed client is probed
+  // (ConnectionServer::probe_with_interim) instead of taken for gone.
+  Wait wait(Channel& channel, size_t seen, bool whole, int socket, bool may_probe = false) const;
   FinishCounts finished_counts() const { return {finished_stop, finished_length, finished_cancelled}; }
   std::string engine_failure() const {
     std::lock_guard<std::mutex> lock(failure_mutex);
@@ -141,14 +145,27 @@ struct ServeHttp::Impl {
   std::string failure;
 };
 
-ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool whole, int socket) const {
+// note: a client that shut its sending side may still be reading (RFC 9112, 9.6). A stream's next
+// write tells a closed one from a half-closed one (the first write draws a reset, which the next
+// look sees); a whole answer has written nothing yet, so its client is probed with an interim
+// 100 Continue, once. Only an HTTP/1.0 client, to which no 1xx may be sent, is taken for gone
+// when it half-closes.
+ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool whole, int socket,
+                                            bool may_probe) const {
+  using Peer = ConnectionServer::Peer;
   auto next_check = std::chrono::steady_clock::now() + kPollInterval;
+  bool probed = false;
   std::unique_lock<std::mutex> lock(channel.mutex);
   for (;;) {
     if (channel.finished) return Wait::finished;
     if (!whole && channel.ids.size() > seen) return Wait::tokens;
     if (std::chrono::steady_clock::now() >= next_check) {
-      if (ConnectionServer::peer_closed(socket)) return Wait::client_gone;
+      const Peer peer = ConnectionServer::peer_state(socket);
+      if (peer == Peer::gone) return Wait::client_gone;
+      if (peer == Peer::half_closed && whole && !probed) {
+        if (!may_probe || !ConnectionServer::probe_with_interim(socket)) return Wait::client_gone;
+        probed = true;
+      }
       if (engine_down) return Wait::engine_down;
       next_check = std::chrono::steady_clock::now() + kPollInterval;
     }
@@ -156,7 +173,7 @@ ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool 
   }
 }
 
-void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read) {
+void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11) {
   auto flight = std::make_shared<InFlight>(in_flight);
   try {
     std::string body;
@@ -236,7 +253,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     if (request.stream)
       answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight));
     else
-      answer_whole(res, header, channel, id, prompt, request.stop);
+      answer_whole(res, header, channel, id, prompt, request.stop, http11);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
@@ -244,8 +261,9 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
 
 void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header,
                                    const std::shared_ptr<Channel>& channel, uint64_t id,
-                                   const std::vector<int32_t>& prompt, const std::vector<std::string>& stops) {
-  const Wait w = wait(*channel, 0, true, ConnectionServer::current_socket());
+                                   const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
+                                   bool http11) {
+  const Wait w = wait(*channel, 0, true, ConnectionServer::current_socket(), http11);
   if (w == Wait::client_gone) {
     scheduler.cancel(id);
     ConnectionServer::close_after_response(res);
@@ -428,8 +446,8 @@ void ServeHttp::Impl::routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  server.Post("/v1/completions", [this](const Request&, Response& res, const httplib::ContentReader& read) {
-    completions(res, read);
+  server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
+    completions(res, read, req.version == "HTTP/1.1");
   });
   server.Get("/health", [this](const Request&, Response& res) {
     if (draining) send_json(res, 503, R"({"status":"shutting down"})");
