@@ -151,15 +151,16 @@ int cmd_bench_serve(int argc, char** argv) {
       {"--output-len", "LO-HI", "output lengths, log-uniform (default 8-256)"},
       {"--temp", "T", "sampling temperature of every request (default 0, greedy)"},
       {"--seed", "S", "the trace's seed (default 1)"},
-      {"--url", "URL", "replay against a running minfer serve (http://127.0.0.1:8080) instead of this\n"
-                       "                              process; its model, slots and context are the server's"},
+      {"--url", "URL", "replay against a running minfer serve or llama.cpp llama-server\n"
+                       "                              (http://127.0.0.1:8080) instead of this process; its model,\n"
+                       "                              slots and context are the server's"},
       {"--connections", "N", "with --url: requests in flight at most, one connection each (default 32)"},
       {"-o,--output", "FMT", "md or json (default md)"},
       {"--save-json", "PATH", "also write the JSON records to PATH"},
   });
   Args args("bench-serve",
             "Replays a synthetic serving trace against the continuous-batching scheduler in this process, or\n"
-            "against a running minfer serve, and reports output tokens/s, time to first token and time per\n"
+            "against a running minfer serve or llama-server, and reports output tokens/s, time to first token and time per\n"
             "output token.",
             options);
   args.parse(argc, argv, 2);

@@ -49,7 +49,7 @@ std::string get_ok(const std::string& url, const std::string& path) {
   client.set_connection_timeout(5, 0);
   client.set_read_timeout(10, 0);
   auto res = client.Get(path);
-  if (!res) fail(url, path, ": no answer (", httplib::to_string(res.error()), "): is minfer serve running there?");
+  if (!res) fail(url, path, ": no answer (", httplib::to_string(res.error()), "): is a server running there?");
   if (res->status != 200) fail(url, path, " answered HTTP ", res->status, ": ", res->body.substr(0, 300));
   return res->body;
 }
@@ -61,6 +61,24 @@ double metric(const std::string& text, const std::string& name) {
     if (line.size() > name.size() && line.compare(0, name.size(), name) == 0 && line[name.size()] == ' ')
       return std::strtod(line.c_str() + name.size() + 1, nullptr);
   return -1.0;
+}
+
+// Busy slots in /metrics: minfer serve's, or llama-server's requests in progress (with --metrics);
+// -1 when neither is there.
+double busy_slots(const std::string& metrics) {
+  const double minfer = metric(metrics, "minfer_busy_slots");
+  return minfer >= 0 ? minfer : metric(metrics, "llamacpp:requests_processing");
+}
+
+// A POST of JSON that must answer 200; its body parsed (discarded when it is not JSON).
+nlohmann::json post_ok(const std::string& url, const std::string& path, const nlohmann::json& body) {
+  httplib::Client client(url);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(10, 0);
+  auto res = client.Post(path, body.dump(), "application/json");
+  if (!res) fail(url, path, ": no answer (", httplib::to_string(res.error()), ")");
+  if (res->status != 200) fail(url, path, " answered HTTP ", res->status, ": ", res->body.substr(0, 300));
+  return nlohmann::json::parse(res->body, nullptr, false);
 }
 
 // One streamed completion, sent now; fills `stats` with the client's times. The request counts
@@ -79,6 +97,7 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, dou
   std::string pending;  // bytes of an event not complete yet; an error's body when status != 200
   bool done = false;
   int64_t usage_tokens = -1;
+  bool ids_listed = false;
   std::string reason, error;
   httplib::Request request;
   request.method = "POST";
@@ -116,12 +135,18 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, dou
       }
       const nlohmann::json& choice = chunk["choices"][0];
       const auto ids = choice.find("token_ids");
-      const int64_t n = ids != choice.end() && ids->is_array() ? static_cast<int64_t>(ids->size()) : 0;
+      const auto finish = choice.find("finish_reason");
+      const bool last = finish != choice.end() && finish->is_string();
+      // note: llama-server's chunks carry no ids: each one before the last is a token (its count
+      // is checked against usage below); minfer serve's list theirs.
+      ids_listed = ids_listed || ids != choice.end();
+      const int64_t n = ids != choice.end() && ids->is_array() ? static_cast<int64_t>(ids->size())
+                        : !ids_listed && !last                   ? 1
+                                                                 : 0;
       if (n > 0) {
         if (stats->completion_tokens == 0) stats->first_token = now_seconds();
         stats->completion_tokens += n;
       }
-      const auto finish = choice.find("finish_reason");
       if (finish != choice.end() && finish->is_string()) reason = finish->get<std::string>();
       const auto usage = chunk.find("usage");
       if (usage != chunk.end() && usage->is_object() && usage->contains("completion_tokens") &&
@@ -138,6 +163,8 @@ void send_one(const std::string& url, const TraceRequest& r, uint64_t index, dou
   if (status != 0 && status != 200) fail(url, ": request ", index, " got HTTP ", status, ": ", pending.substr(0, 300));
   if (!sent) fail(url, ": request ", index, " failed: ", httplib::to_string(failure));
   if (!done) fail(url, ": request ", index, ": the stream ended without [DONE]");
+  // A token whose bytes end inside a character comes in llama-server's next chunk: usage counts.
+  if (!ids_listed && usage_tokens > stats->completion_tokens) stats->completion_tokens = usage_tokens;
   // With ignore_eos every request runs to its length: anything else is a server's fault.
   if (stats->completion_tokens != r.max_tokens || reason != "length" || usage_tokens != stats->completion_tokens)
     fail(url, ": request ", index, " asked for ", r.max_tokens, " tokens and got ", stats->completion_tokens,
@@ -153,18 +180,35 @@ ServerInfo query_server(const std::string& url) {
   if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() || models["data"].empty())
     fail(url, "/v1/models: not a list of models");
   const nlohmann::json& m = models["data"][0];
-  auto field = [&](const char* name) -> int64_t {
-    if (!m.contains(name) || !m[name].is_number_integer())
-      fail(url, "/v1/models does not give the model's ", name, " (bench-serve --url talks to minfer serve)");
-    return m[name].get<int64_t>();
-  };
   ServerInfo info;
   info.model = m.contains("id") && m["id"].is_string() ? m["id"].get<std::string>() : "?";
-  info.n_ctx = field("max_model_len");
-  info.vocab_size = field("vocab_size");
-  info.bos_id = static_cast<int32_t>(field("bos_id"));
-  info.max_prompt_tokens = field("max_prompt_tokens");
-  info.max_tokens_limit = field("max_tokens_limit");
+  auto integer = [&](const nlohmann::json& object, const char* name, const char* where) -> int64_t {
+    if (!object.is_object() || !object.contains(name) || !object[name].is_number_integer())
+      fail(url, where, " does not give the model's ", name,
+           " (bench-serve --url talks to minfer serve and to llama.cpp's llama-server)");
+    return object[name].get<int64_t>();
+  };
+  if (m.contains("meta") && !m.contains("vocab_size")) {
+    // llama-server: the vocabulary and a slot's context in the model's meta, the slots in /props,
+    // BOS as the tokenizer adds it to an empty text.
+    info.n_ctx = integer(m["meta"], "n_ctx", "/v1/models meta");
+    info.vocab_size = integer(m["meta"], "n_vocab", "/v1/models meta");
+    const nlohmann::json props = nlohmann::json::parse(get_ok(url, "/props"), nullptr, false);
+    info.slots = integer(props, "total_slots", "/props");
+    const nlohmann::json bos = post_ok(url, "/tokenize", {{"content", ""}, {"add_special", true}});
+    info.bos_id = bos.is_object() && bos.contains("tokens") && bos["tokens"].is_array() && !bos["tokens"].empty() &&
+                          bos["tokens"][0].is_number_integer()
+                      ? bos["tokens"][0].get<int32_t>()
+                      : -1;
+    info.max_prompt_tokens = info.n_ctx;
+    info.max_tokens_limit = info.n_ctx;
+    return info;
+  }
+  info.n_ctx = integer(m, "max_model_len", "/v1/models");
+  info.vocab_size = integer(m, "vocab_size", "/v1/models");
+  info.bos_id = static_cast<int32_t>(integer(m, "bos_id", "/v1/models"));
+  info.max_prompt_tokens = integer(m, "max_prompt_tokens", "/v1/models");
+  info.max_tokens_limit = integer(m, "max_tokens_limit", "/v1/models");
   info.slots = static_cast<int64_t>(metric(get_ok(url, "/metrics"), "minfer_slots"));
   return info;
 }
@@ -207,7 +251,7 @@ ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& tr
     while (!finished) {
       lock.unlock();
       auto res = client.Get("/metrics");
-      const double busy = res && res->status == 200 ? metric(res->body, "minfer_busy_slots") : -1.0;
+      const double busy = res && res->status == 200 ? busy_slots(res->body) : -1.0;
       const double t = now_seconds() - start;
       lock.lock();
       if (busy >= 0) run.occupancy.emplace_back(t, static_cast<int64_t>(busy));

@@ -11,9 +11,10 @@
 
 namespace minfer::cli {
 
-// What the trace needs to know of the server, from GET /v1/models (minfer serve adds vocab_size
-// and bos_id to OpenAI's fields) and /metrics. Throws Error when it cannot be reached or is not
-// minfer serve.
+// What the trace needs to know of the server: from minfer serve, GET /v1/models (which adds
+// vocab_size and bos_id to OpenAI's fields) and /metrics; from llama.cpp's llama-server, the
+// model's meta in /v1/models, /props and /tokenize. Throws Error when it cannot be reached or is
+// neither.
 struct ServerInfo {
   std::string model;
   int64_t n_ctx = 0, vocab_size = 0, slots = -1;  // slots -1: not said
