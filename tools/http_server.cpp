@@ -327,9 +327,10 @@ class Closer {
     const auto now = Clock::now();
     for (const Pending& p : batch) {
       ssize_t n;
+      int reads = 0;  // at most 64 KiB a pass: a peer that floods cannot hold this thread
       do n = ::recv(p.sock, sink, sizeof(sink), MSG_DONTWAIT);
-      while (n > 0);
-      const bool open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      while (n > 0 && ++reads < 16);
+      const bool open = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
       if (open && now < p.deadline) still.push_back(p);
       else ::close(p.sock);
     }
