@@ -43,7 +43,7 @@ run_one() {  # $1 = minfer|llama, $2 = round
   else
     # -c is the context of all slots together; -np of them share it. f16 KV cache is its default.
     "$LSERVER" -m "$GGUF" --host 127.0.0.1 --port $PORT -np "$SLOTS" -c $((SLOTS * CTX)) -t "$THREADS" -tb "$THREADS" \
-      --metrics --no-webui >"$log" 2>&1 &
+      --no-kv-unified --metrics --no-webui >"$log" 2>&1 &
   fi
   pid=$!
   if ! wait_ready $pid; then echo "$1 did not start: $log" >&2; kill $pid 2>/dev/null; exit 1; fi
