@@ -370,81 +370,93 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
   });
 }
 
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+};
+const Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"}};
+
+const Route* find_route(const std::string& path) {
+  for (const auto& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+// Each of the checks below answers (true) or lets the request through (false). Routing errors are
+// decided before a body is read, so their answers close the connection.
+bool refuse(Response& res, const ApiError& error) {
+  ConnectionServer::close_after_response(res);
+  send_error(res, error);
+  return true;
+}
+
+// The key, Host and Origin (tools/serve_access.h): a preflight carries no key; every route but
+// /health (and any unknown one) wants it. An allowed origin's answers carry CORS headers.
+bool refuse_access(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
+  const std::string origin = req.get_header_value("Origin");
+  const bool needs_key = req.method != "OPTIONS" && (route == nullptr || std::string(route->path) != "/health");
+  if (cors_allowed(access, origin)) set_cors_headers(res, origin);
+  const auto refusal = check_access(access, req.get_header_value("Host"), origin, req.get_header_value("Authorization"),
+                                    needs_key);
+  if (!refusal) return false;
+  if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  return refuse(res, *refusal);
+}
+
+// OPTIONS on a route: the methods it takes, and for an allowed origin what its requests may carry.
+bool answer_preflight(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
+  if (req.method != "OPTIONS" || route == nullptr) return false;
+  const std::string methods = std::string(route->method) + ", OPTIONS";
+  res.status = 204;
+  res.set_header("Allow", methods);
+  if (cors_allowed(access, req.get_header_value("Origin"))) {
+    res.set_header("Access-Control-Allow-Methods", methods);
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+  }
+  return true;
+}
+
+bool refuse_route(const Request& req, Response& res, const Route* route) {
+  if (route == nullptr)
+    return refuse(res, {404,
+                        "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
+                            " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)",
+                        "", "not_found"});
+  if (req.method == route->method || (req.method == "HEAD" && std::string(route->method) == "GET")) return false;
+  res.set_header("Allow", route->method);
+  return refuse(res, {405, one_line(req.method, 16) + " " + route->path + ": only " + route->method, "",
+                      "method_not_allowed"});
+}
+
+bool refuse_length(const Request& req, Response& res, int64_t max_body_bytes) {
+  const std::string length = req.get_header_value("Content-Length");
+  // RFC 9112, 6.3: Content-Length headers that disagree make the body's end unknowable.
+  for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+    if (req.get_header_value("Content-Length", i) != length)
+      return refuse(res, {400, "two different Content-Length headers", "", ""});
+  if (length.find_first_not_of("0123456789") != std::string::npos)
+    return refuse(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
+  // (More than 19 digits is past what strtoull reads, and over any limit.)
+  if (!length.empty() &&
+      (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > uint64_t(max_body_bytes)))
+    return refuse(res, {413, "the request body of " + one_line(length, 24) + " bytes is over the limit of " +
+                                 std::to_string(max_body_bytes) + " bytes (--max-body-bytes)", "",
+                        "body_too_large"});
+  return false;
+}
+
+}  // namespace
+
 void ServeHttp::Impl::routes() {
-  struct Route {
-    const char* path;
-    const char* method;
-  };
-  static const Route kRoutes[] = {
-      {"/v1/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"}};
-  // Routing errors are decided before a body is read, so their answers close the connection.
   server.set_pre_routing_handler([this](const Request& req, Response& res) {
-    const Route* route = nullptr;
-    for (const auto& r : kRoutes)
-      if (req.path == r.path) route = &r;
-    // Access first (tools/serve_access.h): a preflight carries no key; every route but /health
-    // (and any unknown one) wants it.
-    const std::string origin = req.get_header_value("Origin");
-    const bool preflight = req.method == "OPTIONS";
-    const bool needs_key = !preflight && (route == nullptr || std::string(route->path) != "/health");
-    if (auto refusal = check_access(options.access, req.get_header_value("Host"), origin,
-                                    req.get_header_value("Authorization"), needs_key)) {
-      ConnectionServer::close_after_response(res);
-      if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
-      if (cors_allowed(options.access, origin)) set_cors_headers(res, origin);
-      send_error(res, *refusal);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (cors_allowed(options.access, origin)) set_cors_headers(res, origin);
-    if (preflight && route != nullptr) {
-      const std::string methods = std::string(route->method) + ", OPTIONS";
-      res.status = 204;
-      res.set_header("Allow", methods);
-      if (cors_allowed(options.access, origin)) {
-        res.set_header("Access-Control-Allow-Methods", methods);
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-        res.set_header("Access-Control-Max-Age", "600");
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (route == nullptr) {
-      ConnectionServer::close_after_response(res);
-      send_error(res, {404,
-                       "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
-                           " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)",
-                       "", "not_found"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
-      ConnectionServer::close_after_response(res);
-      res.set_header("Allow", route->method);
-      send_error(res, {405, one_line(req.method, 16) + " " + route->path + ": only " + route->method, "",
-                       "method_not_allowed"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    const std::string length = req.get_header_value("Content-Length");
-    // RFC 9112, 6.3: Content-Length headers that disagree make the body's end unknowable.
-    for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
-      if (req.get_header_value("Content-Length", i) != length) {
-        ConnectionServer::close_after_response(res);
-        send_error(res, {400, "two different Content-Length headers", "", ""});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    if (length.find_first_not_of("0123456789") != std::string::npos) {
-      ConnectionServer::close_after_response(res);
-      send_error(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // (More than 19 digits is past what strtoull reads, and over any limit.)
-    if (!length.empty() &&
-        (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > uint64_t(options.max_body_bytes))) {
-      ConnectionServer::close_after_response(res);
-      send_error(res, {413, "the request body of " + one_line(length, 24) + " bytes is over the limit of " +
-                                std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)", "",
-                       "body_too_large"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+    const Route* route = find_route(req.path);
+    const bool answered = refuse_access(options.access, req, res, route) ||
+                          answer_preflight(options.access, req, res, route) || refuse_route(req, res, route) ||
+                          refuse_length(req, res, options.max_body_bytes);
+    return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
     completions(res, read, req.version == "HTTP/1.1");
