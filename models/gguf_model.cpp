@@ -1,5 +1,7 @@
 #include "models/gguf_model.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "models/gguf.h"
 
@@ -121,7 +123,12 @@ GgufVocab read_gguf_vocab(const GgufFile& f) {
   v.pre = f.text("tokenizer.ggml.pre", false, "default");
   v.tokens = strings(f, "tokenizer.ggml.tokens", true);
   for (double s : numbers(f, "tokenizer.ggml.scores")) v.scores.push_back(static_cast<float>(s));
-  for (double t : numbers(f, "tokenizer.ggml.token_type")) v.token_types.push_back(static_cast<int32_t>(t));
+  for (double t : numbers(f, "tokenizer.ggml.token_type")) {
+    // (A float out of int32's range would make the conversion undefined.)
+    if (!(t >= 0 && t <= 255 && t == std::floor(t)))
+      fail(f.path(), ": metadata 'tokenizer.ggml.token_type' holds ", t, ", not a token type (0-255)");
+    v.token_types.push_back(static_cast<int32_t>(t));
+  }
   v.merges = strings(f, "tokenizer.ggml.merges", false);
   v.bos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.bos_token_id", false, -1));
   v.eos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.eos_token_id", false, -1));
