@@ -189,7 +189,7 @@ class SocketStream final : public httplib::Stream {
         if (buffer_[scanned] == '\n' && ends_head(scanned)) return Head::whole;
       if (end_ >= max_head) return Head::too_large;
       if (!wait(POLLIN, std::numeric_limits<int>::max())) return aborted() ? Head::closed : Head::late;
-      const ssize_t n = receive(buffer_.data() + end_, buffer_.size() - end_);
+      const ssize_t n = receive(buffer_.data() + end_, max_head - end_);
       if (n <= 0) return Head::closed;
       end_ += static_cast<size_t>(n);
     }
@@ -228,11 +228,9 @@ class SocketStream final : public httplib::Stream {
  private:
   static constexpr size_t kChunk = 4096;
 
-  // The '\n' at `i` ends a blank line: "\r\n\r\n" or "\n\n" (httplib takes bare line feeds too).
-  bool ends_head(size_t i) const {
-    if (i >= 1 && buffer_[i - 1] == '\n') return true;
-    return i >= 3 && buffer_[i - 1] == '\r' && buffer_[i - 2] == '\n' && buffer_[i - 3] == '\r';
-  }
+  // The '\n' at `i` ends the head as httplib reads it: a line that is only "\r\n" after the line
+  // before (httplib, built without CPPHTTPLIB_ALLOW_LF_AS_LINE_TERMINATOR, skips a bare "\n").
+  bool ends_head(size_t i) const { return i >= 2 && buffer_[i - 1] == '\r' && buffer_[i - 2] == '\n'; }
 
   ssize_t receive(char* into, size_t size) {
     ssize_t n;
@@ -422,8 +420,8 @@ void ConnectionServer::answer_and_close(int sock, int status, const char* reason
 // Reads the next request's head into the stream's buffer within the head deadline and size; when
 // it cannot, answers 408 or 431 (or nothing, to a peer that left or a server that is aborting)
 // and returns false, the connection closed.
-bool ConnectionServer::read_head(SocketStream& stream, int sock) {
-  stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.head_timeout_ms));
+bool ConnectionServer::read_head(SocketStream& stream, int sock, Clock::time_point since) {
+  stream.set_deadline(since + std::chrono::milliseconds(limits_.head_timeout_ms));
   switch (stream.fill_head()) {
     case SocketStream::Head::whole:
       stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
@@ -467,8 +465,11 @@ bool ConnectionServer::process_and_close_socket(int sock) {
   // Compression would hold back a stream of events until the end: answers go uncompressed.
   auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
   bool first = true;
+  const Clock::time_point accepted = Clock::now();
   for (size_t left = keep_alive_max_count_; left > 0 && wait_for_request(stream, first); --left, first = false) {
-    if (!read_head(stream, sock)) {
+    // The first request's head is due head_timeout after the connection came (an idle wait does
+    // not extend it); a kept-alive one's after its first byte.
+    if (!read_head(stream, sock, first ? accepted : Clock::now())) {
       t_socket = -1;
       return true;
     }

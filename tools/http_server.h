@@ -12,7 +12,8 @@
 //     reset.
 //   - deadlines and a size limit that hold whatever a client does (httplib 0.11 only times out each
 //     read, so a client sending a byte a second holds its connection for good): a request's head
-//     (request line and headers) must arrive whole within `head_timeout_ms` and in at most
+//     (request line and headers) must arrive whole within `head_timeout_ms` (from the connection's
+//     start for its first request, from the first byte for the next ones) and in at most
 //     `max_head_bytes` (else 408 or 431, and the connection closes), its body within
 //     `body_timeout_ms` after that; abort_connections() ends every connection within 0.1 s, so a
 //     shutdown is bounded.
@@ -26,6 +27,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -80,7 +82,7 @@ class ConnectionServer : public httplib::Server {
  private:
   bool process_and_close_socket(int sock) override;
   bool wait_for_request(const SocketStream& stream, bool first) const;
-  bool read_head(SocketStream& stream, int sock);
+  bool read_head(SocketStream& stream, int sock, std::chrono::steady_clock::time_point since);
   void answer_and_close(int sock, int status, const char* reason, const std::string& message);
 
   ConnectionLimits limits_;

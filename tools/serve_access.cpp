@@ -89,8 +89,9 @@ std::optional<ApiError> check_access(const AccessOptions& access, const std::str
     return ApiError{403, "Origin '" + one_line(origin, 100) + "' is not allowed (--allowed-origins)", "",
                     "origin_not_allowed"};
   if (needs_key && !access.api_key.empty()) {
-    const std::string prefix = "Bearer ";
-    const bool bearer = authorization.size() > prefix.size() && authorization.compare(0, prefix.size(), prefix) == 0;
+    // (The scheme's name is case-insensitive: RFC 9110, 11.1.)
+    const std::string prefix = "bearer ";
+    const bool bearer = authorization.size() > prefix.size() && lowercase(authorization.substr(0, prefix.size())) == prefix;
     if (!bearer || !same_secret(authorization.substr(prefix.size()), access.api_key))
       return ApiError{401, bearer ? "the API key is not this server's" : "an API key is required: Authorization: Bearer KEY",
                       "", "invalid_api_key"};

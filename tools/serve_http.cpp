@@ -72,6 +72,15 @@ uint64_t random_seed() {
 
 constexpr auto kAbortAfter = std::chrono::seconds(2);
 
+// The headers a preflight may allow: those it asks for (the OpenAI SDKs add their own x-stainless-*
+// headers), when they are a list of header names; else Authorization and Content-Type.
+std::string cors_request_headers(const std::string& asked) {
+  const bool names = !asked.empty() && asked.size() <= 1024 &&
+                     asked.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") ==
+                         std::string::npos;
+  return names ? asked : "Authorization, Content-Type";
+}
+
 // An allowed browser origin may read the answer (and the error) it gets.
 void set_cors_headers(Response& res, const std::string& origin) {
   res.set_header("Access-Control-Allow-Origin", origin);
@@ -137,6 +146,7 @@ struct ServeHttp::Impl {
   ConnectionServer server;
   const int64_t started;
   std::atomic<bool> draining{false};
+  std::atomic<bool> cancelling{false};  // the grace period is over: every request is cancelled
   std::atomic<int64_t> in_flight{0};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
   std::atomic<bool> engine_down{false};
@@ -191,6 +201,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
       if (over)
         throw ApiError{413, "the request body is over the limit of " + std::to_string(options.max_body_bytes) +
                                 " bytes (--max-body-bytes)", "", "body_too_large"};
+      if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
       if (ConnectionServer::body_deadline_passed()) throw late_body(options);
       throw ApiError{400, "the request body could not be read", "", ""};
     }
@@ -248,6 +259,9 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     } catch (const Error& e) {
       throw ApiError{400, e.what(), "", ""};
     }
+    // A request submitted after the shutdown's last cancel_all() is cancelled here (the flag is set
+    // before that call), so that nothing outlives the grace period.
+    if (cancelling) scheduler.cancel(id);
     CompletionHeader header{"cmpl-" + std::to_string(id), static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage};
     if (request.stream)
@@ -408,12 +422,15 @@ bool refuse_access(const AccessOptions& access, const Request& req, Response& re
 // OPTIONS on a route: the methods it takes, and for an allowed origin what its requests may carry.
 bool answer_preflight(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
   if (req.method != "OPTIONS" || route == nullptr) return false;
+  // Answered before any body is read: the connection ends, so that a body is never read as the
+  // next request.
+  ConnectionServer::close_after_response(res);
   const std::string methods = std::string(route->method) + ", OPTIONS";
   res.status = 204;
   res.set_header("Allow", methods);
   if (cors_allowed(access, req.get_header_value("Origin"))) {
     res.set_header("Access-Control-Allow-Methods", methods);
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Allow-Headers", cors_request_headers(req.get_header_value("Access-Control-Request-Headers")));
     res.set_header("Access-Control-Max-Age", "600");
   }
   return true;
@@ -521,7 +538,10 @@ void ServeHttp::drain() {
   impl_->server.close_kept_alive();
 }
 
-void ServeHttp::stop_reading() { impl_->server.stop_reading(); }
+void ServeHttp::stop_reading() {
+  impl_->cancelling = true;
+  impl_->server.stop_reading();
+}
 
 void ServeHttp::stop() {
   // httplib's stop() does nothing before listen() has started: wait for it to start (or fail).

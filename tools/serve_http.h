@@ -49,7 +49,8 @@ class ServeHttp {
   int bind();     // binds host:port; returns the port (throws Error)
   bool listen();  // serves until stop(); false when the listening socket failed
   void drain();   // /health and new completions answer 503; kept-alive connections close
-  void stop_reading();  // after the grace period: reads fail (a body still arriving), answers are written
+  void stop_reading();  // after the grace period: reads fail (a body still arriving), answers are
+                        // written, a request submitted from now on is cancelled
   void stop();    // closes the listening socket; listen() returns once every connection ended (cut
                   // after 2 s, whatever its client does)
   // The engine's thread died: every handler waiting for tokens answers 500 with this message.
