@@ -26,6 +26,13 @@ GemmKind parse_gemm(const std::string& name) {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend_cuda.cu
 #endif
 
+void check_memory_fits(Backend& backend, uint64_t bytes, const std::string& what) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (backend.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
+    fail(what, " needs ", bytes, " bytes, ", free_bytes, " of ", total_bytes, " are free on ",
+         device_name(backend.device()));
+}
+
 const char* backend_kind_name(BackendKind kind) {
   switch (kind) {
     case BackendKind::ref: return "ref";

@@ -1,6 +1,6 @@
 // The backend interface: the ops a Llama decoder needs, on tensors of one device.
 //
-// A model is written once against this interface (models/llama.cpp) and any backend runs it: the
+// A model is written once against this interface (model/llama.cpp) and any backend runs it: the
 // reference backend (the plain loops of kernels/ref/, engine/backend_ref.cpp), the CPU backend
 // (Eigen and hand-written SIMD, engine/backend_cpu.cpp) and the CUDA backend
 // (engine/backend_cuda.cu). Every op has a plain-loop reference in kernels/ref/ that the op
@@ -9,7 +9,8 @@
 // Conventions, shared by all ops:
 //   - activations are f32, 2-D, [rows, features]; rows may be spaced apart (a column slice of a
 //     wider tensor, e.g. q, k and v as slices of one fused QKV product), the last stride is 1;
-//   - weights are [out_features, in_features] as llama2.c stores them, dense, f32/f16/bf16;
+//   - weights are [out_features, in_features] as llama2.c stores them, dense f32/f16/bf16 or
+//     q8_0 blocks (core/dtype.h);
 //   - outputs come first in every op's arguments, then tensors updated in place, then inputs;
 //   - the KV cache of one layer is (n_seqs, n_kv_heads, n_ctx, head_dim), head-major (why: the
 //     note atop engine/kv_cache.h);
@@ -127,5 +128,10 @@ class Backend {
 
 // A backend of `kind`; throws Error("no CUDA device: ...") when CUDA is asked for and absent.
 std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& options = {});
+
+// Throws Error("WHAT needs BYTES bytes, F of T are free on DEVICE") when the backend's device
+// reports its memory and `bytes` exceed what is free; the one check done before every large
+// allocation (weights, KV cache, a decoder's buffers).
+void check_memory_fits(Backend& backend, uint64_t bytes, const std::string& what);
 
 }  // namespace minfer

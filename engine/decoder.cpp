@@ -48,11 +48,10 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   const uint64_t activation_bytes = model_.activation_bytes(max_rows_, logit_rows_);
   const uint64_t logit_bytes = checked_product({2, uint64_t(logit_rows_), uint64_t(vocab_), 4}, what);
   const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);
-  size_t free_bytes = 0, total_bytes = 0;
-  if (backend_.pool().upstream().memory_info(&free_bytes, &total_bytes) && needed > free_bytes)
-    fail(n_seqs_, " sequences of ", n_ctx, " positions need ", needed, " bytes (KV cache ", cache_bytes,
-         ", activations ", activation_bytes, ", logits ", logit_bytes, "); ", free_bytes, " of ", total_bytes,
-         " are free on ", device_name(backend_.device()));
+  check_memory_fits(backend_, needed,
+                    std::to_string(n_seqs_) + " sequences of " + std::to_string(n_ctx) + " positions (KV cache " +
+                        std::to_string(cache_bytes) + " bytes, activations " + std::to_string(activation_bytes) +
+                        ", logits " + std::to_string(logit_bytes) + ")");
   cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
   model_.reserve(max_rows_, logit_rows_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
@@ -79,8 +78,7 @@ void Decoder::reset() {
 }
 
 bool Decoder::is_stop(int32_t token) const {
-  const auto& stops = model_.info().stop_ids;
-  return std::find(stops.begin(), stops.end(), token) != stops.end();
+  return is_stop_token(model_.info().stop_ids, token);
 }
 
 void Decoder::check_token(int32_t token) const {

@@ -19,10 +19,8 @@ KvCache::KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_c
                "KV cache: bad shape ", n_layers, " layers x ", n_seqs, " sequences x ", n_kv_heads,
                " heads x ", n_ctx, " positions x ", head_dim);
   uint64_t bytes = bytes_needed(n_layers, n_seqs, n_ctx, n_kv_heads * head_dim, dtype);
-  size_t free_bytes = 0, total_bytes = 0;
-  if (backend.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
-    fail("the KV cache for ", n_seqs, " sequences of ", n_ctx, " positions needs ", bytes,
-         " bytes, ", free_bytes, " of ", total_bytes, " are free on ", device_name(backend.device()));
+  check_memory_fits(backend, bytes, "the KV cache for " + std::to_string(n_seqs) + " sequences of " +
+                                        std::to_string(n_ctx) + " positions");
   k_ = backend.empty({n_layers, n_seqs * n_kv_heads, n_ctx, head_dim}, dtype);
   v_ = backend.empty({n_layers, n_seqs * n_kv_heads, n_ctx, head_dim}, dtype);
 }

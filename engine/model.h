@@ -1,7 +1,8 @@
 // What the decoder needs from a model: a forward pass over a batch of rows that writes keys and
-// values into a KV cache and produces the logits of selected rows. models/llama.h implements it.
+// values into a KV cache and produces the logits of selected rows. model/llama.h implements it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ struct ModelInfo {
   int32_t bos_id = 1;          // -1: none
   std::vector<int32_t> stop_ids;  // tokens that end a generation
 };
+
+// Whether `token` is one of `stop_ids` (ModelInfo::stop_ids, LlamaConfig::stop_ids).
+inline bool is_stop_token(const std::vector<int32_t>& stop_ids, int32_t token) {
+  return std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+}
 
 // The kernels a forward pass runs. `fused`: one matmul for Q, K and V, RoPE fused into the KV
 // store, the residual add fused into the next RMSNorm, one matmul for the gate and up

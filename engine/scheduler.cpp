@@ -297,7 +297,7 @@ bool Scheduler::step() {
     if (l == nullptr) continue;  // a finished row of a static batch: computed, thrown away
     const int32_t token = samplers_[s].greedy() ? argmax_[i] : samplers_[s].sample(decoder_.logits_row(i));
     const ServeRequest& r = l->request;
-    const bool stop = (r.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) ||
+    const bool stop = (r.stop_at_eos && is_stop_token(stop_ids_, token)) ||
                       std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end();
     if (stop) {
       retire(s, FinishReason::stop, now);

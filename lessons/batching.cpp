@@ -4,9 +4,10 @@
 // Measured throughput follows the first until it meets the second: the curve bends there.
 #include "engine/decoder.h"
 #include "engine/roofline.h"
-#include "models/llama.h"
-#include "models/llama_cost.h"
+#include "model/llama.h"
+#include "model/llama_cost.h"
 #include "lessons/demos.h"
+#include "formats/model_files.h"
 
 namespace minfer::demo {
 
@@ -17,7 +18,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   const Roofline roof = measure_roofline(backend, dtype);
   LlamaOptions options;
   options.dtype = dtype;
-  auto model = LlamaModel::load(spec, backend, options);
+  auto model = load_model(spec, backend, options);
   const LlamaConfig& c = model->config();
   std::vector<std::vector<std::string>> rows;
   double first = 0, best = 0;

@@ -24,9 +24,10 @@
 #include "engine/decoder.h"
 #include "engine/roofline.h"
 #include "lessons/demos.h"
-#include "models/llama.h"
-#include "models/llama_cost.h"
-#include "models/presets.h"
+#include "model/llama.h"
+#include "model/llama_cost.h"
+#include "model/presets.h"
+#include "formats/model_files.h"
 
 namespace minfer::demo {
 
@@ -62,7 +63,7 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
   for (DType dtype : dtypes) {
     LlamaOptions options;
     options.dtype = dtype;
-    auto model = LlamaModel::load(line.spec, backend, options);
+    auto model = load_model(line.spec, backend, options);
     DecoderOptions dec;
     dec.n_ctx = steps + 1;
     Decoder decoder(*model, dec);

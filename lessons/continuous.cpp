@@ -11,7 +11,8 @@
 
 #include "engine/serve_trace.h"
 #include "lessons/demos.h"
-#include "models/llama.h"
+#include "model/llama.h"
+#include "formats/model_files.h"
 
 namespace minfer::demo {
 
@@ -54,7 +55,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   lo.dtype = dtype;
   const int64_t needed = trace_options.prompt_max + trace_options.output_max - 1;
   if (spec.rfind("preset:", 0) == 0) lo.preset_ctx = std::max(needed, find_preset(spec.substr(7)).config.n_ctx);
-  auto model = LlamaModel::load(spec, backend, lo);
+  auto model = load_model(spec, backend, lo);
   const std::vector<TraceRequest> trace = make_trace(trace_options, model->info().vocab_size, model->info().bos_id);
   // note: a static batch prefills all of its prompts before it decodes (as `generate --batch`
   // does), so its budget is the whole batch's prompts. Continuous batching is run twice: with steps

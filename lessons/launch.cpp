@@ -10,9 +10,10 @@
 #include "engine/decoder.h"
 #include "engine/profiler.h"
 #include "core/threads.h"
-#include "models/llama.h"
+#include "model/llama.h"
 #include "lessons/cuda_lessons.h"
 #include "lessons/demos.h"
+#include "formats/model_files.h"
 
 namespace minfer::demo {
 
@@ -28,7 +29,7 @@ StepResult decode_step(Backend& backend, const std::string& spec, Kernels kernel
   backend.set_recording(graphs);
   LlamaOptions options;
   options.kernels = kernels;
-  auto model = LlamaModel::load(spec, backend, options);
+  auto model = load_model(spec, backend, options);
   DecoderOptions dec;
   dec.n_ctx = steps + 1;
   StepResult result{};
@@ -38,7 +39,7 @@ StepResult decode_step(Backend& backend, const std::string& spec, Kernels kernel
     result.ms_per_step = seconds / steps * 1e3;
   }
   ProfilingBackend counter(backend);  // count the ops of one step (outside the timing)
-  auto counted = LlamaModel::load(spec, counter, options);
+  auto counted = load_model(spec, counter, options);
   Decoder decoder(*counted, dec);
   decoder.prefill({{1}});
   counter.reset();

@@ -4,8 +4,9 @@
 // reads the weights 128 times and does 2 FLOPs per weight read, the second reads them once.
 // Then the same inside the engine: 128 decode steps of a model against one 128-token prefill.
 #include "engine/decoder.h"
-#include "models/llama.h"
+#include "model/llama.h"
 #include "lessons/demos.h"
+#include "formats/model_files.h"
 
 namespace minfer::demo {
 
@@ -30,7 +31,7 @@ HalfResult run_half(Backend& backend, int64_t H, const std::string& model_spec, 
 
   LlamaOptions options;
   options.dtype = dtype;
-  auto model = LlamaModel::load(model_spec, backend, options);
+  auto model = load_model(model_spec, backend, options);
   DecoderOptions dec;
   dec.n_ctx = 128;
   Decoder decoder(*model, dec);

@@ -2,10 +2,11 @@
 """Fails when a folder includes a folder above it.
 
 The layers, lowest first (each may include itself and the ones before it):
-    core/  <-  kernels/ref/  <-  kernels/cpu/, kernels/cuda/  <-  engine/  <-  models/
-           <-  lessons/  <-  tools/
-kernels/cpu/ and kernels/cuda/ are siblings: neither includes the other. tests/ and bench/ sit
-outside the stack and may include anything.
+    core/  <-  kernels/ref/  <-  kernels/cpu/, kernels/cuda/  <-  engine/  <-  model/, tokenizers/
+           <-  formats/  <-  lessons/, serve/  <-  cli/
+Siblings (kernels/cpu/ and kernels/cuda/; model/ and tokenizers/; lessons/ and serve/) do not
+include each other. tests/ and bench/ sit outside the stack and may include anything; tools/
+holds scripts only.
 
 Usage: check_layers.py SOURCE_DIR
        check_layers.py --self-test     (the check itself catches a planted upward include)
@@ -14,9 +15,9 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "kernels/ref", "kernels/cpu", "kernels/cuda", "engine", "models", "lessons", "tools"]
-RANK = {"core": 0, "kernels/ref": 1, "kernels/cpu": 2, "kernels/cuda": 2, "engine": 3, "models": 4,
-        "lessons": 5, "tools": 6}
+RANK = {"core": 0, "kernels/ref": 1, "kernels/cpu": 2, "kernels/cuda": 2, "engine": 3, "model": 4,
+        "tokenizers": 4, "formats": 5, "lessons": 6, "serve": 6, "cli": 7}
+LAYERS = list(RANK)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -33,17 +34,19 @@ def self_test() -> int:
         root = pathlib.Path(tmp)
         for rel, text in {"core/a.h": '#include "core/b.h"\n', "core/b.h": "",
                           "kernels/cpu/k.cpp": '#include "kernels/ref/r.h"\n', "kernels/ref/r.h": "",
-                          "engine/e.cpp": '#include "models/m.h"\n', "models/m.h": "",
-                          "kernels/cuda/c.cu": '#include "kernels/cpu/k.h"\n'}.items():
+                          "engine/e.cpp": '#include "model/m.h"\n', "model/m.h": "",
+                          "kernels/cuda/c.cu": '#include "kernels/cpu/k.h"\n',
+                          "formats/f.cpp": '#include "model/m.h"\n', "serve/s.cpp": '#include "lessons/l.h"\n',
+                          "lessons/l.h": "", "model/n.cpp": '#include "tokenizers/t.h"\n', "tokenizers/t.h": ""}.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         problems = scan(root)[1]
-    expected = {"engine/e.cpp", "kernels/cuda/c.cu"}
+    expected = {"engine/e.cpp", "kernels/cuda/c.cu", "serve/s.cpp", "model/n.cpp"}
     found = {p.split(":")[0] for p in problems}
     if found != expected:
         print("FAIL: self-test found", sorted(found), "expected", sorted(expected))
         return 1
-    print("ok: the check finds the two planted upward includes and nothing else")
+    print("ok: the check finds the four planted includes (two upward, two between siblings) and nothing else")
     return 0
 
 

@@ -44,10 +44,9 @@ def request_bytes(body):
             b"Content-Length: %d\r\n\r\n" % len(data)) + data
 
 
-def client(port, kind, stop):
-    """One misbehaving or ordinary client; ends quietly whatever the server does."""
+def client(s, kind, stop):
+    """One misbehaving or ordinary client on its connected socket; ends quietly whatever the server does."""
     try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=2)
         s.settimeout(0.2)
         body = {"prompt": [1, 7], "max_tokens": 500, "temperature": 1, "ignore_eos": True, "stream": kind == "stream"}
         if kind in ("whole", "stream", "half"):
@@ -85,7 +84,10 @@ def main():
     for r in range(rounds):
         proc, port = start(minfer)
         stop = threading.Event()
-        threads = [threading.Thread(target=client, args=(port, k, stop), daemon=True) for k in kinds]
+        # note: every client connects here, before the signal: a thread that connected late (on a
+        # loaded machine) would reach whatever next listens on the freed port, another test's server.
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in kinds]
+        threads = [threading.Thread(target=client, args=(s, k, stop), daemon=True) for s, k in zip(socks, kinds)]
         for t in threads:
             t.start()
         time.sleep(rng.uniform(0.05, 0.6))

@@ -6,12 +6,13 @@
 #include <functional>
 
 #include "engine/decoder.h"
+#include "formats/model_files.h"
 
 namespace minfer::test {
 
 GreedyRun greedy_run(Backend& backend, const std::string& spec, const LlamaOptions& options,
                      const std::vector<int32_t>& prompt, int steps, bool one_by_one) {
-  auto model = LlamaModel::load(spec, backend, options);
+  auto model = load_model(spec, backend, options);
   DecoderOptions dec;
   dec.n_ctx = static_cast<int64_t>(prompt.size()) + steps;
   Decoder decoder(*model, dec);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "models/llama.h"
+#include "model/llama.h"
 
 namespace minfer::test {
 

@@ -2,8 +2,8 @@
 // 8 heads, 4 KV heads, head_dim 8, kv_dim 32, vocab 512, shared classifier).
 #include <gtest/gtest.h>
 
-#include "models/llama_cost.h"
-#include "models/presets.h"
+#include "model/llama_cost.h"
+#include "model/presets.h"
 
 namespace minfer {
 namespace {

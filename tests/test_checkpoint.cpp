@@ -10,7 +10,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "models/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "tests/test_support.h"
 
 namespace minfer::test {

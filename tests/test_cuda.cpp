@@ -4,9 +4,10 @@
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
-#include "models/llama.h"
+#include "model/llama.h"
 #include "tests/greedy_check.h"
 #include "tests/test_support.h"
+#include "formats/model_files.h"
 
 namespace minfer::test {
 namespace {
@@ -138,10 +139,10 @@ TEST(Cuda, GraphsSurviveALargerRequestOnTheSameBackend) {
     return ids;
   };
   auto fresh = make_backend(BackendKind::cuda);
-  auto fresh_model = LlamaModel::load("preset:tiny", *fresh, LlamaOptions{});
+  auto fresh_model = load_model("preset:tiny", *fresh, LlamaOptions{});
   const std::vector<int32_t> expected = run(*fresh, *fresh_model, 1, 40);
   auto shared = make_backend(BackendKind::cuda);
-  auto model = LlamaModel::load("preset:tiny", *shared, LlamaOptions{});
+  auto model = load_model("preset:tiny", *shared, LlamaOptions{});
   model->reserve(2048, 16);  // the model's activations fit both decoders: only the backend's scratch moves
   DecoderOptions small;
   small.n_ctx = 200;
@@ -168,7 +169,7 @@ TEST(Cuda, DecodeLoopAllocatesNothing) {
   for (DType dtype : {DType::f32, DType::f16}) {
     LlamaOptions options;
     options.dtype = dtype;
-    auto model = LlamaModel::load("preset:tiny", *backend, options);
+    auto model = load_model("preset:tiny", *backend, options);
     DecoderOptions dec;
     dec.n_seqs = 3;
     dec.n_ctx = 64;

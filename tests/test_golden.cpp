@@ -8,9 +8,10 @@
 #include "engine/backend.h"
 #include "engine/decoder.h"
 #include "engine/sampler.h"
-#include "models/llama.h"
-#include "models/tokenizer.h"
+#include "model/llama.h"
+#include "tokenizers/tokenizer.h"
 #include "tests/test_support.h"
+#include "formats/model_files.h"
 
 namespace minfer::test {
 namespace {
@@ -31,6 +32,20 @@ TEST(Golden, GreedyIdsMatchRunC) {
   }
 }
 
+// The one-page forward (minfer naive) is run.c's, id for id, greedy and sampled.
+TEST(Golden, NaiveCommandGivesRunCsIds) {
+  SKIP_WITHOUT_GOLDEN(kModel);
+  SKIP_WITHOUT_GOLDEN(kGreedy);
+  SKIP_WITHOUT_GOLDEN(kSampled);
+  CliResult greedy = run_cli({"naive", "-m", golden_path(kModel), "--prompt-ids", "1", "-n", "256", "--print-ids"});
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_EQ(parse_ids(greedy.out), parse_ids(read_file(golden_path(kGreedy))));
+  CliResult sampled = run_cli({"naive", "-m", golden_path(kModel), "--prompt-ids", "1", "-n", "256", "--temp", "1.0",
+                               "--top-p", "0.9", "--seed", "133742", "--print-ids"});
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_EQ(parse_ids(sampled.out), parse_ids(read_file(golden_path(kSampled))));
+}
+
 // Sampling at temperature 1 with top-p 0.9, teacher-forced: at every position the decoder is fed
 // run.c's previous id and our sampler, seeded as run.c's, draws its next coin. Forcing keeps one
 // disagreement from changing every later context.
@@ -47,7 +62,7 @@ TEST(Golden, SampledIdsAgreeWithRunC) {
   ASSERT_EQ(theirs.size(), 256u);
   for (BackendKind kind : {BackendKind::cpu, BackendKind::ref}) {
     auto backend = make_backend(kind);
-    auto model = LlamaModel::load(golden_path(kModel), *backend, {});
+    auto model = load_model(golden_path(kModel), *backend, {});
     DecoderOptions options;
     options.n_ctx = 256;
     Decoder decoder(*model, options);
@@ -83,7 +98,7 @@ TEST(Golden, FirstLogitsMatchRunC) {
   input.insert(input.end(), greedy.begin(), greedy.begin() + 7);
 
   auto backend = make_backend(BackendKind::cpu);
-  auto model = LlamaModel::load(golden_path(kModel), *backend, {});
+  auto model = load_model(golden_path(kModel), *backend, {});
   auto check_row = [&](const float* got, int row, const char* how) {
     float largest = 0.0f;
     for (int i = 0; i < 512; ++i) largest = std::max(largest, std::fabs(expected[row * 512 + i]));

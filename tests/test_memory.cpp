@@ -8,8 +8,9 @@
 #include <string>
 
 #include "engine/backend.h"
-#include "models/llama.h"
+#include "model/llama.h"
 #include "tests/test_support.h"
+#include "formats/model_files.h"
 
 namespace minfer::test {
 namespace {
@@ -60,7 +61,7 @@ TEST(Memory, GeneratePeaksBelowOnePointTwoTimesTheModelFile) {
 // A CPU run leaves libcublas and libcublasLt unmapped (they cost about 200 MB resident linked).
 TEST(Memory, CpuRunsDoNotLoadTheCudaMathLibraries) {
   auto backend = make_backend(BackendKind::cpu);
-  auto model = LlamaModel::load("preset:tiny", *backend, LlamaOptions{});
+  auto model = load_model("preset:tiny", *backend, LlamaOptions{});
   std::ifstream maps("/proc/self/maps");
   ASSERT_TRUE(maps) << "no /proc/self/maps";
   std::string line;

@@ -15,11 +15,11 @@
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/decoder.h"
-#include "models/llama.h"
-#include "models/checkpoint.h"
-#include "models/model_files.h"
-#include "models/model_writers.h"
-#include "tests/naive_llama.h"
+#include "model/llama.h"
+#include "formats/checkpoint.h"
+#include "formats/model_files.h"
+#include "formats/model_writers.h"
+#include "tests/random_llama.h"
 #include "tests/op_harness.h"
 #include "tests/test_support.h"
 
@@ -82,7 +82,7 @@ LlamaHostWeights rounded(const LlamaHostWeights& w, DType dtype) {
 // Logits of a prompt of 9 tokens and 6 more fed one by one, on the reference backend.
 std::vector<std::vector<double>> minfer_logits(const std::string& path, const std::vector<int32_t>& tokens) {
   auto backend = make_backend(BackendKind::ref);
-  auto model = LlamaModel::load(path, *backend, LlamaOptions{});
+  auto model = load_model(path, *backend, LlamaOptions{});
   Decoder decoder(*model, DecoderOptions{});
   std::vector<std::vector<double>> out;
   auto collect = [&] {
@@ -102,7 +102,7 @@ std::vector<std::vector<double>> naive_logits(const LlamaHostWeights& w, const s
   NaiveLlama naive(w);
   std::vector<std::vector<double>> out;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    std::vector<double> l = naive.forward(tokens[i], int64_t(i));
+    std::vector<double> l = naive_forward(naive, tokens[i], int64_t(i));
     if (i >= 8) out.push_back(l);
   }
   return out;

@@ -15,8 +15,8 @@
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
-#include "models/llama.h"
-#include "models/model_files.h"
+#include "model/llama.h"
+#include "formats/model_files.h"
 #include "tests/test_support.h"
 
 namespace minfer::test {
@@ -96,7 +96,7 @@ TEST(ModelFixtures, LogitsAndGreedyIdsMatchTransformers) {
       const std::string label = name_of(f) + " on " + backend_kind_name(kind);
       const nlohmann::json ref = nlohmann::json::parse(read_file(f.reference));
       const std::string dtype = ref["dtype"].get<std::string>();
-      auto model = LlamaModel::load(f.model, *backend, LlamaOptions{});
+      auto model = load_model(f.model, *backend, LlamaOptions{});
       if (dtype == "q8_0") {
         EXPECT_EQ(model->info().dtype, DType::q8_0) << label;
       }

@@ -1,7 +1,7 @@
 // Perplexity and KL divergence (engine/perplexity.h, `minfer perplexity`): a model that predicts
 // every token uniformly has perplexity = vocabulary size; a model against itself has KL 0 and
 // full top-1 agreement; the windows, BOS replacement and scored positions agree with a direct
-// computation from the independent run.c-style forward (tests/naive_llama.h); bad inputs are
+// computation from the independent run.c-style forward (model/naive_llama.h); bad inputs are
 // refused with one line.
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/perplexity.h"
-#include "models/llama.h"
-#include "tests/naive_llama.h"
+#include "model/llama.h"
+#include "tests/random_llama.h"
 #include "tests/test_support.h"
 
 namespace minfer::test {
@@ -120,7 +120,7 @@ TEST(Perplexity, KlAgainstAUniformModelIsLogVocabularyMinusEntropy) {
     std::vector<int32_t> window(tokens.begin() + win * 12, tokens.begin() + (win + 1) * 12);
     window[0] = 1;
     for (int64_t p = 0; p + 1 < 12; ++p) {
-      std::vector<double> z = naive.forward(window[p], p);
+      std::vector<double> z = naive_forward(naive, window[p], p);
       if (p < 6) continue;
       const double max = *std::max_element(z.begin(), z.end());
       double sum = 0.0;
@@ -162,7 +162,7 @@ TEST(Perplexity, MatchesADirectComputationFromTheNaiveForward) {
       std::vector<int32_t> window(tokens.begin() + win * 14, tokens.begin() + (win + 1) * 14);
       if (bos) window[0] = 1;
       for (int64_t p = 0; p + 1 < 14; ++p) {
-        std::vector<double> z = naive.forward(window[p], p);
+        std::vector<double> z = naive_forward(naive, window[p], p);
         if (p < 7) continue;
         double max = z[0];
         for (double v : z) max = std::max(max, v);

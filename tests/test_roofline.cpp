@@ -7,9 +7,9 @@
 #include "core/error.h"
 #include "engine/cpu_info.h"
 #include "engine/roofline.h"
-#include "models/llama.h"
-#include "models/llama_cost.h"
-#include "models/presets.h"
+#include "model/llama.h"
+#include "model/llama_cost.h"
+#include "model/presets.h"
 
 namespace minfer {
 namespace {

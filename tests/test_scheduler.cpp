@@ -16,8 +16,8 @@
 #include "engine/decoder.h"
 #include "engine/scheduler.h"
 #include "engine/serve_trace.h"
-#include "models/llama.h"
-#include "tests/naive_llama.h"
+#include "model/llama.h"
+#include "tests/random_llama.h"
 
 namespace minfer::test {
 namespace {

@@ -18,7 +18,7 @@
 #include <memory>
 #include <thread>
 
-#include "models/model_files.h"
+#include "formats/model_files.h"
 #include "tests/serve_support.h"
 #include "tests/test_support.h"
 
@@ -767,7 +767,7 @@ class ServeAbuse : public ::testing::Test {
   static ServerProcess* server_;
 };
 ServerProcess* ServeAbuse::server_ = nullptr;
-// The sampler state a seed of 0 draws with (tools/serve_api.h's kSeedZeroState).
+// The sampler state a seed of 0 draws with (serve/serve_api.h's kSeedZeroState).
 constexpr uint64_t kSeedZeroStateForTests = 0x9E3779B97F4A7C15ull;
 
 // The answer on `fd` to a client trickling `bytes` a byte every 50 ms for up to 4 s.
@@ -909,7 +909,7 @@ TEST_F(ServeAbuse, TwoDifferentContentLengthsAreRefused) {
   EXPECT_NE(answer.find("two different Content-Length headers"), std::string::npos) << answer;
 }
 
-// --- Who may use it: the API key, Host and Origin (tools/serve_access.h) ---
+// --- Who may use it: the API key, Host and Origin (serve/serve_access.h) ---
 
 // A raw request with extra header lines; the whole answer (the server closes after it).
 std::string raw_answer(int port, const std::string& method, const std::string& path, const std::string& headers,

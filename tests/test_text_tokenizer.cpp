@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "models/text_tokenizer.h"
-#include "models/utf8.h"
+#include "tokenizers/text_tokenizer.h"
+#include "tokenizers/utf8.h"
 #include "test_support.h"
 
 namespace minfer {

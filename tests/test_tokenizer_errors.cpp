@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "models/text_tokenizer.h"
+#include "tokenizers/text_tokenizer.h"
 #include "test_support.h"
 
 namespace minfer {

@@ -1,6 +1,6 @@
 // Whole models on random weights, no golden file needed: the reference backend (kernels/ref on
-// one thread, models/llama.cpp and the decoder) against an independent run.c-style forward pass
-// in double (tests/naive_llama.h), and the CPU and CUDA backends against the reference backend.
+// one thread, model/llama.cpp and the decoder) against an independent run.c-style forward pass
+// (model/naive_llama.h), and the CPU and CUDA backends against the reference backend.
 // The models have grouped-query and multi-query attention, separate classifiers, several
 // sequences at different positions, batched, chunked and one-by-one prefill, and weights strong
 // enough that the logits depend on the tokens and their positions (checked first).
@@ -13,9 +13,9 @@
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
-#include "models/llama.h"
+#include "model/llama.h"
 #include "tests/greedy_check.h"
-#include "tests/naive_llama.h"
+#include "tests/random_llama.h"
 #include "tests/op_harness.h"
 #include "tests/test_support.h"
 
@@ -109,9 +109,9 @@ Logits naive_logits(const LlamaHostWeights& w, const Script& script) {
     NaiveLlama model(w);
     int64_t pos = 0;
     std::vector<double> last;
-    for (int32_t t : script.prompts[s]) last = model.forward(t, pos++);
+    for (int32_t t : script.prompts[s]) last = naive_forward(model, t, pos++);
     out[0].push_back(last);
-    for (size_t i = 0; i < script.steps.size(); ++i) out[i + 1].push_back(model.forward(script.steps[i][s], pos++));
+    for (size_t i = 0; i < script.steps.size(); ++i) out[i + 1].push_back(naive_forward(model, script.steps[i][s], pos++));
   }
   return out;
 }
@@ -204,8 +204,8 @@ TEST(WholeModel, RandomModelsAreSensitiveToTokensAndPositions) {
   for (const Named& n : shapes()) {
     LlamaHostWeights w = weights_for(n, 11);
     NaiveLlama a(w), b(w);
-    std::vector<double> at0 = a.forward(5, 0), a1 = a.forward(9, 1), a2 = a.forward(5, 2);
-    std::vector<double> b0 = b.forward(7, 0), b1 = b.forward(9, 1);
+    std::vector<double> at0 = naive_forward(a, 5, 0), a1 = naive_forward(a, 9, 1), a2 = naive_forward(a, 5, 2);
+    std::vector<double> b0 = naive_forward(b, 7, 0), b1 = naive_forward(b, 9, 1);
     EXPECT_GT(nmse(at0, a2), 0.05) << n.name << ": token 5 at positions 0 and 2";
     EXPECT_GT(nmse(a1, b1), 0.05) << n.name << ": token 9 after different histories";
   }

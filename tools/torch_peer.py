@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-# The presets of models/presets.cpp: dim, hidden, layers, heads, kv heads, vocab, context.
+# The presets of model/presets.cpp: dim, hidden, layers, heads, kv heads, vocab, context.
 PRESETS = {
     "tiny": (64, 172, 5, 8, 4, 512, 512),
     "stories15M": (288, 768, 6, 6, 6, 32000, 256),

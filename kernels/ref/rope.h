@@ -7,7 +7,7 @@ namespace minfer::ref {
 // The rotation table of rotary position embeddings, computed once per model exactly as run.c
 // computes it at every step (in float): for position p and pair j of a head,
 //   table[p, j] = (cos(p * inv_freq[j]), sin(p * inv_freq[j]))
-// with inv_freq[j] = 1 / theta^(2j / head_dim), possibly scaled (models/llama_config.h says how).
+// with inv_freq[j] = 1 / theta^(2j / head_dim), possibly scaled (model/llama_config.h says how).
 // Every backend reads this one table, so all of them rotate by identical angles.
 void rope_table(float* table,            // (n_positions, head_dim / 2, 2)
                 int64_t n_positions,

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "models/checkpoint.h"
+#include "formats/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/gguf.h"
-#include "models/gguf_model.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/hf_model.h"
-#include "models/safetensors.h"
+#include "formats/hf_model.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/tokenizer.h"
+#include "tokenizers/tokenizer.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/tokenizer_json.h"
+#include "tokenizers/tokenizer_json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

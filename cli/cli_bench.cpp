@@ -1,0 +1,334 @@
+// `minfer bench`: prefill and decode throughput in the manner of llama.cpp's llama-bench, with
+// the limit beside every figure.
+//
+// A ppP test prefills B prompts of P tokens in one batched pass (chunks of up to 4096 rows); a
+// tgN test decodes N tokens for each of B sequences, a forward pass over B rows per step,
+// starting from an empty cache. Each test runs once to warm up and then -r times; the figure is
+// the mean +- standard deviation of the per-repetition tokens/s (B x P or B x N tokens over the
+// repetition's time). Tokenisation and sampling are not involved: prompts are fixed pseudo-random
+// ids and decode feeds fixed ids.
+//
+// Beside each figure: for decode the bytes one step reads (every weight matrix once, plus the KV
+// cache read so far, averaged over the steps; model/llama_cost.h) and the achieved GB/s; for
+// prefill the FLOPs and the achieved GFLOP/s. With --roofline the read bandwidth of every memory
+// level and the matmul peak are measured first (engine/roofline.h): a decode row is given as a
+// fraction of the level its bytes per step fit in ("= 62% of L3 61.0"), a prefill row as a
+// fraction of the peak, and a row over 100% says why.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <cstdio>
+#include <vector>
+
+#include "engine/decoder.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "engine/profiler.h"
+#include "engine/roofline.h"
+#include "model/llama_cost.h"
+#include "model/presets.h"
+#include "cli/bench_report.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "formats/model_files.h"
+
+namespace minfer::cli {
+
+namespace {
+
+constexpr const char* kDramBoundSpec = "preset:dram-bound";
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Settings {
+  std::vector<std::string> models;
+  std::vector<int64_t> prompts, gens, batches, threads;
+  std::vector<std::string> dtypes, kernels, graphs;
+  int reps = 5;
+  BackendKind device = BackendKind::cpu;
+  std::string output;
+  bool roofline = false;
+  bool explicit_prompt = false;  // -p given: a prompt longer than a model's context is an error
+  bool profile = false;          // time every op and print where each test spent its time
+  std::optional<DType> kv_dtype;  // --kv-dtype; unset: the decoder's default for the device
+  BackendOptions backend;
+};
+
+// Runs `body` once to warm up and then `reps` times; returns the seconds of each timed run.
+template <class Body>
+std::vector<double> time_reps(Backend& backend, int reps, Body&& body) {
+  body();
+  backend.synchronize();
+  std::vector<double> seconds;
+  for (int r = 0; r < reps; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    body();
+    backend.synchronize();
+    seconds.push_back(seconds_since(start));
+  }
+  return seconds;
+}
+
+class Bench {
+ public:
+  explicit Bench(Settings settings) : s_(std::move(settings)) {}
+
+  std::vector<BenchRow> run() {
+    if (s_.output == "md") print_markdown_header(stdout);
+    if (s_.output == "csv") print_csv_header(stdout);
+    for (const std::string& spec : s_.models)
+      for (const std::string& dtype : s_.dtypes)
+        for (int64_t threads : s_.threads)
+          run_model(spec, dtype == "auto" ? std::optional<DType>() : parse_dtype(dtype.c_str()), static_cast<int>(threads));
+    return rows_;
+  }
+
+ private:
+  void run_model(const std::string& spec, std::optional<DType> dtype, int threads) {
+    BackendOptions options = s_.backend;
+    options.threads = threads;
+    const BackendKind kind = s_.device;
+    std::unique_ptr<Backend> backend = make_backend(kind, options);
+    LlamaOptions model_options;
+    model_options.dtype = dtype;
+    std::unique_ptr<ProfilingBackend> profiler;
+    if (s_.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
+    Backend& runner = profiler ? static_cast<Backend&>(*profiler) : *backend;
+    const std::string model_spec = resolve_spec(spec, *backend);
+    auto model = load_model(model_spec, runner, model_options);
+    roofline_.reset();
+    if (s_.roofline) {
+      roofline_ = measure_roofline(*backend, model->info().dtype);
+      std::fprintf(stderr, "minfer: roofline on %s: %s\n", backend->name().c_str(), roofline_->describe().c_str());
+      std::fprintf(stderr, "minfer: streaming reads by working set: %s\n", roofline_->describe_curve().c_str());
+    }
+    const LlamaConfig& config = model->config();
+    std::vector<int64_t> prompts = s_.prompts;
+    for (auto& p : prompts) {
+      if (p > config.n_ctx && !s_.explicit_prompt) {
+        std::fprintf(stderr, "minfer: %s has a context of %lld: pp%lld becomes pp%lld\n", spec.c_str(),
+                     static_cast<long long>(config.n_ctx), static_cast<long long>(p),
+                     static_cast<long long>(config.n_ctx));
+        p = config.n_ctx;
+      }
+      MINFER_CHECK(p <= config.n_ctx, "-p ", p, " exceeds the context of ", spec, " (", config.n_ctx, ")");
+    }
+    for (int64_t n : s_.gens)
+      MINFER_CHECK(n <= config.n_ctx, "-n ", n, " exceeds the context of ", spec, " (", config.n_ctx, ")");
+    int64_t n_ctx = 1;
+    for (int64_t p : prompts) n_ctx = std::max(n_ctx, p);
+    for (int64_t n : s_.gens) n_ctx = std::max(n_ctx, n);
+
+    // CUDA Graphs apply to CUDA decode only; CPU rows carry an empty "graphs".
+    const std::vector<std::string> graph_modes =
+        kind == BackendKind::cuda ? s_.graphs : std::vector<std::string>{""};
+    BenchRow base;
+    base.model = model_spec;
+    base.n_params = config.n_params();
+    base.model_bytes = model->info().weight_bytes;
+    base.device = backend_kind_name(kind);
+    base.device_name = backend->name();
+    base.dtype = dtype_name(model->info().dtype);
+    base.threads = backend->cpu_threads();
+    base.gemm = gemm_name(options.gemm);
+    base.build_commit = build_commit();
+    for (const std::string& kernels : s_.kernels) {
+      for (const std::string& graphs : graph_modes) {
+        model->set_kernels(kernels == "fused" ? Kernels::fused : Kernels::unfused);
+        if (!graphs.empty()) backend->set_recording(graphs == "on");
+        base.kernels = kernels;
+        base.graphs = graphs;
+        for (int64_t B : s_.batches) {
+          base.batch = B;
+          run_batch(base, *backend, *model, prompts, n_ctx, profiler.get());
+        }
+      }
+    }
+  }
+
+  void run_batch(BenchRow base, Backend& backend, LlamaModel& model, const std::vector<int64_t>& prompts,
+                 int64_t n_ctx, ProfilingBackend* profiler) {
+    const int64_t B = base.batch;
+    DecoderOptions dec;
+    dec.n_seqs = B;
+    dec.n_ctx = n_ctx;
+    dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
+    dec.kv_dtype = s_.kv_dtype;
+    Decoder decoder(model, dec);
+    base.kv_dtype = dtype_name(decoder.cache().dtype());
+    for (int64_t p : prompts) {
+      if (p <= 0) continue;
+      if (profiler) profiler->reset();
+      finish(prefill_row(base, backend, decoder, model.config(), p), profiler);
+    }
+    for (int64_t n : s_.gens) {
+      if (n <= 0) continue;
+      if (profiler) profiler->reset();
+      finish(decode_row(base, backend, decoder, model.config(), model.info().dtype, n), profiler);
+    }
+  }
+
+  BenchRow prefill_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaConfig& c, int64_t P) {
+    const int64_t B = decoder.n_seqs();
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s)
+      for (int64_t i = 0; i < P; ++i)
+        prompts[s].push_back(static_cast<int32_t>((s * 7919 + i * 104729) % c.vocab_size));
+    std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
+      decoder.reset();
+      decoder.prefill(prompts);
+    });
+    row.test = "pp" + std::to_string(P);
+    row.n_prompt = P;
+    for (double t : seconds) row.samples_ts.push_back(double(B * P) / t);
+    mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
+    const double passes_per_second = row.avg_ts / double(B * P);
+    row.bytes_per_step = decode_step_bytes(c, parse_dtype(row.dtype.c_str()), decoder.cache().dtype(), B, P - 1);
+    row.gbps = double(row.bytes_per_step) * passes_per_second / 1e9;
+    row.gflops = double(prefill_flops(c, B, P)) * passes_per_second / 1e9;
+    return row;
+  }
+
+  BenchRow decode_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaConfig& c, DType dtype,
+                      int64_t N) {
+    const int64_t B = decoder.n_seqs();
+    std::vector<int32_t> tokens(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>((3 + s * 31) % c.vocab_size);
+    std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
+      decoder.reset();
+      for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
+    });
+    row.test = "tg" + std::to_string(N);
+    row.n_gen = N;
+    for (double t : seconds) row.samples_ts.push_back(double(B * N) / t);
+    mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
+    uint64_t bytes = 0, flops = 0;
+    for (int64_t pos = 0; pos < N; ++pos) {
+      bytes += decode_step_bytes(c, dtype, decoder.cache().dtype(), B, pos);
+      flops += decode_step_flops(c, B, pos);
+    }
+    row.bytes_per_step = bytes / uint64_t(N);
+    const double steps_per_second = row.avg_ts / double(B);
+    row.gbps = double(row.bytes_per_step) * steps_per_second / 1e9;
+    row.gflops = double(flops) / double(N) * steps_per_second / 1e9;
+    return row;
+  }
+
+  // "preset:dram-bound": stories110M's shape with as many layers as make its weights, in the
+  // smallest dtype asked for, 4x the device's last cache (engine/roofline.h), so every decode
+  // step streams from main memory; any other spec as it is.
+  std::string resolve_spec(const std::string& spec, Backend& backend) const {
+    if (spec != kDramBoundSpec) return spec;
+    DType smallest = DType::f32;
+    for (const std::string& d : s_.dtypes) {
+      const DType dtype = d == "auto" ? DType::f32 : parse_dtype(d.c_str());
+      if (dtype_bytes_per_element(dtype) < dtype_bytes_per_element(smallest)) smallest = dtype;
+    }
+    const uint64_t last_cache = last_cache_bytes(device_memory_levels(backend));
+    const Preset preset = preset_at_least("stories110M", kMainOverLastCache * last_cache, smallest);
+    std::fprintf(stderr, "minfer: %s is preset:%s here: %.2f GB of %s weights, %llux the last cache of %s (%.0f MiB)\n",
+                 spec.c_str(), preset.name.c_str(), double(LlamaModel::weight_bytes(preset.config, smallest)) / 1e9,
+                 dtype_name(smallest), static_cast<unsigned long long>(kMainOverLastCache), backend.name().c_str(),
+                 double(last_cache) / double(1 << 20));
+    return "preset:" + preset.name;
+  }
+
+  // The ceiling each row is compared with: the memory level that holds a decode step's bytes,
+  // or the matmul peak for prefill; and why, where the row reads over it.
+  void judge(BenchRow& row) const {
+    if (!roofline_) return;
+    row.roofline_levels = roofline_->levels;
+    row.roofline_gflops = roofline_->peak_gflops;
+    if (row.decode()) {
+      const MemoryLevel& level = roofline_->level_for(row.bytes_per_step);
+      row.roofline_gbps = level.read_gbps;
+      row.roofline_level = level.name;
+      row.roofline_level_bytes = level.capacity_bytes;
+      row.over_reason = over_ceiling_reason(*roofline_, row.bytes_per_step, row.gbps);
+    } else if (row.gflops > row.roofline_gflops) {
+      row.over_reason = "over: this product runs faster than the shapes the peak was measured on";
+    }
+  }
+
+  void finish(BenchRow row, const ProfilingBackend* profiler) {
+    judge(row);
+    if (s_.output == "md") print_markdown_row(stdout, row);
+    if (s_.output == "csv") print_csv_row(stdout, row);
+    if (profiler != nullptr)
+      std::fprintf(stderr, "\nminfer: where %s at B=%lld spent its time (warm-up and repetitions):\n%s\n",
+                   row.test.c_str(), static_cast<long long>(row.batch), profiler->report().c_str());
+    rows_.push_back(std::move(row));
+  }
+
+ private:
+  Settings s_;
+  std::vector<BenchRow> rows_;
+  std::optional<Roofline> roofline_;  // of the model being measured, with --roofline
+};
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args args("bench", "Measures prefill (ppP) and decode (tgN) throughput, with the roofline beside each figure.",
+            {{"-m,--model", "MODEL", "a model file or folder, or preset:NAME; repeatable (default preset:stories15M)", true},
+             {"-p,--n-prompt", "LIST", "prompt lengths, e.g. 512 or 128,512; 0 skips prefill (default 512)"},
+             {"-n,--n-gen", "LIST", "generated tokens, e.g. 128; 0 skips decode (default 128)"},
+             {"-B,--batch", "LIST", "parallel sequences: 1,4,16 or 1-4 (default 1)"},
+             {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
+             {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
+             {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
+             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0 (default auto)"},
+             {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
+             {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU, the weights' type on CUDA)"},
+             {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
+             {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
+             {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
+             {"--roofline", "", "measure each memory level's read bandwidth and the matmul peak first; rows show % of theirs"},
+             {"--profile", "", "time every op (serialising the device) and print a table per test"},
+             {"-o,--output", "FMT", "md, csv or json (default md)"},
+             {"--save-json", "PATH", "also write the JSON records to PATH"}});
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  Settings s;
+  s.models = args.get_all("-m");
+  if (s.models.empty()) s.models = {"preset:stories15M"};
+  s.prompts = parse_int_list(args.get("-p", "512"), "-p", 0, 1 << 20);
+  s.gens = parse_int_list(args.get("-n", "128"), "-n", 0, 1 << 20);
+  MINFER_CHECK(std::any_of(s.prompts.begin(), s.prompts.end(), [](int64_t p) { return p > 0; }) ||
+                   std::any_of(s.gens.begin(), s.gens.end(), [](int64_t n) { return n > 0; }),
+               "nothing to measure: every -p and -n is 0");
+  s.batches = parse_int_list(args.get("-B", "1"), "-B", 1, 4096);
+  s.threads = parse_int_list(args.get("-t", std::to_string(ThreadPool::hardware_threads())), "-t", 1, 1024);
+  s.reps = static_cast<int>(args.get_int("-r", 5, 1, 1000));
+  s.device = parse_backend_kind(args.get("--device", "auto"));
+  check_backend_options(args, s.device);
+  s.dtypes = parse_list(args.get("--dtype", "auto"), "--dtype");
+  for (const auto& d : s.dtypes)
+    MINFER_CHECK(d == "auto" || parse_dtype(d.c_str()) != DType::i32, "--dtype: weights are auto, f32, f16, bf16 or q8_0");
+  s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
+  for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
+  s.output = args.get("-o", "md");
+  MINFER_CHECK(s.output == "md" || s.output == "csv" || s.output == "json", "-o: '", s.output, "' is not md, csv or json");
+  s.roofline = args.has("--roofline");
+  s.backend.gemm = parse_gemm(args.get("--gemm", "cublas"));
+  s.graphs = parse_list(args.get("--graphs", "on"), "--graphs");
+  for (const auto& g : s.graphs) parse_on_off(g, "--graphs");
+  s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
+  s.explicit_prompt = args.has("-p");
+  s.profile = args.has("--profile");
+  s.kv_dtype = kv_dtype_option(args);
+  if (args.has("--save-json")) check_output_path(args.get("--save-json"), "--save-json");  // before the work
+  Bench bench(s);
+  std::vector<BenchRow> rows = bench.run();
+  std::string json = to_json(rows);
+  if (s.output == "json") std::fputs(json.c_str(), stdout);
+  if (args.has("--save-json")) write_file_atomic(args.get("--save-json"), json);
+  return 0;
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,138 @@
+#include "cli/cli_common.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "formats/model_files.h"
+
+namespace minfer::cli {
+
+std::vector<Option> engine_options() {
+  return {
+      {"-m,--model", "MODEL", "a model: a Hugging Face folder, a .safetensors or .gguf file, a llama2.c\n"
+                              "                              checkpoint, or preset:NAME (required)"},
+      {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
+      {"--dtype", "TYPE", "weights as f32, f16, bf16 or q8_0 (default: as the model stores them; f32 for\n"
+                          "                              llama2.c files and presets)"},
+      {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
+      {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
+      {"--kernels", "KIND", "fused or unfused (default fused)"},
+      {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
+                             "                              type, f16 for q8_0); bf16 is CUDA only"},
+      {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
+      {"--graphs", "ON|OFF", "CUDA: replay decode steps as CUDA Graphs (default on)"},
+  };
+}
+
+bool parse_on_off(const std::string& value, const std::string& option) {
+  MINFER_CHECK(value == "on" || value == "off", option, ": '", value, "' is not on or off");
+  return value == "on";
+}
+
+void check_backend_options(const Args& args, BackendKind kind) {
+  for (const char* option : {"--gemm", "--graphs"})
+    if (args.declared(option) && args.has(option) && kind != BackendKind::cuda)
+      fail(option, " applies to CUDA only; it does nothing on the ", backend_kind_name(kind), " device");
+  for (const char* option : {"--threads", "--spin-us"})
+    if (args.declared(option) && args.has(option) && kind != BackendKind::cpu)
+      fail(option, " sets the CPU backend's workers; it does nothing on the ", backend_kind_name(kind), " device");
+}
+
+BackendOptions backend_options(const Args& args) {
+  BackendOptions options;
+  options.threads = static_cast<int>(args.get_int("--threads", 0, 1, 1024));
+  options.spin_us = static_cast<int>(args.get_int("--spin-us", options.spin_us, 0, 1000000));
+  options.gemm = parse_gemm(args.get("--gemm", "cublas"));
+  options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
+  return options;
+}
+
+std::optional<DType> kv_dtype_option(const Args& args) {
+  if (!args.declared("--kv-dtype") || !args.has("--kv-dtype")) return std::nullopt;
+  const std::string name = args.get("--kv-dtype");
+  MINFER_CHECK(name == "f32" || name == "f16" || name == "bf16", "--kv-dtype: '", name, "' is not f32, f16 or bf16");
+  return parse_dtype(name.c_str());
+}
+
+LlamaOptions llama_options(const Args& args) {
+  LlamaOptions options;
+  if (args.has("--dtype")) {
+    options.dtype = parse_dtype(args.get("--dtype").c_str());
+    MINFER_CHECK(*options.dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
+  }
+  std::string kernels = args.get("--kernels", "fused");
+  MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
+               "' is not fused or unfused");
+  options.kernels = kernels == "fused" ? Kernels::fused : Kernels::unfused;
+  return options;
+}
+
+std::string prompt_text(const Args& args) {
+  MINFER_CHECK(args.has("-i") != args.has("-f"), "give the text as -i TEXT or -f FILE, one of them");
+  if (args.has("-i")) return args.get("-i");
+  return InputFile(args.get("-f"), "text file").read_all(uint64_t(64) << 20);
+}
+
+std::unique_ptr<TextTokenizer> command_tokenizer(const Args& args, const std::string& model_spec) {
+  if (args.has("-z")) return load_tokenizer_file(args.get("-z"));
+  if (model_spec.empty()) return nullptr;
+  return load_model_tokenizer(model_spec);
+}
+
+void check_tokenizer_fits(const TextTokenizer& tokenizer, const ModelInfo& info, const std::string& source) {
+  MINFER_CHECK(tokenizer.vocab_size() <= info.vocab_size, source, ": ", tokenizer.vocab_size(),
+               " tokens, but the model has a vocabulary of ", info.vocab_size);
+}
+
+std::string TextStream::push(int32_t id) {
+  std::string text = utf8_.push(tokenizer_.token_bytes(previous_, id));
+  previous_ = id;
+  return printable(std::move(text));
+}
+
+std::string TextStream::flush() { return printable(utf8_.flush()); }
+
+std::string TextStream::printable(std::string text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) out += c;
+    else if (c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f') out += c;
+  }
+  return out;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (uint64_t(1) << 30))
+    std::snprintf(text, sizeof(text), "%.2f GiB", double(bytes) / double(1 << 30));
+  else
+    std::snprintf(text, sizeof(text), "%.1f MiB", double(bytes) / double(1 << 20));
+  return text;
+}
+
+Engine load_engine(const Args& args, const std::string& model_spec) {
+  return load_engine(args, model_spec, llama_options(args));
+}
+
+Engine load_engine(const Args& args, const std::string& model_spec, const LlamaOptions& options) {
+  MINFER_CHECK(!model_spec.empty(), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  Engine engine;
+  const BackendKind kind = parse_backend_kind(args.get("--device", "auto"));
+  check_backend_options(args, kind);
+  engine.backend = make_backend(kind, backend_options(args));
+  engine.model = load_model(model_spec, *engine.backend, options);
+  describe_model(*engine.model, *engine.backend, "model");
+  return engine;
+}
+
+void describe_model(const LlamaModel& model, const Backend& backend, const char* what) {
+  const ModelInfo& info = model.info();
+  std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights on %s\n", what, info.name.c_str(),
+               info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(),
+               dtype_name(info.dtype), backend.name().c_str());
+}
+
+}  // namespace minfer::cli

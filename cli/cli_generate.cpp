@@ -1,0 +1,158 @@
+// `minfer generate`: text (or token ids) from a prompt, for one sequence or a batch of them.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/decoder.h"
+#include "core/error.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+
+namespace minfer::cli {
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (int64_t v : parse_int_list(text, "--prompt-ids", 0, INT32_MAX)) ids.push_back(static_cast<int32_t>(v));
+  return ids;
+}
+
+void print_timing(const char* what, double seconds, int64_t tokens, const char* unit) {
+  double ms = seconds * 1e3;
+  std::fprintf(stderr, "minfer: %16s = %10.2f ms / %5lld %s (%8.2f ms per token, %9.2f tokens per second)\n",
+               what, ms, static_cast<long long>(tokens), unit, tokens > 0 ? ms / double(tokens) : 0.0,
+               seconds > 0 ? double(tokens) / seconds : 0.0);
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  std::vector<Option> options = engine_options();
+  options.insert(options.end(), {
+      {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
+      {"-i,--prompt", "TEXT", "the prompt as text (with the special tokens the tokenizer adds: BOS for\n"
+                              "                              Llama 2 and 3, as run.c and llama.cpp encode)"},
+      {"-f,--file", "PATH", "the prompt as text, from a file (instead of -i)"},
+      {"--prompt-ids", "IDS", "the prompt as token ids, e.g. 1,450,4996 (instead of -i)"},
+      {"-n,--n-new", "N", "new tokens per sequence after the prompt (default 256)"},
+      {"--temp", "T", "temperature >= 0; 0 is greedy, and so is one so small that logits / T\n"
+                      "                              overflows float (default 1.0)"},
+      {"--top-p", "P", "nucleus sampling threshold in (0, 1]; 1 samples the whole distribution\n"
+                       "                              (default 0.9)"},
+      {"--seed", "S", "random seed >= 1 (default: from the clock); sequence i uses S + i"},
+      {"--batch", "B", "sequences generated together (default 1)"},
+      {"--ctx", "N", "positions per sequence (default: what the request needs)"},
+      {"--prefill", "MODE", "batched (default) or one-by-one (a forward pass per prompt token)"},
+      {"--ignore-eos", "", "keep generating past the model's stop tokens (EOS; BOS or EOS in a\n"
+                            "                              llama2.c file, as run.c stops)"},
+      {"--print-ids", "", "print only the generated ids, comma-separated, a line per sequence"},
+  });
+  Args args("generate", "Generates text from a prompt with a model (Hugging Face, GGUF, llama2.c) or a preset.", options);
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  const bool text_prompt = args.has("-i") || args.has("-f");
+  MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  const std::optional<DType> kv_dtype = kv_dtype_option(args);
+  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
+  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer: this model carries none, ",
+               "give one with -z (a tokenizer.json, or llama2.c's tokenizer.bin)");
+
+  GenerateOptions gen;
+  gen.n_new = args.get_int("-n", 256, 1, 1 << 20);
+  gen.temperature = static_cast<float>(args.get_double("--temp", 1.0, 0.0, 1e6));
+  gen.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
+  MINFER_CHECK(gen.top_p > 0.0f, "--top-p: ", gen.top_p, " is outside (0, 1]");
+  gen.seed = args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
+                                : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  const std::string prefill = args.get("--prefill", "batched");
+  MINFER_CHECK(prefill == "batched" || prefill == "one-by-one", "--prefill: '", prefill,
+               "' is not batched or one-by-one");
+  gen.prefill_one_by_one = prefill == "one-by-one";
+  gen.stop_at_eos = !args.has("--ignore-eos");
+  const int64_t batch = args.get_int("--batch", 1, 1, 4096);
+
+  std::vector<int32_t> prompt;
+  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true);
+  if (args.has("--prompt-ids")) prompt = parse_ids(args.get("--prompt-ids"));
+
+  Engine engine = load_engine(args, args.get("-m"));
+  const ModelInfo& info = engine.model->info();
+  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  // No prompt at all: BOS alone, run.c's empty prompt (a model without BOS needs a prompt).
+  if (!text_prompt && !args.has("--prompt-ids") && info.bos_id >= 0) prompt = {info.bos_id};
+  MINFER_CHECK(!prompt.empty(), "the prompt has no tokens", info.bos_id < 0 ? " (and this model has no BOS token to start from)" : "");
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  check_fits_context(P, gen.n_new, info.n_ctx);
+  DecoderOptions dec;
+  dec.n_seqs = batch;
+  dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + gen.n_new - 1;
+  check_fits_context(P, gen.n_new, dec.n_ctx);
+  dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
+  dec.kv_dtype = kv_dtype;
+  Decoder decoder(*engine.model, dec);
+  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
+               format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),
+               static_cast<long long>(batch), static_cast<long long>(decoder.n_ctx()));
+
+  const bool print_ids = args.has("--print-ids");
+  const bool stream = !print_ids && batch == 1;
+  // Streaming echoes the prompt first (without a leading BOS), as run.c and llama.cpp do.
+  std::unique_ptr<TextStream> text;
+  if (tokenizer) text = std::make_unique<TextStream>(*tokenizer);
+  bool first_id = true;
+  auto print_token = [&](int32_t token) {
+    if (text) {
+      std::fputs(text->push(token).c_str(), stdout);
+    } else {
+      std::printf("%s%d", first_id ? "" : ",", token);
+      first_id = false;
+    }
+  };
+  if (stream)
+    for (size_t i = prompt.front() == info.bos_id ? 1 : 0; i < prompt.size(); ++i) print_token(prompt[i]);
+  auto on_token = [&](int64_t, int32_t token) {
+    if (!stream) return;
+    print_token(token);
+    std::fflush(stdout);
+  };
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch), prompt);
+  GenerateResult result = decoder.generate(prompts, gen, on_token);
+
+  for (int64_t s = 0; s < batch; ++s) {
+    const auto& ids = result.tokens[s];
+    if (print_ids) {
+      for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
+      std::printf("\n");
+    } else if (!stream) {
+      std::printf("--- sequence %lld ---\n", static_cast<long long>(s));
+      if (tokenizer) {
+        TextStream sequence(*tokenizer);
+        for (int32_t id : ids) std::fputs(sequence.push(id).c_str(), stdout);
+        std::fputs(sequence.flush().c_str(), stdout);
+      } else {
+        for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
+      }
+      std::printf("\n");
+    }
+  }
+  if (stream && text) std::fputs(text->flush().c_str(), stdout);
+  if (stream) std::printf("\n");
+  std::fflush(stdout);
+  int64_t generated = 0;
+  for (const auto& t : result.tokens) generated += static_cast<int64_t>(t.size());
+  print_timing("prompt eval time", result.prefill_seconds, result.prompt_tokens, "tokens");
+  print_timing("eval time", result.decode_seconds, result.decode_tokens, "tokens");
+  std::fprintf(stderr, "minfer: %lld prompt tokens, %lld generated tokens, %lld sequences, seed %llu%s\n",
+               static_cast<long long>(result.prompt_tokens), static_cast<long long>(generated),
+               static_cast<long long>(batch), static_cast<unsigned long long>(gen.seed),
+               gen.temperature == 0.0f ? " (greedy)" : "");
+  return 0;
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,310 @@
+// `minfer serve`: a model behind an OpenAI-style HTTP API (serve/serve_http.h), its requests
+// batched continuously by the scheduler (engine/scheduler.h).
+//
+// Threads: this one starts the others and then waits for a reason to stop; the engine's runs
+// Scheduler::run; httplib's acceptor and one per connection serve HTTP; a signal-watching thread
+// takes SIGINT and SIGTERM.
+//
+// Signals: SIGINT and SIGTERM are blocked in every thread (before the first thread starts, so
+// that each inherits the mask) and taken by sigtimedwait on the watching thread, never in a
+// handler. Until the server listens, a signal ends the process as it ends minfer's other
+// commands (re-raised, so that core/files.h's cleanup handler runs; serve writes no files).
+// Once serving, the first signal drains: /health and new completions answer 503, the requests
+// in flight have --shutdown-grace seconds to finish, what is left is cancelled (2 s to end), the
+// listening socket closes, connections still open are cut 2 s later whatever their clients do,
+// and the process exits 0 with a line of counts. A second signal ends the grace
+// period at once.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/scheduler.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "serve/serve_http.h"
+
+namespace minfer::cli {
+
+#if MINFER_HAVE_HTTPLIB
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What can end serving, as the threads report it to the main thread.
+class ServeEvents {
+ public:
+  void signal() { update([&] { ++signals_; }); }
+  void engine_failed(const std::string& message) {
+    update([&] { engine_error_ = message.empty() ? "unknown error" : message; });
+  }
+  void listener_ended() { update([&] { listener_ended_ = true; }); }
+
+  int signals() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return signals_;
+  }
+  std::string engine_error() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return engine_error_;
+  }
+  bool listener_failed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return listener_ended_;
+  }
+  // Waits until done(signals, engine failed, listener ended) holds, checked at every event.
+  template <class Done>
+  void wait(Done done) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done(signals_, !engine_error_.empty(), listener_ended_); });
+  }
+  template <class Done>
+  void wait_for(Done done, Clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, timeout, [&] { return done(signals_, !engine_error_.empty(), listener_ended_); });
+  }
+
+ private:
+  template <class F>
+  void update(F f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      f();
+    }
+    changed_.notify_all();
+  }
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int signals_ = 0;
+  std::string engine_error_;
+  bool listener_ended_ = false;
+};
+
+// The signal-watching thread. Made before any other thread, so that all of them block the signals.
+class SignalWatch {
+ public:
+  explicit SignalWatch(ServeEvents& events) : events_(events) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SignalWatch() {
+    done_ = true;
+    thread_.join();
+  }
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+  void serving() { serving_ = true; }
+
+ private:
+  void watch() {
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done_) {
+      const int sig = sigtimedwait(&signals_, nullptr, &tick);
+      if (sig < 0) continue;  // the tick passed (EAGAIN), or EINTR
+      if (serving_) {
+        events_.signal();
+        continue;
+      }
+      // Not serving yet (loading the model): end as the other commands end.
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      raise(sig);
+    }
+  }
+  ServeEvents& events_;
+  sigset_t signals_;
+  std::atomic<bool> serving_{false}, done_{false};
+  std::thread thread_;
+};
+
+// "model.gguf" for -m /models/model.gguf, "SmolLM2-135M" for -m SmolLM2-135M/, presets as given.
+std::string model_name(std::string spec) {
+  while (spec.size() > 1 && spec.back() == '/') spec.pop_back();
+  const size_t slash = spec.rfind('/');
+  return slash == std::string::npos ? spec : spec.substr(slash + 1);
+}
+
+constexpr int64_t kSpareConnections = 32;
+// After the grace period, how long the cancelled requests have to end before the connections
+// still open are cut (ServeHttp::stop gives those 2 s more to finish writing).
+constexpr auto kCancelWait = std::chrono::seconds(2);
+
+int serve(const Args& args) {
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  ServeHttpOptions http_options;
+  http_options.host = args.get("--host", "127.0.0.1");
+  MINFER_CHECK(!http_options.host.empty(), "--host: empty address");
+  http_options.port = static_cast<int>(args.get_int("--port", 8080, 0, 65535));
+  http_options.max_body_bytes = args.get_int("--max-body-bytes", 1 << 20, 64, 1 << 30);
+  http_options.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
+  http_options.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
+  http_options.model_name = model_name(args.get("-m"));
+  MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")), "--api-key and --api-key-file: one or the other");
+  const std::string api_key = args.has("--api-key-file") ? read_api_key_file(args.get("--api-key-file")) : args.get("--api-key", "");
+  MINFER_CHECK(!args.has("--api-key") || !api_key.empty(), "--api-key: empty key");
+  http_options.access =
+      make_access_options(http_options.host, api_key, args.get("--allowed-hosts", ""), args.get("--allowed-origins", ""));
+  SchedulerOptions scheduler_options;
+  scheduler_options.slots = args.get_int("--slots", 8, 1, 4096);
+  scheduler_options.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
+  MINFER_CHECK(scheduler_options.step_tokens >= scheduler_options.slots, "--step-tokens (",
+               scheduler_options.step_tokens, ") must be at least --slots (", scheduler_options.slots,
+               "): every slot decodes a row each step");
+  scheduler_options.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
+  // note: every request in a slot or in the queue holds a connection; beyond those, kSpareConnections
+  // for /health, /metrics and clients between requests. Refusing at the socket before the queue is
+  // full would answer 503 where a request could have waited (and 429 is the answer when it is full).
+  http_options.max_connections = args.get_int("--max-connections", scheduler_options.slots + scheduler_options.max_queue +
+                                                                        kSpareConnections, 1, 1 << 16);
+  scheduler_options.kv_dtype = kv_dtype_option(args);
+  const double grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
+
+  ServeEvents events;
+  SignalWatch signals(events);  // before the backend's threads start
+  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
+  const std::string spec = args.get("-m");
+  LlamaOptions llama = llama_options(args);
+  // A preset is a shape, not a trained model: --ctx may ask it for a longer context (as bench-serve does).
+  if (spec.rfind("preset:", 0) == 0 && args.has("--ctx"))
+    llama.preset_ctx = std::max(find_preset(spec.substr(7)).config.n_ctx, args.get_int("--ctx", 0, 1, 1 << 20));
+  Engine engine = load_engine(args, spec, llama);
+  const ModelInfo& info = engine.model->info();
+  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  // note: the default context per slot is the model's, up to 4096 positions: S slots of a
+  // 128k-context model would ask for a KV cache no machine has.
+  const int64_t n_ctx =
+      args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : std::min<int64_t>(info.n_ctx, 4096);
+  scheduler_options.n_ctx = n_ctx;
+  http_options.limits.max_prompt_tokens = args.get_int("--max-prompt-tokens", n_ctx, 1, n_ctx);
+  http_options.limits.max_tokens_limit = args.get_int("--max-tokens-limit", n_ctx, 1, n_ctx);
+  Scheduler scheduler(*engine.model, scheduler_options);
+  const KvCache& cache = scheduler.decoder().cache();
+  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n",
+               format_bytes(cache.bytes()).c_str(), dtype_name(cache.dtype()),
+               static_cast<long long>(scheduler_options.slots), static_cast<long long>(scheduler.n_ctx()),
+               tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
+
+  ServeHttp http(scheduler, info, tokenizer.get(), http_options);
+  const int port = http.bind();
+  std::atomic<bool> engine_stop{false};
+  std::thread engine_thread([&] {
+    try {
+      scheduler.run(engine_stop);
+    } catch (const std::exception& e) {
+      http.engine_failed(e.what());
+      events.engine_failed(e.what());
+    }
+  });
+  std::thread listener([&] {
+    http.listen();
+    events.listener_ended();
+  });
+  // Joins the threads on every way out, in order: no new connections, then the engine.
+  struct Joiner {
+    ServeHttp& http;
+    Scheduler& scheduler;
+    std::atomic<bool>& engine_stop;
+    std::thread &listener, &engine_thread;
+    ~Joiner() {
+      scheduler.cancel_all();
+      http.stop();
+      listener.join();
+      engine_stop = true;
+      scheduler.notify();
+      engine_thread.join();
+    }
+  } joiner{http, scheduler, engine_stop, listener, engine_thread};
+
+  const std::string& host = http_options.host;
+  std::fprintf(stderr, "minfer: listening on http://%s:%d\n",
+               (host.find(':') != std::string::npos ? "[" + host + "]" : host).c_str(), port);
+  std::fflush(stderr);
+  signals.serving();
+
+  events.wait([](int n_signals, bool engine_error, bool listener_ended) {
+    return n_signals > 0 || engine_error || listener_ended;
+  });
+  const bool failed = !events.engine_error().empty() || (events.listener_failed() && events.signals() == 0);
+  if (!failed)
+    std::fprintf(stderr, "minfer: shutting down: %lld requests in flight, %g s to finish\n",
+                 static_cast<long long>(http.in_flight()), grace);
+  http.drain();
+  const auto grace_end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+  while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
+    events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
+  // What is left is cancelled, again while handlers that were still parsing submit; a body still
+  // arriving is not waited for.
+  http.stop_reading();
+  const auto cancel_end = Clock::now() + kCancelWait;
+  while (http.in_flight() > 0 && Clock::now() < cancel_end) {
+    scheduler.cancel_all();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!events.engine_error().empty()) fail("the engine stopped: ", events.engine_error());
+  if (failed) fail("the HTTP server stopped: its listening socket failed");
+  const FinishCounts finished = http.finished();
+  std::fprintf(stderr, "minfer: shut down; requests finished: %llu, cancelled: %llu\n",
+               static_cast<unsigned long long>(finished.stop + finished.length),
+               static_cast<unsigned long long>(finished.cancelled));
+  return 0;
+}
+
+}  // namespace
+#endif  // MINFER_HAVE_HTTPLIB
+
+int cmd_serve(int argc, char** argv) {
+  std::vector<Option> options = engine_options();
+  options.insert(options.end(), {
+      {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
+      {"--host", "ADDR", "the address to listen on (default 127.0.0.1: this machine only)"},
+      {"--port", "N", "the port (default 8080; 0: a free port, printed)"},
+      {"--slots", "N", "requests decoded together (default 8)"},
+      {"--ctx", "N", "positions per slot (default: the model's context, at most 4096)"},
+      {"--step-tokens", "N", "rows per forward pass at most: decode rows plus prompt chunks (default 256)"},
+      {"--max-queue", "N", "requests waiting for a slot at most; more are answered 429 (default 256)"},
+      {"--max-body-bytes", "N", "the largest request body (default 1048576)"},
+      {"--max-prompt-tokens", "N", "the longest prompt (default: the context)"},
+      {"--max-tokens-limit", "N", "the largest max_tokens a request may ask for (default: the context)"},
+      {"--max-connections", "N", "open connections at most; more are answered 503 (default: slots + max-queue + 32)"},
+      {"--api-key", "KEY", "every route but /health wants Authorization: Bearer KEY, else 401 (default: none)"},
+      {"--api-key-file", "PATH", "the key from the first line of PATH (kept out of the process list)"},
+      {"--allowed-hosts", "LIST", "Host names served, comma-separated, * any (default: on a loopback address only\n"
+                                  "                              localhost, 127.0.0.1 and [::1], else any); others get 403"},
+      {"--allowed-origins", "LIST", "browser origins served, with CORS headers (e.g. http://localhost:3000), * any\n"
+                                    "                              (default: none); a request from another Origin gets 403"},
+      {"--header-timeout", "S", "seconds a request's line and headers have to arrive whole, or 408 (default 10)"},
+      {"--body-timeout", "S", "seconds its body has to arrive after them, or 408 (default 30)"},
+      {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},
+  });
+  Args args("serve",
+            "Serves a model over HTTP: OpenAI's completions API (POST /v1/completions), with\n"
+            "continuous batching; GET /v1/models, /health and /metrics (Prometheus).",
+            options);
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+#if MINFER_HAVE_HTTPLIB
+  return serve(args);
+#else
+  fail("this minfer was built without cpp-httplib (apt-get install libcpp-httplib-dev)");
+#endif
+}
+
+}  // namespace minfer::cli

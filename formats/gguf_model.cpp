@@ -1,0 +1,152 @@
+#include "formats/gguf_model.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+
+namespace minfer {
+
+LlamaConfig read_gguf_config(const GgufFile& f) {
+  const std::string arch = f.text("general.architecture", true, "");
+  if (arch != "llama") fail(f.path(), ": architecture '", arch, "' is not supported (minfer runs llama)");
+  LlamaConfig c;
+  c.dim = f.integer("llama.embedding_length", true, 0);
+  c.hidden_dim = f.integer("llama.feed_forward_length", true, 0);
+  c.n_layers = f.integer("llama.block_count", true, 0);
+  c.n_heads = f.integer("llama.attention.head_count", true, 0);
+  c.n_kv_heads = f.integer("llama.attention.head_count_kv", false, c.n_heads);
+  c.n_ctx = f.integer("llama.context_length", true, 0);
+  c.rms_eps = static_cast<float>(f.number("llama.attention.layer_norm_rms_epsilon", false, 1e-5));
+  c.rope_theta = f.number("llama.rope.freq_base", false, 10000.0);
+  const int64_t key_length = f.integer("llama.attention.key_length", false, 0);
+  if (key_length > 0 && (c.n_heads <= 0 || c.dim % c.n_heads != 0 || key_length != c.dim / c.n_heads))
+    c.head_size = key_length;
+  if (f.integer("llama.attention.value_length", false, key_length) != key_length)
+    fail(f.path(), ": keys and values of different widths are not supported");
+  if (f.find("llama.expert_count") != nullptr && f.integer("llama.expert_count", false, 0) > 0)
+    fail(f.path(), ": mixture-of-experts models are not supported");
+  const std::string scaling = f.text("llama.rope.scaling.type", false, "none");
+  if (scaling == "linear") {
+    c.rope_scaling.type = RopeScaling::Type::linear;
+    c.rope_scaling.factor = f.number("llama.rope.scaling.factor", true, 1.0);
+  } else if (scaling != "none") {
+    fail(f.path(), ": rope scaling '", scaling, "' is not supported (minfer supports linear, and llama3 through rope_freqs)");
+  }
+  const Tensor embedding = f.view("token_embd.weight");
+  c.vocab_size = f.integer("llama.vocab_size", false, embedding.size(0));
+  c.shared_classifier = !f.has_tensor("output.weight");
+  if (f.has_tensor("rope_freqs.weight")) {
+    const Tensor factors = f.view("rope_freqs.weight");
+    if (factors.dtype() != DType::f32 || factors.ndim() != 1)
+      fail(f.path(), ": rope_freqs.weight must be an F32 vector, it is ", factors.str());
+    c.rope_scaling.type = RopeScaling::Type::factors;
+    c.rope_scaling.factors.assign(factors.data_as<float>(), factors.data_as<float>() + factors.numel());
+  }
+  c.bos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.bos_token_id", false, -1));
+  c.stop_ids.clear();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int64_t id = f.integer(key, false, -1);
+    if (id >= 0 && id <= INT32_MAX) c.stop_ids.push_back(static_cast<int32_t>(id));
+  }
+  c.validate(f.path());
+  return c;
+}
+
+namespace {
+
+std::vector<std::string> strings(const GgufFile& f, const std::string& key, bool required) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) {
+    if (required) fail(f.path(), ": metadata '", key, "' is missing");
+    return {};
+  }
+  if (v->type != GgufValue::Type::array || v->element != GgufValue::Type::string)
+    fail(f.path(), ": metadata '", key, "' is not an array of strings");
+  return v->strings;
+}
+
+std::vector<double> numbers(const GgufFile& f, const std::string& key) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) return {};
+  if (v->type != GgufValue::Type::array || v->element == GgufValue::Type::string)
+    fail(f.path(), ": metadata '", key, "' is not an array of numbers");
+  return v->numbers;
+}
+
+bool flag(const GgufFile& f, const std::string& key, bool fallback) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) return fallback;
+  if (v->type != GgufValue::Type::boolean) fail(f.path(), ": metadata '", key, "' is not a bool");
+  return v->boolean;
+}
+
+}  // namespace
+
+LlamaHostWeights load_gguf_weights(const std::string& path) {
+  auto file = std::make_shared<GgufFile>(path);
+  LlamaHostWeights w;
+  w.config = read_gguf_config(*file);
+  const LlamaConfig& c = w.config;
+  w.owner = file;
+  w.token_embedding = file->view("token_embd.weight");
+  w.rms_final = file->view("output_norm.weight");
+  w.classifier = c.shared_classifier ? w.token_embedding : file->view("output.weight");
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LlamaHostWeights::Layer& layer = w.layers[static_cast<size_t>(l)];
+    layer.rms_att = file->view(p + "attn_norm.weight");
+    layer.wq = file->view(p + "attn_q.weight");
+    layer.wk = file->view(p + "attn_k.weight");
+    layer.wv = file->view(p + "attn_v.weight");
+    layer.wo = file->view(p + "attn_output.weight");
+    layer.rms_ffn = file->view(p + "ffn_norm.weight");
+    layer.w1 = file->view(p + "ffn_gate.weight");
+    layer.w3 = file->view(p + "ffn_up.weight");
+    layer.w2 = file->view(p + "ffn_down.weight");
+  }
+  w.release = [file](const Tensor& t) { file->drop(t); };
+  w.validate(path);
+  return w;
+}
+
+bool gguf_has_vocab(const std::string& path) {
+  return GgufFile(path).find("tokenizer.ggml.tokens") != nullptr;
+}
+
+GgufVocab read_gguf_vocab(const std::string& path) { return read_gguf_vocab(GgufFile(path)); }
+
+GgufVocab read_gguf_vocab(const GgufFile& f) {
+  GgufVocab v;
+  v.model = f.text("tokenizer.ggml.model", true, "");
+  v.pre = f.text("tokenizer.ggml.pre", false, "default");
+  v.tokens = strings(f, "tokenizer.ggml.tokens", true);
+  for (double s : numbers(f, "tokenizer.ggml.scores")) v.scores.push_back(static_cast<float>(s));
+  for (double t : numbers(f, "tokenizer.ggml.token_type")) {
+    // (A float out of int32's range would make the conversion undefined.)
+    if (!(t >= 0 && t <= 255 && t == std::floor(t)))
+      fail(f.path(), ": metadata 'tokenizer.ggml.token_type' holds ", t, ", not a token type (0-255)");
+    v.token_types.push_back(static_cast<int32_t>(t));
+  }
+  v.merges = strings(f, "tokenizer.ggml.merges", false);
+  v.bos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.bos_token_id", false, -1));
+  v.eos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.eos_token_id", false, -1));
+  v.unknown_id = static_cast<int32_t>(f.integer("tokenizer.ggml.unknown_token_id", false, -1));
+  v.padding_id = static_cast<int32_t>(f.integer("tokenizer.ggml.padding_token_id", false, -1));
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int64_t id = f.integer(key, false, -1);
+    if (id >= 0 && id <= INT32_MAX) v.eot_ids.push_back(static_cast<int32_t>(id));
+  }
+  // Where a key is absent, llama.cpp's defaults (src/llama-vocab.cpp): SentencePiece ("llama")
+  // adds BOS and a space prefix; byte-level BPE ("gpt2") adds BOS for the Llama 3 family of
+  // pre-tokenizers only, and never a space prefix.
+  const bool spm = v.model == "llama";
+  const bool llama3_family = v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "llama-bpe";
+  v.add_bos = flag(f, "tokenizer.ggml.add_bos_token", spm || llama3_family);
+  v.add_eos = flag(f, "tokenizer.ggml.add_eos_token", false);
+  v.add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", spm);
+  return v;
+}
+
+}  // namespace minfer

@@ -1,0 +1,263 @@
+#include "formats/hf_model.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+
+namespace minfer {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr uint64_t kMaxJsonBytes = uint64_t(16) << 20;
+
+json read_json(const std::string& path, const std::string& what) {
+  const std::string text = InputFile(path, what).read_all(kMaxJsonBytes);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(path, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The ids of a bos_token_id / eos_token_id field: an int, a list of ints, or null.
+std::vector<int32_t> token_ids(const json& v, const std::string& source, const char* key) {
+  std::vector<int32_t> ids;
+  auto one = [&](const json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+      fail(source, ": ", key, " must be a token id or a list of them");
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  };
+  if (v.is_null()) return ids;
+  if (v.is_array()) {
+    if (v.size() > 64) fail(source, ": ", key, " lists ", v.size(), " ids");
+    for (const auto& x : v) one(x);
+  } else {
+    one(v);
+  }
+  return ids;
+}
+
+void read_rope(const json& doc, const std::string& source, LlamaConfig* c) {
+  // transformers 5 writes rope_parameters {rope_theta, rope_type, ...}; earlier versions (and the
+  // files on the Hub) rope_theta beside rope_scaling {rope_type or type, ...}, or null.
+  json scaling;
+  if (doc.contains("rope_parameters") && doc["rope_parameters"].is_object()) {
+    scaling = doc["rope_parameters"];
+    if (scaling.contains("rope_theta")) {
+      if (!scaling["rope_theta"].is_number()) fail(source, ": rope_parameters.rope_theta is not a number");
+      c->rope_theta = scaling["rope_theta"].get<double>();
+    }
+  } else if (doc.contains("rope_scaling")) {
+    scaling = doc["rope_scaling"];
+  }
+  if (doc.contains("rope_theta")) {
+    if (!doc["rope_theta"].is_number()) fail(source, ": rope_theta is not a number");
+    c->rope_theta = doc["rope_theta"].get<double>();
+  }
+  if (scaling.is_null()) return;
+  if (!scaling.is_object()) fail(source, ": rope_scaling is neither an object nor null");
+  std::string type = "default";
+  if (scaling.contains("rope_type") && scaling["rope_type"].is_string()) type = scaling["rope_type"].get<std::string>();
+  else if (scaling.contains("type") && scaling["type"].is_string()) type = scaling["type"].get<std::string>();
+  auto number = [&](const char* key, double fallback) {
+    if (!scaling.contains(key)) return fallback;
+    if (!scaling[key].is_number()) fail(source, ": rope scaling's ", key, " is not a number");
+    return scaling[key].get<double>();
+  };
+  RopeScaling& r = c->rope_scaling;
+  if (type == "default") {
+    r.type = RopeScaling::Type::none;
+  } else if (type == "linear") {
+    r.type = RopeScaling::Type::linear;
+    r.factor = number("factor", 1.0);
+  } else if (type == "llama3") {
+    r.type = RopeScaling::Type::llama3;
+    r.factor = number("factor", 8.0);
+    r.low_freq_factor = number("low_freq_factor", 1.0);
+    r.high_freq_factor = number("high_freq_factor", 4.0);
+    const double original = number("original_max_position_embeddings", 8192);
+    if (!(original >= 1 && original <= 1e9)) fail(source, ": original_max_position_embeddings = ", original);
+    r.original_max_positions = static_cast<int64_t>(original);
+  } else {
+    fail(source, ": rope scaling of type '", type, "' is not supported (minfer supports llama3 and linear)");
+  }
+}
+
+}  // namespace
+
+LlamaConfig parse_hf_config(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(source, ": not valid JSON (", e.what(), ")");
+  }
+  if (!doc.is_object()) fail(source, ": not a JSON object");
+  if (doc.contains("architectures")) {
+    const json& a = doc["architectures"];
+    bool llama = false;
+    std::string names;
+    if (a.is_array())
+      for (const auto& x : a)
+        if (x.is_string()) {
+          names += (names.empty() ? "" : ", ") + x.get<std::string>();
+          llama = llama || x.get<std::string>() == "LlamaForCausalLM";
+        }
+    if (!llama) fail(source, ": architecture ", names.empty() ? "(none)" : names, " is not supported (minfer runs LlamaForCausalLM)");
+  } else if (!doc.contains("model_type") || doc["model_type"] != "llama") {
+    fail(source, ": neither architectures nor model_type says LlamaForCausalLM");
+  }
+  auto integer = [&](const char* key, bool required, int64_t fallback) -> int64_t {
+    if (!doc.contains(key) || doc[key].is_null()) {
+      if (required) fail(source, ": ", key, " is missing");
+      return fallback;
+    }
+    if (!doc[key].is_number_integer()) fail(source, ": ", key, " is not an integer");
+    return doc[key].get<int64_t>();
+  };
+  auto flag = [&](const char* key) { return doc.contains(key) && doc[key].is_boolean() && doc[key].get<bool>(); };
+  if (doc.contains("hidden_act") && doc["hidden_act"] != "silu")
+    fail(source, ": hidden_act ", doc["hidden_act"].dump(), " is not supported (minfer's SwiGLU uses silu)");
+  if (flag("attention_bias")) fail(source, ": attention biases (attention_bias) are not supported");
+  if (flag("mlp_bias")) fail(source, ": MLP biases (mlp_bias) are not supported");
+  if (doc.contains("sliding_window") && !doc["sliding_window"].is_null())
+    fail(source, ": sliding-window attention (sliding_window) is not supported");
+  LlamaConfig c;
+  c.dim = integer("hidden_size", true, 0);
+  c.hidden_dim = integer("intermediate_size", true, 0);
+  c.n_layers = integer("num_hidden_layers", true, 0);
+  c.n_heads = integer("num_attention_heads", true, 0);
+  c.n_kv_heads = integer("num_key_value_heads", false, c.n_heads);
+  c.vocab_size = integer("vocab_size", true, 0);
+  c.n_ctx = integer("max_position_embeddings", true, 0);
+  const int64_t head_dim = integer("head_dim", false, 0);
+  if (head_dim != 0 && (c.n_heads <= 0 || head_dim != c.dim / c.n_heads || c.dim % c.n_heads != 0)) c.head_size = head_dim;
+  c.shared_classifier = flag("tie_word_embeddings");
+  if (doc.contains("rms_norm_eps")) {
+    if (!doc["rms_norm_eps"].is_number()) fail(source, ": rms_norm_eps is not a number");
+    c.rms_eps = static_cast<float>(doc["rms_norm_eps"].get<double>());
+  } else {
+    c.rms_eps = 1e-6f;  // transformers' LlamaConfig default
+  }
+  read_rope(doc, source, &c);
+  const std::vector<int32_t> bos = token_ids(doc.value("bos_token_id", json()), source, "bos_token_id");
+  c.bos_id = bos.empty() ? -1 : bos[0];
+  c.stop_ids = token_ids(doc.value("eos_token_id", json()), source, "eos_token_id");
+  c.validate(source);
+  return c;
+}
+
+std::string hf_model_folder(const std::string& path) {
+  if (is_directory(path)) return path;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+LlamaConfig read_hf_config(const std::string& folder) {
+  const std::string config_path = folder + "/config.json";
+  struct stat st;
+  if (::stat(config_path.c_str(), &st) != 0)
+    fail(folder, ": a directory, but not a Hugging Face model folder (", config_path, ": ", std::strerror(errno), ")");
+  const std::string text = InputFile(config_path, "model config").read_all(kMaxJsonBytes);
+  LlamaConfig c = parse_hf_config(text, config_path);
+  const std::string generation = folder + "/generation_config.json";
+  if (is_file(generation)) {
+    const json g = read_json(generation, "generation config");
+    if (g.is_object() && g.contains("bos_token_id")) {
+      const std::vector<int32_t> bos = token_ids(g["bos_token_id"], generation, "bos_token_id");
+      c.bos_id = bos.empty() ? -1 : bos[0];
+    }
+    if (g.is_object() && g.contains("eos_token_id")) c.stop_ids = token_ids(g["eos_token_id"], generation, "eos_token_id");
+    c.validate(generation);
+  }
+  return c;
+}
+
+LlamaHostWeights load_hf_weights(const std::string& path) {
+  const std::string folder = hf_model_folder(path);
+  LlamaHostWeights w;
+  w.config = read_hf_config(folder);
+  const LlamaConfig& c = w.config;
+  // The shards: the index's files, or the one .safetensors named or found.
+  std::vector<std::string> shard_paths;
+  std::map<std::string, std::string> shard_of;  // tensor name -> shard path, from the index
+  const std::string index_path = folder + "/model.safetensors.index.json";
+  if (is_file(index_path) && (is_directory(path) || !is_file(path) || path.find(".safetensors") != std::string::npos)) {
+    const json index = read_json(index_path, "safetensors index");
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(index_path, ": no weight_map object");
+    std::set<std::string> files;
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(index_path, ": weight_map['", it.key(), "'] is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file == "..")
+        fail(index_path, ": weight_map names '", file, "', not a file beside the index");
+      shard_of[it.key()] = folder + "/" + file;
+      files.insert(folder + "/" + file);
+    }
+    shard_paths.assign(files.begin(), files.end());
+  } else if (is_directory(path)) {
+    shard_paths = {folder + "/model.safetensors"};
+  } else {
+    shard_paths = {path};
+  }
+  auto shards = std::make_shared<std::map<std::string, std::shared_ptr<SafetensorsFile>>>();
+  for (const std::string& p : shard_paths) (*shards)[p] = std::make_shared<SafetensorsFile>(p);
+  w.owner = shards;
+  auto get = [&](const std::string& name) -> Tensor {
+    auto s = shard_of.find(name);
+    if (s != shard_of.end()) return shards->at(s->second)->view(name);
+    for (const auto& [p, file] : *shards)
+      if (file->has(name)) return file->view(name);
+    fail(folder, ": the weights lack '", name, "'");
+  };
+  for (const auto& [p, file] : *shards)
+    for (const auto& [name, entry] : file->header().tensors)
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
+        fail(p, ": tensor '", name, "' is a bias; minfer's Llama has none");
+  w.token_embedding = get("model.embed_tokens.weight");
+  w.rms_final = get("model.norm.weight");
+  w.classifier = c.shared_classifier ? w.token_embedding : get("lm_head.weight");
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LlamaHostWeights::Layer& layer = w.layers[static_cast<size_t>(l)];
+    layer.rms_att = get(p + "input_layernorm.weight");
+    layer.wq = get(p + "self_attn.q_proj.weight");
+    layer.wk = get(p + "self_attn.k_proj.weight");
+    layer.wv = get(p + "self_attn.v_proj.weight");
+    layer.wo = get(p + "self_attn.o_proj.weight");
+    layer.rms_ffn = get(p + "post_attention_layernorm.weight");
+    layer.w1 = get(p + "mlp.gate_proj.weight");
+    layer.w3 = get(p + "mlp.up_proj.weight");
+    layer.w2 = get(p + "mlp.down_proj.weight");
+  }
+  w.rotate_half = true;
+  w.release = [shards](const Tensor& t) {
+    for (const auto& [p, file] : *shards) file->file()->drop(t.data(), t.nbytes());
+  };
+  w.validate(folder);
+  return w;
+}
+
+}  // namespace minfer

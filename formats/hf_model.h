@@ -1,0 +1,33 @@
+// Hugging Face checkpoints of LlamaForCausalLM: a folder with config.json, the weights as
+// model.safetensors or shards listed in model.safetensors.index.json, and optionally
+// generation_config.json (whose bos/eos ids win over config.json's), tokenizer.json and
+// tokenizer_config.json. `-m` takes the folder, or a .safetensors file inside it.
+//
+// Read from config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads (MHA, GQA, MQA), head_dim when it differs from hidden / heads,
+// rms_norm_eps, rope_theta and rope_scaling (types llama3 and linear), or transformers 5's
+// rope_parameters, tie_word_embeddings, max_position_embeddings, bos_token_id, eos_token_id (an
+// int or a list). Anything else that changes the computation (another architecture, an unknown
+// rope scaling, attention or MLP biases, sliding windows, another activation) is refused with
+// one line naming it. q_proj and k_proj are stored for rotate-half RoPE: the weights carry
+// rotate_half, and LlamaModel reorders their rows at upload (model/llama_weights.h).
+#pragma once
+
+#include <string>
+
+#include "model/llama_weights.h"
+
+namespace minfer {
+
+// The config of a model folder (config.json, then generation_config.json for the token ids).
+LlamaConfig read_hf_config(const std::string& folder);
+// Parses one config.json text; `source` names it in errors.
+LlamaConfig parse_hf_config(const std::string& json_text, const std::string& source);
+
+// Maps the weights of the folder (or of the folder of a .safetensors file) and returns views.
+LlamaHostWeights load_hf_weights(const std::string& path);
+
+// The folder of an -m argument that names a folder or a .safetensors file in one.
+std::string hf_model_folder(const std::string& path);
+
+}  // namespace minfer

@@ -1,0 +1,22 @@
+// Writing host weights in the formats minfer reads, for `minfer make-model` and the tests:
+// a Hugging Face folder (config.json, generation_config.json, model.safetensors, with q and k in
+// the rotate-half order Hugging Face expects) and a GGUF v3 file under llama.cpp's names and
+// metadata (q and k interleaved, as llama.cpp's converter leaves them). Every file is written
+// whole or not at all (core/files.h). llama2.c checkpoints: formats/checkpoint.h.
+#pragma once
+
+#include <string>
+
+#include "core/dtype.h"
+#include "model/llama_weights.h"
+#include "tokenizers/text_tokenizer.h"
+
+namespace minfer {
+
+// Matrices and the embedding in `dtype` (f32, f16, bf16), norms in f32.
+void write_hf_folder(const std::string& folder, const LlamaHostWeights& weights, DType dtype);
+// Matrices and the embedding in `dtype` (f32, f16, bf16, q8_0), norms in f32; `vocab` (may be null) goes into the
+// tokenizer.ggml.* metadata, which llama.cpp needs to load the file.
+void write_gguf(const std::string& path, const LlamaHostWeights& weights, DType dtype, const GgufVocab* vocab);
+
+}  // namespace minfer

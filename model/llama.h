@@ -1,0 +1,95 @@
+// A Llama-style decoder written once against the backend interface: the same forward pass runs
+// on the reference, CPU and CUDA backends. See model/llama.cpp for the walk through one layer.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+#include "model/presets.h"
+
+namespace minfer {
+
+struct LlamaOptions {
+  // Of the weight matrices and the embedding table (f32, f16, bf16); unset: as the file stores
+  // them (f32 for llama2.c files and presets).
+  std::optional<DType> dtype;
+  Kernels kernels = Kernels::fused;  // (engine/model.h)
+  uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
+  // Presets only: their context length instead of the shape's own (stories15M was trained with
+  // 256 positions; a serving benchmark of prompts and outputs up to 256 each needs 512). A
+  // model file's context is what it was trained with and is never extended.
+  int64_t preset_ctx = 0;
+};
+
+class LlamaModel final : public Model {
+ public:
+  // Weights from the host (a file's views), converted to options.dtype and copied to the
+  // backend tensor by tensor, each released as soon as it is copied.
+  LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
+             const LlamaOptions& options);
+  // Synthetic weights generated on the backend (see model/presets.h).
+  LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,
+             const LlamaOptions& options);
+
+  Backend& backend() override { return backend_; }
+  const ModelInfo& info() const override { return info_; }
+  const LlamaConfig& config() const { return config_; }
+  void reserve(int64_t max_rows, int64_t max_logit_rows) override;
+  uint64_t activation_bytes(int64_t max_rows, int64_t max_logit_rows) const override;
+  void forward(const ForwardBatch& batch, const KvCache& cache, const Tensor& logits) override;
+  void set_kernels(Kernels kernels) override {
+    if (kernels != kernels_) ++graph_epoch_;
+    kernels_ = kernels;
+  }
+  Kernels kernels() const override { return kernels_; }
+  uint64_t graph_epoch() const override { return graph_epoch_; }
+
+  // Bytes of weights the model stores on the device for (config, dtype).
+  static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
+
+ private:
+  void allocate(const std::string& name);
+  void forward_layer(int64_t layer, int64_t M, const ForwardBatch& batch, const KvCache& cache);
+
+  Backend& backend_;
+  LlamaConfig config_;
+  DType dtype_;
+  Kernels kernels_;
+  uint64_t graph_epoch_ = 0;
+  ModelInfo info_;
+  // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
+  // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
+  // unfused path multiplies its row blocks separately; the memory is the same.
+  struct Weights {
+    Tensor token_embedding;  // (vocab, dim)
+    Tensor classifier;       // (vocab, dim), the embedding when shared
+    Tensor rms_att;          // (L, dim) f32
+    Tensor rms_ffn;          // (L, dim) f32
+    Tensor rms_final;        // (dim) f32
+    Tensor wqkv;             // (L, q_dim + 2 kv_dim, dim)
+    Tensor wo;               // (L, dim, q_dim)
+    Tensor w13;              // (L, 2 hidden, dim)
+    Tensor w2;               // (L, dim, hidden)
+    Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
+  } w_;
+  // Activations for up to `rows` rows.
+  struct Workspace {
+    int64_t rows = 0, logit_rows = 0;
+    Tensor x;     // (rows, dim): the residual stream
+    Tensor xb;    // (rows, dim): normalised input of a block
+    Tensor qkv;   // (rows, q_dim + 2 kv_dim): q | k | v
+    Tensor att;   // (rows, q_dim): attention output
+    Tensor proj;  // (rows, dim): output of wo and w2, added to the residual stream
+    Tensor h13;   // (rows, 2 hidden): w1 x | w3 x
+    Tensor hb;    // (rows, hidden): silu(w1 x) * w3 x
+    Tensor last;  // (logit_rows, dim): the rows whose logits are wanted
+    Tensor last_norm;  // (logit_rows, dim)
+  } ws_;
+};
+
+}  // namespace minfer

@@ -1,0 +1,130 @@
+#include "model/llama_config.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/checked.h"
+#include "core/error.h"
+
+namespace minfer {
+
+namespace {
+void check_range(const std::string& source, const char* field, int64_t value, int64_t lo,
+                 int64_t hi) {
+  if (value < lo || value > hi)
+    fail(source, ": ", field, " = ", value, ", must be in [", lo, ", ", hi, "]");
+}
+}  // namespace
+
+void LlamaConfig::validate(const std::string& source) const {
+  check_range(source, "dim", dim, 1, kMaxDim);
+  check_range(source, "hidden_dim", hidden_dim, 1, kMaxHiddenDim);
+  check_range(source, "n_layers", n_layers, 1, kMaxLayers);
+  check_range(source, "n_heads", n_heads, 1, kMaxHeads);
+  check_range(source, "n_kv_heads", n_kv_heads, 1, n_heads);
+  // Token ids 1 and 2 are BOS and EOS (llama2.c's convention): a vocabulary must hold them.
+  check_range(source, "vocab_size", vocab_size, 3, kMaxVocab);
+  check_range(source, "context length", n_ctx, 1, kMaxCtx);
+  check_range(source, "head size", head_size, 0, kMaxDim);
+  if (head_size == 0 && dim % n_heads != 0)
+    fail(source, ": dim = ", dim, " is not a multiple of n_heads = ", n_heads);
+  if (head_dim() % 2 != 0)
+    fail(source, ": head size ", head_dim(), " must be even (RoPE rotates pairs)");
+  if (q_dim() > kMaxDim) fail(source, ": n_heads x head_dim = ", q_dim(), " exceeds ", kMaxDim);
+  if (!(rms_eps > 0.0f && rms_eps < 1.0f)) fail(source, ": rms_norm_eps = ", rms_eps, ", must be in (0, 1)");
+  if (!(rope_theta > 1.0 && rope_theta < 1e12)) fail(source, ": rope_theta = ", rope_theta, ", must be in (1, 1e12)");
+  const RopeScaling& r = rope_scaling;
+  if (r.type != RopeScaling::Type::none && r.type != RopeScaling::Type::factors &&
+      !(r.factor >= 1.0 && r.factor <= 1e6))
+    fail(source, ": rope scaling factor = ", r.factor, ", must be in [1, 1e6]");
+  if (r.type == RopeScaling::Type::llama3 &&
+      !(r.low_freq_factor > 0.0 && r.high_freq_factor > r.low_freq_factor && r.original_max_positions > 0))
+    fail(source, ": llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
+  if (r.type == RopeScaling::Type::factors) {
+    if (int64_t(r.factors.size()) != head_dim() / 2)
+      fail(source, ": ", r.factors.size(), " rope frequency factors for heads of ", head_dim(), " (", head_dim() / 2,
+           " expected)");
+    for (float f : r.factors)
+      if (!(f > 0.0f && f < 1e6f)) fail(source, ": a rope frequency factor of ", f, " is not in (0, 1e6)");
+  }
+  if (bos_id < -1 || bos_id >= vocab_size) fail(source, ": bos_token_id = ", bos_id, " is outside the vocabulary");
+  for (int32_t id : stop_ids)
+    if (id < 0 || id >= vocab_size) fail(source, ": eos_token_id = ", id, " is outside the vocabulary");
+  if (n_heads % n_kv_heads != 0)
+    fail(source, ": n_heads = ", n_heads, " is not a multiple of n_kv_heads = ", n_kv_heads);
+}
+
+DType matrix_dtype(DType wanted, int64_t in_features) {
+  return wanted == DType::q8_0 && in_features % 32 != 0 ? DType::f16 : wanted;
+}
+
+uint64_t LlamaConfig::layer_matrix_bytes(DType wanted) const {
+  const char* what = "model size";
+  const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  // (rows, in_features) of wq, wk, wv, wo, w1, w3, w2
+  const std::pair<uint64_t, uint64_t> matrices[] = {{q, d}, {kv, d}, {kv, d}, {d, q}, {h, d}, {h, d}, {d, h}};
+  uint64_t per_layer = 0;
+  for (const auto& [rows, in] : matrices)
+    per_layer = checked_add(per_layer, dtype_bytes(matrix_dtype(wanted, int64_t(in)), checked_mul(rows, in, what)), what);
+  return checked_mul(per_layer, uint64_t(n_layers), what);
+}
+
+std::vector<float> LlamaConfig::rope_inv_freq() const {
+  const int64_t half = head_dim() / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  const float base = static_cast<float>(rope_theta);
+  const RopeScaling& r = rope_scaling;
+  for (int64_t j = 0; j < half; ++j) {
+    float f = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(head_dim()));
+    switch (r.type) {
+      case RopeScaling::Type::none: break;
+      case RopeScaling::Type::linear: f = f / static_cast<float>(r.factor); break;
+      case RopeScaling::Type::factors: f = f / r.factors[static_cast<size_t>(j)]; break;
+      case RopeScaling::Type::llama3: {
+        const float factor = static_cast<float>(r.factor), low = static_cast<float>(r.low_freq_factor),
+                    high = static_cast<float>(r.high_freq_factor), old = static_cast<float>(r.original_max_positions);
+        const float wavelen = 2.0f * 3.14159265358979323846f / f;
+        if (wavelen > old / low) {
+          f = f / factor;
+        } else if (!(wavelen < old / high)) {
+          const float smooth = (old / wavelen - low) / (high - low);
+          f = (1.0f - smooth) * f / factor + smooth * f;
+        }
+        break;
+      }
+    }
+    inv[static_cast<size_t>(j)] = f;
+  }
+  return inv;
+}
+
+uint64_t LlamaConfig::n_matmul_params() const {
+  const char* what = "parameter count";
+  uint64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), layers = n_layers;
+  // per layer: wq (q x d), wo (d x q); wk, wv (kv x d); w1, w3 (h x d); w2 (d x h)
+  uint64_t per_layer = checked_add(checked_mul(2 * q, d, what),
+                                   checked_add(checked_mul(2 * kv, d, what),
+                                               checked_mul(3 * h, d, what), what),
+                                   what);
+  uint64_t classifier = checked_mul(static_cast<uint64_t>(vocab_size), d, what);
+  return checked_add(checked_mul(layers, per_layer, what), classifier, what);
+}
+
+uint64_t LlamaConfig::n_params() const {
+  const char* what = "parameter count";
+  uint64_t d = dim, layers = n_layers;
+  uint64_t norms = checked_add(checked_mul(2 * layers, d, what), d, what);
+  uint64_t total = checked_add(n_matmul_params(), norms, what);
+  // The classifier counted above is the embedding table when shared, another matrix when not.
+  if (!shared_classifier)
+    total = checked_add(total, checked_mul(static_cast<uint64_t>(vocab_size), d, what), what);
+  return total;
+}
+
+std::string LlamaConfig::describe() const {
+  return detail::concat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
+                        "/", n_kv_heads, " heads", head_size > 0 ? detail::concat(" of ", head_size) : "",
+                        ", vocab ", vocab_size, ", ctx ", n_ctx, shared_classifier ? "" : ", separate classifier");
+}
+
+}  // namespace minfer

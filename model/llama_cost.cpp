@@ -1,0 +1,34 @@
+#include "model/llama_cost.h"
+
+namespace minfer {
+
+uint64_t layer_matrix_params(const LlamaConfig& c) {
+  uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  return uint64_t(c.n_layers) * (2 * q * d + 2 * kv * d + 3 * h * d);
+}
+
+uint64_t decode_step_bytes(const LlamaConfig& c, DType weights, DType kv, int64_t n_seqs, int64_t pos) {
+  uint64_t d = c.dim;
+  uint64_t matrices = c.layer_matrix_bytes(weights) + dtype_bytes(matrix_dtype(weights, c.dim), uint64_t(c.vocab_size) * d);
+  uint64_t norms = (2 * uint64_t(c.n_layers) + 1) * d * 4;
+  uint64_t embedding_rows = uint64_t(n_seqs) * dtype_bytes(matrix_dtype(weights, c.dim), d);
+  uint64_t cache = uint64_t(n_seqs) * 2 * uint64_t(c.n_layers) * uint64_t(pos + 1) * uint64_t(c.kv_dim()) *
+                   uint64_t(dtype_size(kv));
+  return matrices + norms + embedding_rows + cache;
+}
+
+uint64_t decode_step_flops(const LlamaConfig& c, int64_t n_seqs, int64_t pos) {
+  uint64_t per_row = 2 * layer_matrix_params(c) + 2 * uint64_t(c.vocab_size) * uint64_t(c.dim) +
+                     4 * uint64_t(c.n_layers) * uint64_t(c.q_dim()) * uint64_t(pos + 1);
+  return uint64_t(n_seqs) * per_row;
+}
+
+uint64_t prefill_flops(const LlamaConfig& c, int64_t n_seqs, int64_t P) {
+  uint64_t p = uint64_t(P);
+  uint64_t matrices = 2 * layer_matrix_params(c) * p;
+  uint64_t attention = 4 * uint64_t(c.n_layers) * uint64_t(c.q_dim()) * (p * (p + 1) / 2);
+  uint64_t classifier = 2 * uint64_t(c.vocab_size) * uint64_t(c.dim);
+  return uint64_t(n_seqs) * (matrices + attention + classifier);
+}
+
+}  // namespace minfer

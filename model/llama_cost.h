@@ -1,0 +1,31 @@
+// The bench's bookkeeping, counted by hand from a model's shape: the bytes a decode step reads
+// and the floating-point operations of prefill and decode. These are what decode's GB/s and
+// prefill's GFLOP/s are computed from, so tests check them against hand counts.
+//
+//   bytes per decode step (n_seqs sequences, each at position p after the step's token is written):
+//     every weight matrix once (wq, wk, wv, wo, w1, w2, w3 per layer, and the classifier),
+//     the RMSNorm weights (f32), n_seqs rows of the embedding table,
+//     and the KV cache read by attention: n_seqs x 2 x layers x (p + 1) x kv_dim x kv bytes.
+//   FLOPs of one row at position p: 2 per matrix weight (a multiply and an add) for every layer
+//     matrix, plus attention 4 x layers x n_heads x head_dim x (p + 1) (q.k and the weighted sum
+//     of v), plus 2 x vocab x dim for the classifier when the row's logits are computed.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "model/llama_config.h"
+
+namespace minfer {
+
+// Weight matrices of all layers (no classifier).
+uint64_t layer_matrix_params(const LlamaConfig& c);
+
+// Bytes read by one decode step of n_seqs sequences whose new token sits at position `pos`.
+uint64_t decode_step_bytes(const LlamaConfig& c, DType weights, DType kv, int64_t n_seqs, int64_t pos);
+// FLOPs of one decode step of n_seqs sequences at position `pos` (logits for every sequence).
+uint64_t decode_step_flops(const LlamaConfig& c, int64_t n_seqs, int64_t pos);
+// FLOPs of prefilling n_seqs prompts of P tokens (positions 0..P-1; logits for the last row only).
+uint64_t prefill_flops(const LlamaConfig& c, int64_t n_seqs, int64_t P);
+
+}  // namespace minfer

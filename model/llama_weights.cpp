@@ -1,0 +1,47 @@
+#include "model/llama_weights.h"
+
+#include "core/error.h"
+
+namespace minfer {
+
+namespace {
+
+void check_tensor(const std::string& source, const std::string& name, const Tensor& t,
+                  const std::vector<int64_t>& shape) {
+  if (!t.defined()) fail(source, ": the weights lack ", name);
+  if (t.dtype() == DType::i32) fail(source, ": ", name, " is i32; weights must be f32, f16, bf16 or q8_0");
+  if (t.device() != DeviceKind::cpu || !t.is_contiguous()) fail(source, ": ", name, " is not a dense host tensor");
+  if (t.shape() != shape) {
+    std::string want;
+    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+    fail(source, ": ", name, " is ", t.str(), ", the config says [", want, "]");
+  }
+}
+
+}  // namespace
+
+void LlamaHostWeights::validate(const std::string& source) const {
+  const LlamaConfig& c = config;
+  c.validate(source);
+  const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
+  check_tensor(source, "the token embedding", token_embedding, {V, d});
+  check_tensor(source, "the classifier", classifier, {V, d});
+  check_tensor(source, "the final norm", rms_final, {d});
+  if (int64_t(layers.size()) != c.n_layers)
+    fail(source, ": ", layers.size(), " layers of weights for a config of ", c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const Layer& w = layers[static_cast<size_t>(l)];
+    const std::string at = "layer " + std::to_string(l) + "'s ";
+    check_tensor(source, at + "attention norm", w.rms_att, {d});
+    check_tensor(source, at + "wq", w.wq, {q, d});
+    check_tensor(source, at + "wk", w.wk, {kv, d});
+    check_tensor(source, at + "wv", w.wv, {kv, d});
+    check_tensor(source, at + "wo", w.wo, {d, q});
+    check_tensor(source, at + "feed-forward norm", w.rms_ffn, {d});
+    check_tensor(source, at + "w1 (gate)", w.w1, {h, d});
+    check_tensor(source, at + "w2 (down)", w.w2, {d, h});
+    check_tensor(source, at + "w3 (up)", w.w3, {h, d});
+  }
+}
+
+}  // namespace minfer

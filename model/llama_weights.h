@@ -1,0 +1,51 @@
+// The weights of a Llama model on the host, as every loader hands them to LlamaModel: views into
+// a memory-mapped file (llama2.c, safetensors, GGUF) or memory of their own (tests, make-model),
+// in the dtype they are stored in.
+//
+// note: the layout is the one minfer computes in: matrices are (out_features, in_features), and
+// the rows of wq and wk hold each head's dimensions as llama2.c and GGUF order them, in
+// interleaved RoPE pairs (0, 1), (2, 3), ... Hugging Face checkpoints store q and k for the
+// rotate-half convention instead, pairs (j, j + head_dim / 2); a loader of such a file sets
+// `rotate_half`, and LlamaModel permutes those rows as it uploads them. The permutation is exact
+// (attention's dot products do not see an order that q and k share), costs nothing at run time,
+// and keeps one RoPE kernel for every format.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/llama_config.h"
+
+namespace minfer {
+
+struct LlamaHostWeights {
+  LlamaConfig config;
+  Tensor token_embedding;  // (vocab, dim)
+  Tensor classifier;       // (vocab, dim); the embedding table itself when shared
+  Tensor rms_final;        // (dim)
+  struct Layer {
+    Tensor rms_att;        // (dim)
+    Tensor wq;             // (q_dim, dim)
+    Tensor wk;             // (kv_dim, dim)
+    Tensor wv;             // (kv_dim, dim)
+    Tensor wo;             // (dim, q_dim)
+    Tensor rms_ffn;        // (dim)
+    Tensor w1;             // (hidden, dim): the gate
+    Tensor w2;             // (dim, hidden): down
+    Tensor w3;             // (hidden, dim): up
+  };
+  std::vector<Layer> layers;
+  bool rotate_half = false;  // wq, wk rows in Hugging Face's rotate-half order (see above)
+  // Called with each tensor once LlamaModel has copied it: a memory-mapped loader drops the
+  // file's pages (madvise), so that loading peaks near one copy of the weights, not two.
+  std::function<void(const Tensor&)> release;
+  std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
+
+  // Checks that every tensor is a dense 2-D (or 1-D for norms) host tensor of the shape the
+  // config implies, in f32, f16, bf16 or q8_0; Error naming the tensor otherwise.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace minfer

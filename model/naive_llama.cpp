@@ -1,0 +1,229 @@
+// One token through a Llama decoder, as in run.c. Each step names the op that does it for a whole
+// batch in LlamaModel::forward_layer (model/llama.cpp) and the kernels behind that op:
+//   ref   kernels/ref/OP.cpp     plain loops, the reference the op harness checks against
+//   cpu   kernels/cpu/OP.cpp     Eigen and hand-written SIMD, over a thread pool
+//   cuda  kernels/cuda/OP.cu     chosen in engine/backend_cuda.cu
+// note: the dot products accumulate in double, so that this page is the exact answer every
+// kernel approximates; everything else is f32, as in run.c.
+#include "model/naive_llama.h"
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace minfer {
+
+namespace {
+
+// A host tensor's values as f32 (from f32, f16, bf16 or q8_0).
+std::vector<float> as_f32(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  convert_to_f32(out.data(), t.data(), t.dtype(), out.size());
+  return out;
+}
+
+// RoPE frequencies in double from the config's theta and scaling, by Hugging Face's formulas
+// (computed here again, not taken from LlamaConfig::rope_inv_freq, so that the tests compare two
+// independent computations).
+std::vector<double> rope_frequencies(const LlamaConfig& c) {
+  const int64_t hs = c.head_dim();
+  std::vector<double> f(static_cast<size_t>(hs / 2));
+  for (int64_t j = 0; j < hs / 2; ++j) {
+    double x = 1.0 / std::pow(c.rope_theta, double(2 * j) / double(hs));
+    const RopeScaling& r = c.rope_scaling;
+    if (r.type == RopeScaling::Type::linear) x /= r.factor;
+    if (r.type == RopeScaling::Type::factors) x /= r.factors[static_cast<size_t>(j)];
+    if (r.type == RopeScaling::Type::llama3) {
+      const double wavelen = 2.0 * M_PI / x, old = double(r.original_max_positions);
+      if (wavelen > old / r.low_freq_factor) {
+        x /= r.factor;
+      } else if (wavelen >= old / r.high_freq_factor) {
+        const double smooth = (old / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        x = (1.0 - smooth) * x / r.factor + smooth * x;
+      }
+    }
+    f[static_cast<size_t>(j)] = x;
+  }
+  return f;
+}
+
+// out = x / rms(x) * weight.
+//   forward_layer: be.rmsnorm (fused: be.residual_rmsnorm, the residual add folded in)
+//   ref::rmsnorm, cpu::rmsnorm, cuda::rmsnorm (and residual_rmsnorm) in rmsnorm.{cpp,cu}
+void rmsnorm(float* out,           // (n)
+             const float* x,       // (n)
+             const float* weight,  // (n)
+             int64_t n, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (scale * x[i]);
+}
+
+// out = w x. Nearly all of a token's time: every weight is read once per token, which is why
+// decode is memory-bound (the `bytes` and `roofline` lessons).
+//   forward_layer: be.matmul, with rows of many tokens at once (fused: Q, K, V in one product)
+//   ref::matmul; cpu::matmul (f32/f16/bf16) and cpu::matmul_q8_0 (matmul_q8.cpp);
+//   cuda::matvec for decode's few rows, cuBLAS / cuBLASLt (gemm_cublas.cu) for prefill
+void matmul(float* out,         // (n)
+            const float* w,     // (n, k)
+            const float* x,     // (k)
+            int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) sum += double(w[i * k + j]) * double(x[j]);
+    out[i] = static_cast<float>(sum);
+  }
+}
+
+// Rotates each head of `vec` by the angles of position `pos`: pairs (2j, 2j + 1), or (j, j +
+// head_dim / 2) in Hugging Face's rotate-half order.
+//   forward_layer: be.rope (fused: be.rope_kv_store, rotation and cache write in one kernel)
+//   ref::rope, cpu::rope, cuda::rope (and rope_kv_store) in rope.{cpp,cu}; the angles come from a
+//   (n_ctx, head_dim) table of (cos, sin) pairs made once (ref::rope_table)
+void rope(float* vec,  // (n_heads, head_dim)
+          int64_t n_heads, int64_t head_dim, int64_t pos, const std::vector<double>& inv_freq, bool rotate_half) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t j = 0; j < head_dim / 2; ++j) {
+      const double angle = double(pos) * inv_freq[static_cast<size_t>(j)];
+      const float cs = static_cast<float>(std::cos(angle)), sn = static_cast<float>(std::sin(angle));
+      float* a = vec + h * head_dim + (rotate_half ? j : 2 * j);
+      float* b = vec + h * head_dim + (rotate_half ? j + head_dim / 2 : 2 * j + 1);
+      const float v0 = *a, v1 = *b;
+      *a = v0 * cs - v1 * sn;
+      *b = v0 * sn + v1 * cs;
+    }
+}
+
+// x = softmax(x) in place.
+void softmax(float* x, int64_t n) {  // x (n)
+  float max_value = x[0];
+  for (int64_t i = 1; i < n; ++i) max_value = std::max(max_value, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max_value));
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+// out = silu(gate) * up.
+//   forward_layer: be.swiglu; ref::swiglu, cpu::swiglu, cuda::swiglu in swiglu.{cpp,cu}
+void swiglu(float* out,         // (n)
+            const float* gate,  // (n)
+            const float* up,    // (n)
+            int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// x += delta: the residual stream.
+//   forward_layer: be.add (fused: folded into the next be.residual_rmsnorm); ref::add, ...
+void add(float* x, const float* delta, int64_t n) {  // x (n), delta (n)
+  for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
+}
+
+}  // namespace
+
+NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
+    : config_(weights.config), n_ctx_(n_ctx > 0 ? n_ctx : weights.config.n_ctx), rotate_half_(weights.rotate_half) {
+  const LlamaConfig& c = config_;
+  MINFER_CHECK(n_ctx_ <= c.n_ctx, "NaiveLlama: ", n_ctx_, " positions, the model has ", c.n_ctx);
+  embedding_ = as_f32(weights.token_embedding);
+  classifier_ = as_f32(weights.classifier);
+  rms_final_ = as_f32(weights.rms_final);
+  for (const LlamaHostWeights::Layer& l : weights.layers)
+    layers_.push_back({as_f32(l.rms_att), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo), as_f32(l.rms_ffn),
+                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3)});
+  inv_freq_ = rope_frequencies(c);
+  key_cache_.assign(static_cast<size_t>(c.n_layers * n_ctx_ * c.kv_dim()), 0.0f);
+  value_cache_.assign(key_cache_.size(), 0.0f);
+  x_.resize(static_cast<size_t>(c.dim));
+  xb_.resize(static_cast<size_t>(c.dim));
+  q_.resize(static_cast<size_t>(c.q_dim()));
+  att_.resize(static_cast<size_t>(c.q_dim()));
+  scores_.resize(static_cast<size_t>(n_ctx_));
+  hb_.resize(static_cast<size_t>(c.hidden_dim));
+  hb2_.resize(static_cast<size_t>(c.hidden_dim));
+  logits_.resize(static_cast<size_t>(c.vocab_size));
+}
+
+// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; rotate q, k; cache k, v at `pos`; each query head
+// attends over positions 0..pos of its key/value head; x += att Wo.
+void NaiveLlama::attention_block(int64_t l, int64_t pos) {
+  const LlamaConfig& c = config_;
+  const Layer& w = layers_[static_cast<size_t>(l)];
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hs = c.head_dim();
+  rmsnorm(xb_.data(), x_.data(), w.rms_att.data(), dim, c.rms_eps);
+
+  // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c; the engine's is
+  // (n_seqs, n_kv_heads, n_ctx, head_dim) per layer (engine/kv_cache.h), so that one head's
+  // positions lie together for attention to stream.
+  //   forward_layer: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
+  float* layer_keys = &key_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];      // (n_ctx, kv_dim)
+  float* layer_values = &value_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];  // (n_ctx, kv_dim)
+  float* k = layer_keys + pos * kv_dim;                                           // (kv_dim)
+  float* v = layer_values + pos * kv_dim;                                         // (kv_dim)
+  matmul(q_.data(), w.wq.data(), xb_.data(), q_dim, dim);
+  matmul(k, w.wk.data(), xb_.data(), kv_dim, dim);
+  matmul(v, w.wv.data(), xb_.data(), kv_dim, dim);
+  rope(q_.data(), c.n_heads, hs, pos, inv_freq_, rotate_half_);
+  rope(k, c.n_kv_heads, hs, pos, inv_freq_, rotate_half_);
+
+  // Grouped-query attention: query heads h share key/value head h / (n_heads / n_kv_heads).
+  //   forward_layer: be.attention, three passes (unfused) or one with an online softmax (fused);
+  //   ref::attention (both algorithms); cpu::attention; cuda::attention_three_pass and
+  //   attention_flash_decode (attention_decode.cu), attention_prefill (attention_prefill.cu)
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  for (int64_t h = 0; h < c.n_heads; ++h) {
+    const float* query = &q_[static_cast<size_t>(h * hs)];  // (head_dim)
+    const int64_t kv_head = h / group;
+    for (int64_t t = 0; t <= pos; ++t) {
+      const float* key = layer_keys + t * kv_dim + kv_head * hs;  // (head_dim)
+      double score = 0.0;
+      for (int64_t i = 0; i < hs; ++i) score += double(query[i]) * double(key[i]);
+      scores_[static_cast<size_t>(t)] = static_cast<float>(score) * scale;
+    }
+    softmax(scores_.data(), pos + 1);
+    float* out = &att_[static_cast<size_t>(h * hs)];  // (head_dim)
+    for (int64_t i = 0; i < hs; ++i) {
+      double sum = 0.0;
+      for (int64_t t = 0; t <= pos; ++t)
+        sum += double(scores_[static_cast<size_t>(t)]) * double(layer_values[t * kv_dim + kv_head * hs + i]);
+      out[i] = static_cast<float>(sum);
+    }
+  }
+  matmul(xb_.data(), w.wo.data(), att_.data(), dim, q_dim);
+  add(x_.data(), xb_.data(), dim);
+}
+
+// xb = rmsnorm(x); x += (silu(xb W1) * xb W3) W2.
+void NaiveLlama::feed_forward_block(int64_t l) {
+  const LlamaConfig& c = config_;
+  const Layer& w = layers_[static_cast<size_t>(l)];
+  const int64_t dim = c.dim, hidden = c.hidden_dim;
+  rmsnorm(xb_.data(), x_.data(), w.rms_ffn.data(), dim, c.rms_eps);
+  matmul(hb_.data(), w.w1.data(), xb_.data(), hidden, dim);
+  matmul(hb2_.data(), w.w3.data(), xb_.data(), hidden, dim);
+  swiglu(hb_.data(), hb_.data(), hb2_.data(), hidden);
+  matmul(xb_.data(), w.w2.data(), hb_.data(), dim, hidden);
+  add(x_.data(), xb_.data(), dim);
+}
+
+const std::vector<float>& NaiveLlama::forward(int32_t token, int64_t pos) {
+  const LlamaConfig& c = config_;
+  MINFER_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
+  MINFER_CHECK(pos >= 0 && pos < n_ctx_, "position ", pos, " is outside the context of ", n_ctx_);
+  // The token's row of the embedding table.
+  //   LlamaModel::forward: be.embedding; ref::embedding, cpu::embedding, cuda::embedding
+  for (int64_t i = 0; i < c.dim; ++i) x_[static_cast<size_t>(i)] = embedding_[static_cast<size_t>(token * c.dim + i)];
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    attention_block(l, pos);
+    feed_forward_block(l);
+  }
+  // The logits: LlamaModel::forward computes them only for the rows whose next token is wanted
+  // (the last of each prompt), and engine/sampler.cpp picks the token.
+  rmsnorm(xb_.data(), x_.data(), rms_final_.data(), c.dim, c.rms_eps);
+  matmul(logits_.data(), classifier_.data(), xb_.data(), c.vocab_size, c.dim);
+  return logits_;
+}
+
+}  // namespace minfer

@@ -1,0 +1,69 @@
+// Start here. The whole Llama forward pass for one sequence, one token at a time, in plain loops:
+// llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
+// checkpoints. No backend, no batch, no threads, f32 only. Everything else in minfer computes
+// exactly this, faster:
+//   - model/llama.cpp (LlamaModel::forward_layer) runs the same steps on many rows (tokens of
+//     many sequences) at once, as calls on the backend interface (engine/backend.h);
+//   - each such call has a plain-loop reference in kernels/ref/ and fast versions in
+//     kernels/cpu/ and kernels/cuda/; the comments in model/naive_llama.cpp name them, step by
+//     step, and engine/backend_cuda.cu picks among the CUDA ones.
+//
+// Run it: `minfer naive -m MODEL -i "Once upon a time"` (cli/cli_naive.cpp). The tests hold the
+// reference backend, and through it the CPU and CUDA backends, to it on every random model shape
+// (tests/test_whole_model.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_weights.h"
+
+namespace minfer {
+
+class NaiveLlama {
+ public:
+  // Copies the weights (f32, f16, bf16 or q8_0 host tensors, as any loader in formats/ returns
+  // them) as f32, and keeps a KV cache of `n_ctx` positions (0: the model's context).
+  explicit NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx = 0);
+  // Feeds `token` at position `pos` (0, 1, 2, ... in order) and returns the logits (vocab).
+  const std::vector<float>& forward(int32_t token, int64_t pos);
+  const LlamaConfig& config() const { return config_; }
+  int64_t n_ctx() const { return n_ctx_; }
+
+ private:
+  void attention_block(int64_t layer, int64_t pos);
+  void feed_forward_block(int64_t layer);
+
+  struct Layer {
+    std::vector<float> rms_att;  // (dim)
+    std::vector<float> wq;       // (q_dim, dim)
+    std::vector<float> wk;       // (kv_dim, dim)
+    std::vector<float> wv;       // (kv_dim, dim)
+    std::vector<float> wo;       // (dim, q_dim)
+    std::vector<float> rms_ffn;  // (dim)
+    std::vector<float> w1;       // (hidden, dim): the gate
+    std::vector<float> w2;       // (dim, hidden): down
+    std::vector<float> w3;       // (hidden, dim): up
+  };
+  LlamaConfig config_;
+  int64_t n_ctx_;
+  bool rotate_half_;                 // wq, wk rows in Hugging Face's order (model/llama_weights.h)
+  std::vector<float> embedding_;     // (vocab, dim)
+  std::vector<float> classifier_;    // (vocab, dim)
+  std::vector<float> rms_final_;     // (dim)
+  std::vector<double> inv_freq_;     // (head_dim / 2): RoPE frequencies
+  std::vector<Layer> layers_;
+  std::vector<float> key_cache_;     // (n_layers, n_ctx, kv_dim)
+  std::vector<float> value_cache_;   // (n_layers, n_ctx, kv_dim)
+  // The current token's activations, allocated once.
+  std::vector<float> x_;       // (dim): the residual stream
+  std::vector<float> xb_;      // (dim): a block's normalised input, then its output
+  std::vector<float> q_;       // (q_dim)
+  std::vector<float> att_;     // (q_dim): attention output, head after head
+  std::vector<float> scores_;  // (n_ctx): one head's attention weights
+  std::vector<float> hb_;      // (hidden): silu(w1 x) * w3 x
+  std::vector<float> hb2_;     // (hidden): w3 x
+  std::vector<float> logits_;  // (vocab)
+};
+
+}  // namespace minfer

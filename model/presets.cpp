@@ -1,0 +1,103 @@
+#include "model/presets.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/ref/fill.h"
+#include "model/llama.h"
+
+namespace minfer {
+
+namespace {
+LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
+                  int64_t vocab, int64_t n_ctx, bool shared) {
+  LlamaConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.vocab_size = vocab;
+  c.n_ctx = n_ctx;
+  c.shared_classifier = shared;
+  return c;
+}
+
+LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
+  c.n_layers = layers;
+  return c;
+}
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"tiny", shape(64, 172, 5, 8, 4, 512, 512, true), "the shape of llama2.c's stories260K"},
+      {"stories15M", shape(288, 768, 6, 6, 6, 32000, 256, true), "llama2.c's stories15M"},
+      {"stories42M", shape(512, 1376, 8, 8, 8, 32000, 1024, true), "llama2.c's stories42M"},
+      {"stories110M", shape(768, 2048, 12, 12, 12, 32000, 1024, true), "llama2.c's stories110M"},
+      {"llama-1b", shape(2048, 5632, 22, 32, 4, 32000, 2048, false), "TinyLlama 1.1B"},
+      {"llama-7b", shape(4096, 11008, 32, 32, 32, 32000, 4096, false), "Llama 2 7B"},
+  };
+  return all;
+}
+
+Preset find_preset(const std::string& name) {
+  const size_t colon = name.find(':');
+  const std::string base_name = name.substr(0, colon);
+  std::string names;
+  const Preset* base = nullptr;
+  for (const auto& p : presets()) {
+    if (p.name == base_name) base = &p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  MINFER_CHECK(base != nullptr, "unknown preset '", base_name, "' (presets: ", names, ")");
+  if (colon == std::string::npos) return *base;
+  const std::string option = name.substr(colon + 1);
+  const std::string digits = option.rfind("layers=", 0) == 0 ? option.substr(7) : std::string();
+  MINFER_CHECK(!digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos,
+               "preset '", name, "': after the name only :layers=N is understood, N from 1 to ", kMaxPresetLayers);
+  const int64_t layers = std::stoll(digits);
+  MINFER_CHECK(layers >= 1 && layers <= kMaxPresetLayers, "preset '", name, "': layers must be 1 to ", kMaxPresetLayers);
+  Preset deeper = *base;
+  deeper.name = base_name + ":layers=" + std::to_string(layers);
+  deeper.config.n_layers = layers;
+  deeper.note = base->note + ", " + std::to_string(layers) + " layers";
+  return deeper;
+}
+
+Preset preset_at_least(const std::string& base, uint64_t min_bytes, DType dtype) {
+  const Preset shape = find_preset(base);
+  const uint64_t fixed = LlamaModel::weight_bytes(with_layers(shape.config, 0), dtype);
+  const uint64_t per_layer = LlamaModel::weight_bytes(with_layers(shape.config, 1), dtype) - fixed;
+  int64_t layers = shape.config.n_layers;
+  if (min_bytes > fixed) layers = std::max<int64_t>(layers, int64_t((min_bytes - fixed + per_layer - 1) / per_layer));
+  MINFER_CHECK(layers <= kMaxPresetLayers, "no preset of ", base, "'s shape holds ", min_bytes >> 20, " MiB of ",
+               dtype_name(dtype), " weights within ", kMaxPresetLayers, " layers");
+  return find_preset(base + ":layers=" + std::to_string(layers));
+}
+
+WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kind, int64_t layer) {
+  uint64_t seed = ref::mix64(model_seed ^ (uint64_t(kind) << 32) ^ uint64_t(layer + 1));
+  auto around = [&](int64_t fan_in) {
+    float a = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    return WeightInit{seed, -a, a};
+  };
+  switch (kind) {
+    case WeightKind::embedding: return {seed, -0.1f, 0.1f};
+    case WeightKind::rms_att:
+    case WeightKind::rms_ffn:
+    case WeightKind::rms_final: return {seed, 1.0f, 1.0f};
+    case WeightKind::w2: return around(c.hidden_dim);
+    case WeightKind::wo: return around(c.q_dim());
+    case WeightKind::wq:
+    case WeightKind::wk:
+    case WeightKind::wv:
+    case WeightKind::w1:
+    case WeightKind::w3:
+    case WeightKind::classifier: return around(c.dim);
+  }
+  return {seed, 0.0f, 0.0f};
+}
+
+}  // namespace minfer

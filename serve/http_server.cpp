@@ -1,0 +1,492 @@
+#include "serve/http_server.h"
+
+#if MINFER_HAVE_HTTPLIB
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace minfer::cli {
+
+namespace {
+
+thread_local int t_socket = -1;           // the connection this thread serves
+thread_local bool t_close_after = false;  // its current answer ends it
+thread_local bool t_over_limit = false;   // the acceptor runs this connection only to refuse it
+thread_local bool t_body_late = false;    // the current request's body missed its deadline
+
+using Clock = std::chrono::steady_clock;
+
+// poll() for `events` on one socket, retried on EINTR; true when it is ready (or failed, which
+// the read or write that follows reports).
+bool wait_socket(int sock, short events, int timeout_ms) {
+  pollfd p{sock, events, 0};
+  for (;;) {
+    const int n = ::poll(&p, 1, timeout_ms);
+    if (n >= 0) return n > 0;
+    if (errno != EINTR) return true;
+  }
+}
+
+int to_ms(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
+
+std::string seconds_text(int ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", ms / 1000.0);
+  return text;
+}
+
+// Closes after the peer has had the chance to read the answer: our side is shut for writing, and
+// what the peer still sends (an unread body) is read and dropped until it closes too or
+// `linger_ms` passes. Closing with unread bytes would send a reset that can destroy the answer
+// before the peer reads it.
+void close_lingering(int sock, int linger_ms) {
+  ::shutdown(sock, SHUT_WR);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(linger_ms);
+  char drain[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || !wait_socket(sock, POLLIN, static_cast<int>(left))) break;
+    const ssize_t n = ::recv(sock, drain, sizeof(drain), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+  }
+  ::close(sock);
+}
+
+void address_of(int sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  sockaddr* a = reinterpret_cast<sockaddr*>(&address);
+  const int r = peer ? ::getpeername(sock, a, &length) : ::getsockname(sock, a, &length);
+  char host[NI_MAXHOST], service[NI_MAXSERV];
+  if (r != 0 || ::getnameinfo(a, length, host, sizeof(host), service, sizeof(service),
+                              NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    ip.clear();
+    port = -1;
+    return;
+  }
+  ip = host;
+  port = std::atoi(service);
+}
+
+// httplib's task queue, one connection per task: a thread per open connection (made when none is
+// idle, kept for the next), and at most `max_open` of them. The acceptor thread runs a connection
+// over the limit itself, marked, and ConnectionServer answers it 503 without reading it.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  explicit ConnectionPool(size_t max_open) : max_open_(max_open) {}
+  ~ConnectionPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_ < max_open_) {
+        ++open_;
+        jobs_.push_back(std::move(fn));
+        // Every waiting job needs an idle thread of its own: a connection can take minutes.
+        if (jobs_.size() > idle_) threads_.emplace_back([this] { work(); });
+        else ready_.notify_one();
+        return;
+      }
+    }
+    t_over_limit = true;
+    fn();
+    t_over_limit = false;
+  }
+
+  // Waits for every connection to end (httplib calls it once the listening socket is closed).
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ++idle_;
+      ready_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      fn = nullptr;
+      lock.lock();
+      --open_;
+    }
+  }
+
+  const size_t max_open_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t open_ = 0, idle_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+// A connection's socket as httplib's Stream: reads through a buffer (httplib reads the request
+// line and headers a byte at a time), each read and write waiting at most the server's timeouts
+// and never past the request's deadline; every wait is cut into 0.1 s slices that give up once
+// `aborting` is set (reads also once `reads_stopped` is).
+class SocketStream final : public httplib::Stream {
+ public:
+  SocketStream(int sock, int read_timeout_ms, int write_timeout_ms, size_t max_head_bytes,
+               const std::atomic<bool>& reads_stopped, const std::atomic<bool>& aborting)
+      : sock_(sock),
+        read_timeout_ms_(read_timeout_ms),
+        write_timeout_ms_(write_timeout_ms),
+        buffer_(max_head_bytes + kChunk),
+        reads_stopped_(reads_stopped),
+        aborting_(aborting) {}
+
+  bool buffered() const { return begin_ < end_; }
+  bool is_readable() const override { return buffered() || wait(POLLIN, read_timeout_ms_); }
+  bool is_writable() const override { return wait(POLLOUT, write_timeout_ms_); }
+  bool aborted() const { return aborting_ || reads_stopped_; }
+
+  // Reads fail from `deadline` on (Clock::time_point::max(): none); writes only wait their timeout.
+  void set_deadline(Clock::time_point deadline) {
+    deadline_ = deadline;
+    late_ = false;
+  }
+
+  enum class Head { whole, closed, late, too_large };
+  // Receives until the buffer holds a whole head (up to the blank line that ends the headers),
+  // within the deadline and max_head_bytes.
+  Head fill_head() {
+    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    const size_t max_head = buffer_.size() - kChunk;
+    for (size_t scanned = 0;;) {
+      for (; scanned < end_; ++scanned)
+        if (buffer_[scanned] == '\n' && ends_head(scanned)) return Head::whole;
+      if (end_ >= max_head) return Head::too_large;
+      if (!wait(POLLIN, std::numeric_limits<int>::max())) return aborted() ? Head::closed : Head::late;
+      const ssize_t n = receive(buffer_.data() + end_, max_head - end_);
+      if (n <= 0) return Head::closed;
+      end_ += static_cast<size_t>(n);
+    }
+  }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (!buffered()) {
+      if (!wait(POLLIN, read_timeout_ms_)) {
+        t_body_late = late_;
+        return -1;
+      }
+      const ssize_t n = receive(buffer_.data(), kChunk);
+      if (n <= 0) return n;  // 0: the peer closed its side
+      begin_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, end_ - begin_);
+    std::memcpy(ptr, buffer_.data() + begin_, n);
+    begin_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t n;
+    do n = ::send(sock_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;  // httplib's write loop tries again
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, false, ip, port); }
+  int socket() const override { return sock_; }
+
+ private:
+  static constexpr size_t kChunk = 4096;
+
+  // The '\n' at `i` ends the head as httplib reads it: a line that is only "\r\n" after the line
+  // before (httplib, built without CPPHTTPLIB_ALLOW_LF_AS_LINE_TERMINATOR, skips a bare "\n").
+  bool ends_head(size_t i) const { return i >= 2 && buffer_[i - 1] == '\r' && buffer_[i - 2] == '\n'; }
+
+  ssize_t receive(char* into, size_t size) {
+    ssize_t n;
+    do n = ::recv(sock_, into, size, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  // Waits up to `timeout_ms` for `events` (and for POLLIN not past the deadline), in slices that
+  // check for an abort.
+  bool wait(short events, int timeout_ms) const {
+    const auto limit = events == POLLIN ? deadline_ : Clock::time_point::max();
+    const auto end = std::min(limit, Clock::now() + std::chrono::milliseconds(timeout_ms));
+    for (;;) {
+      if (aborting_ || (events == POLLIN && reads_stopped_)) return false;
+      const auto now = Clock::now();
+      if (now >= end) {
+        late_ = now >= limit;
+        return false;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now).count() + 1;
+      if (wait_socket(sock_, events, static_cast<int>(std::min<int64_t>(left, 100)))) return true;
+    }
+  }
+
+  int sock_;
+  int read_timeout_ms_, write_timeout_ms_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0, end_ = 0;
+  const std::atomic<bool>& reads_stopped_;
+  const std::atomic<bool>& aborting_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  mutable bool late_ = false;
+};
+
+// Closes refused connections in the background, each lingering up to 100 ms (close_lingering), so
+// that the acceptor goes back to accepting at once. At most kMaxPending wait; one more is closed
+// at once.
+class Closer {
+ public:
+  Closer() : thread_([this] { run(); }) {}
+  ~Closer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_one();
+    thread_.join();
+    for (const auto& p : pending_) ::close(p.sock);
+  }
+
+  void add(int sock) {
+    ::shutdown(sock, SHUT_WR);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (pending_.size() < kMaxPending) {
+        pending_.push_back({sock, Clock::now() + std::chrono::milliseconds(100)});
+        sock = -1;
+      }
+    }
+    if (sock >= 0) ::close(sock);
+    else changed_.notify_one();
+  }
+
+ private:
+  static constexpr size_t kMaxPending = 1024;
+  struct Pending {
+    int sock;
+    Clock::time_point deadline;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (stopping_) return;
+      std::vector<Pending> batch;
+      batch.swap(pending_);
+      lock.unlock();
+      std::vector<Pending> still = drain(batch);
+      lock.lock();
+      pending_.insert(pending_.end(), still.begin(), still.end());
+      if (!still.empty()) changed_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+  }
+
+  // Reads and drops what each peer still sends; closes those that closed, failed or are past
+  // their deadline, and returns the rest.
+  static std::vector<Pending> drain(const std::vector<Pending>& batch) {
+    std::vector<Pending> still;
+    char sink[4096];
+    const auto now = Clock::now();
+    for (const Pending& p : batch) {
+      ssize_t n;
+      int reads = 0;  // at most 64 KiB a pass: a peer that floods cannot hold this thread
+      do n = ::recv(p.sock, sink, sizeof(sink), MSG_DONTWAIT);
+      while (n > 0 && ++reads < 16);
+      const bool open = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+      if (open && now < p.deadline) still.push_back(p);
+      else ::close(p.sock);
+    }
+    return still;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Pending> pending_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+ConnectionServer::ConnectionServer(ConnectionLimits limits, ErrorBody error_body)
+    : limits_(limits), error_body_(std::move(error_body)), closer_(std::make_unique<Closer>()) {
+  new_task_queue = [this] { return new ConnectionPool(limits_.max_connections); };
+  // note: httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
+  // the two share its connections; SO_REUSEADDR alone still lets a restart reuse the port at once.
+  set_socket_options([](int sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+}
+
+int ConnectionServer::bind(const std::string& host, int port) {
+  errno = 0;
+  const int bound = port == 0 ? bind_to_any_port(host) : (bind_to_port(host, port) ? port : -1);
+  if (bound <= 0)
+    fail("cannot listen on ", host, ":", port, errno != 0 ? std::string(": ") + std::strerror(errno) : std::string());
+  // note: httplib 0.11 listens with a backlog of 5; many clients connecting at once would have
+  // their SYNs dropped and retried a second later. listen() again only resizes the backlog.
+  ::listen(svr_sock_, 128);
+  return bound;
+}
+
+ConnectionServer::~ConnectionServer() = default;
+
+void ConnectionServer::close_kept_alive() { closing_ = true; }
+
+void ConnectionServer::stop_reading() {
+  closing_ = true;
+  reads_stopped_ = true;
+}
+
+void ConnectionServer::abort_connections() {
+  closing_ = true;
+  aborting_ = true;
+}
+
+int ConnectionServer::current_socket() { return t_socket; }
+
+ConnectionServer::Peer ConnectionServer::peer_state(int socket) {
+  if (socket < 0) return Peer::open;
+  pollfd p{socket, POLLRDHUP, 0};
+  int n;
+  do n = ::poll(&p, 1, 0);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return Peer::open;
+  if ((p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return Peer::gone;
+  return (p.revents & POLLRDHUP) != 0 ? Peer::half_closed : Peer::open;
+}
+
+bool ConnectionServer::probe_with_interim(int socket) {
+  static const char kInterim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  ssize_t n;
+  do n = ::send(socket, kInterim, sizeof(kInterim) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof(kInterim) - 1);
+}
+
+void ConnectionServer::close_after_response(httplib::Response& res) {
+  t_close_after = true;
+  res.set_header("Connection", "close");
+}
+
+bool ConnectionServer::body_deadline_passed() { return t_body_late; }
+
+// An answer the server makes without httplib, on a connection that then closes in the background
+// (its send buffer takes the whole answer at once: nothing has been written to it before).
+void ConnectionServer::answer_and_close(int sock, int status, const char* reason, const std::string& message) {
+  const std::string body = error_body_(status, message);
+  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                             "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                             "\r\nConnection: close\r\n\r\n" + body;
+  (void)::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  closer_->add(sock);
+}
+
+// Reads the next request's head into the stream's buffer within the head deadline and size; when
+// it cannot, answers 408 or 431 (or nothing, to a peer that left or a server that is aborting)
+// and returns false, the connection closed.
+bool ConnectionServer::read_head(SocketStream& stream, int sock, Clock::time_point since) {
+  stream.set_deadline(since + std::chrono::milliseconds(limits_.head_timeout_ms));
+  switch (stream.fill_head()) {
+    case SocketStream::Head::whole:
+      stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
+      return true;
+    case SocketStream::Head::too_large:
+      answer_and_close(sock, 431, "Request Header Fields Too Large",
+                       "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
+      return false;
+    case SocketStream::Head::late:
+      answer_and_close(sock, 408, "Request Timeout",
+                       "the request line and headers did not arrive within " + seconds_text(limits_.head_timeout_ms) +
+                           " s (--header-timeout)");
+      return false;
+    case SocketStream::Head::closed: break;
+  }
+  close_lingering(sock, stream.aborted() ? 0 : 1000);
+  return false;
+}
+
+// Waits for the first bytes of the next request: false when the connection is idle past the
+// keep-alive timeout, closed, or (after its first request) the server is closing.
+bool ConnectionServer::wait_for_request(const SocketStream& stream, bool first) const {
+  if (stream.buffered()) return true;
+  const auto deadline = Clock::now() + std::chrono::seconds(first ? read_timeout_sec_ : keep_alive_timeout_sec_);
+  while (Clock::now() < deadline) {
+    if ((!first && closing_) || stream.aborted()) return false;
+    if (wait_socket(stream.socket(), POLLIN, 100)) return true;
+  }
+  return false;
+}
+
+bool ConnectionServer::process_and_close_socket(int sock) {
+  if (t_over_limit) {
+    answer_and_close(sock, 503, "Service Unavailable",
+                     "too many open connections (--max-connections " + std::to_string(limits_.max_connections) + ")");
+    return true;
+  }
+  t_socket = sock;
+  SocketStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_), to_ms(write_timeout_sec_, write_timeout_usec_),
+                      limits_.max_head_bytes, reads_stopped_, aborting_);
+  // Compression would hold back a stream of events until the end: answers go uncompressed.
+  auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
+  bool first = true;
+  const Clock::time_point accepted = Clock::now();
+  for (size_t left = keep_alive_max_count_; left > 0 && wait_for_request(stream, first); --left, first = false) {
+    // The first request's head is due head_timeout after the connection came (an idle wait does
+    // not extend it); a kept-alive one's after its first byte.
+    if (!read_head(stream, sock, first ? accepted : Clock::now())) {
+      t_socket = -1;
+      return true;
+    }
+    t_close_after = false;
+    t_body_late = false;
+    bool connection_closed = false;
+    const bool last = left == 1 || closing_;
+    const bool ok = process_request(stream, last, connection_closed, no_compression);
+    stream.set_deadline(Clock::time_point::max());
+    if (!ok || connection_closed || last || t_close_after || stream.aborted()) break;
+  }
+  t_socket = -1;
+  t_close_after = false;
+  close_lingering(sock, stream.aborted() ? 0 : 1000);
+  return true;
+}
+
+}  // namespace minfer::cli
+
+#endif  // MINFER_HAVE_HTTPLIB

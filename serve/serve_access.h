@@ -1,0 +1,47 @@
+// Who may use `minfer serve`: an API key, and the Host and Origin headers a request may carry.
+//
+// A server on 127.0.0.1 is reachable by every program on the machine, and by every web page its
+// user opens: a page can POST to http://127.0.0.1:8080 (a text/plain body needs no CORS preflight,
+// so the request runs even though the page cannot read the answer), and a page on a name that the
+// attacker's DNS later points at 127.0.0.1 (DNS rebinding) can read answers too. Three checks, as
+// llama-server and vLLM make the first:
+//   - the key (--api-key, --api-key-file): every route but /health wants `Authorization: Bearer
+//     KEY`, else 401;
+//   - Host: on a loopback address only loopback names (localhost, 127.0.0.1, [::1]) are served,
+//     else 403 (a rebound name arrives with the attacker's Host); --allowed-hosts adds names, and
+//     `*` takes any. On another address any Host is served unless --allowed-hosts says otherwise;
+//   - Origin: a browser names the page's origin; a request that carries one is served only when
+//     --allowed-origins lists it (or is `*`), else 403, and an allowed origin gets CORS headers
+//     and answers to its preflight (OPTIONS) requests.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/serve_api.h"
+
+namespace minfer::cli {
+
+struct AccessOptions {
+  std::string api_key;                        // empty: no key
+  std::vector<std::string> allowed_hosts;     // lowercase names without ports; "*" any
+  std::vector<std::string> allowed_origins;   // "scheme://host[:port]"; "*" any
+};
+
+// The options for a server listening on `listen_host`: `hosts` and `origins` are the options'
+// comma-separated lists (empty: the defaults above).
+AccessOptions make_access_options(const std::string& listen_host, const std::string& api_key,
+                                  const std::string& hosts, const std::string& origins);
+// The key in a key file: its first line without surrounding blanks; throws Error naming the file
+// when it cannot be read or holds no key.
+std::string read_api_key_file(const std::string& path);
+
+// The refusal of a request with these headers ("" where absent), or none. `needs_key`: the route
+// is not /health.
+std::optional<ApiError> check_access(const AccessOptions& access, const std::string& host, const std::string& origin,
+                                     const std::string& authorization, bool needs_key);
+// Whether a request from `origin` gets CORS headers (it carries one and it is allowed).
+bool cors_allowed(const AccessOptions& access, const std::string& origin);
+
+}  // namespace minfer::cli

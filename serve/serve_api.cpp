@@ -1,0 +1,440 @@
+#include "serve/serve_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "tokenizers/utf8.h"
+
+namespace minfer::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr size_t kMaxStopStrings = 4;
+constexpr size_t kMaxStopBytes = 1024;  // per stop string: the engine's thread searches for each per token
+
+[[noreturn]] void refuse(const std::string& param, const std::string& message) {
+  throw ApiError{400, message, param, ""};
+}
+
+std::string type_of(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void wrong_type(const std::string& name, const char* wanted, const json& v) {
+  refuse(name, name + " must be " + wanted + ", not " + type_of(v));
+}
+
+// An integer field as int64 (an unsigned JSON integer past INT64_MAX saturates, to be refused by
+// the caller's range check).
+int64_t integer(const std::string& name, const json& v) {
+  if (!v.is_number_integer()) wrong_type(name, "an integer", v);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    return std::numeric_limits<int64_t>::max();
+  return v.get<int64_t>();
+}
+
+double number(const std::string& name, const json& v) {
+  if (!v.is_number()) wrong_type(name, "a number", v);
+  return v.get<double>();
+}
+
+std::string format_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+void parse_prompt(const json& v, int64_t vocab_size, bool has_tokenizer, CompletionRequest& r) {
+  if (v.is_string()) {
+    if (!has_tokenizer)
+      refuse("prompt", "this model carries no tokenizer: give the prompt as an array of token ids "
+                       "(or start minfer serve with -z TOKENIZER)");
+    r.text = v.get<std::string>();
+    return;
+  }
+  if (!v.is_array()) wrong_type("prompt", "a string or an array of token ids", v);
+  if (v.empty()) refuse("prompt", "prompt is an empty array: it has no tokens");
+  if (v[0].is_string() || v[0].is_array())
+    refuse("prompt", "prompt: a list of prompts is not supported; send one string or one array of token ids");
+  r.prompt_ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string name = "prompt[" + std::to_string(i) + "]";
+    if (!v[i].is_number_integer()) wrong_type(name, "a token id (an integer)", v[i]);
+    const int64_t id = integer(name, v[i]);
+    if (id < 0 || id >= vocab_size)
+      refuse("prompt", name + " = " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab_size) + ")");
+    r.prompt_ids.push_back(static_cast<int32_t>(id));
+  }
+}
+
+void parse_stop(const json& v, bool has_tokenizer, CompletionRequest& r) {
+  if (v.is_null()) return;
+  if (v.is_string()) {
+    r.stop.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > kMaxStopStrings)
+      refuse("stop", "stop has " + std::to_string(v.size()) + " strings; at most " + std::to_string(kMaxStopStrings));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) wrong_type("stop[" + std::to_string(i) + "]", "a string", v[i]);
+      r.stop.push_back(v[i].get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", v);
+  }
+  for (const auto& s : r.stop) {
+    if (s.empty()) refuse("stop", "stop strings must not be empty");
+    if (s.size() > kMaxStopBytes)
+      refuse("stop", "a stop string of " + std::to_string(s.size()) + " bytes is over the limit of " +
+                         std::to_string(kMaxStopBytes));
+  }
+  if (!r.stop.empty() && !has_tokenizer)
+    refuse("stop", "stop strings need the text of the tokens, and this model carries no tokenizer");
+}
+
+// Fields of OpenAI's API that minfer does not implement: accepted only at the value that asks for
+// nothing, so that a client never gets an answer to a question it did not ask.
+void check_unimplemented(const std::string& key, const json& v) {
+  auto only = [&](bool ok, const char* what) {
+    if (!ok) refuse(key, key + " is not supported (only " + what + ")");
+  };
+  if (key == "n" || key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
+  else if (key == "echo") only(v.is_null() || v == false, "false");
+  else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
+  else if (key == "presence_penalty" || key == "frequency_penalty")
+    only(v.is_null() || (v.is_number() && v.get<double>() == 0.0), "0");
+  else if (key == "logit_bias") only(v.is_null() || (v.is_object() && v.empty()), "{}");
+}
+
+}  // namespace
+
+std::string one_line(const std::string& text, size_t max_bytes) {
+  std::string out;
+  for (char c : text) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;
+  }
+  return out;
+}
+
+const char* api_error_type(int status) {
+  if (status == 429) return "rate_limit_error";
+  if (status >= 500) return "server_error";
+  return "invalid_request_error";
+}
+
+std::string error_body(const ApiError& error) {
+  ordered_json e = {{"message", error.message},
+            {"type", api_error_type(error.status)},
+            {"param", error.param.empty() ? ordered_json(nullptr) : ordered_json(error.param)},
+            {"code", error.code.empty() ? ordered_json(nullptr) : ordered_json(error.code)}};
+  return dump_json(ordered_json{{"error", e}});
+}
+
+uint64_t sampler_seed(const json& seed) {
+  const uint64_t state = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(seed.get<int64_t>());
+  return state != 0 ? state : kSeedZeroState;
+}
+
+namespace {
+// stream_options: null, or an object whose only field is include_usage (a boolean).
+void parse_stream_options(const json& v, CompletionRequest& r) {
+  if (v.is_null()) return;
+  if (!v.is_object())
+    throw ApiError{400, "stream_options must be an object, not " + one_line(v.dump(), 64), "stream_options", ""};
+  for (const auto& [key, value] : v.items()) {
+    if (key != "include_usage")
+      throw ApiError{400, "stream_options: unknown field '" + one_line(key, 64) + "' (only include_usage)",
+                     "stream_options", ""};
+    if (!value.is_null() && !value.is_boolean())
+      throw ApiError{400, "stream_options.include_usage must be a boolean, not " + one_line(value.dump(), 64),
+                     "stream_options", ""};
+    r.include_usage = value.is_boolean() && value.get<bool>();
+  }
+}
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
+                                           const ApiLimits& limits) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
+    std::string what = e.what();
+    const size_t at = what.find("] ");
+    refuse("", "malformed JSON: " + one_line(at == std::string::npos ? what : what.substr(at + 2)));
+  }
+  if (!j.is_object()) refuse("", "the body must be a JSON object, not " + type_of(j));
+  CompletionRequest r;
+  bool has_prompt = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "model") {
+      if (!v.is_null() && !v.is_string()) wrong_type("model", "a string", v);
+      if (v.is_string()) r.model = v.get<std::string>();
+    } else if (key == "prompt") {
+      parse_prompt(v, vocab_size, has_tokenizer, r);
+      has_prompt = true;
+    } else if (key == "max_tokens") {
+      if (v.is_null()) continue;
+      r.max_tokens = integer("max_tokens", v);
+      if (r.max_tokens < 1) refuse("max_tokens", "max_tokens = " + std::to_string(r.max_tokens) + ": at least 1");
+      if (r.max_tokens > limits.max_tokens_limit)
+        refuse("max_tokens", "max_tokens = " + std::to_string(r.max_tokens) + " is over this server's limit of " +
+                                 std::to_string(limits.max_tokens_limit) + " (--max-tokens-limit)");
+    } else if (key == "temperature") {
+      if (v.is_null()) continue;
+      const double t = number("temperature", v);
+      if (!(t >= 0.0 && t <= 1e6)) refuse("temperature", "temperature = " + format_number(t) + " is outside [0, 1e6]");
+      r.temperature = static_cast<float>(t);
+    } else if (key == "top_p") {
+      if (v.is_null()) continue;
+      const double p = number("top_p", v);
+      if (!(p > 0.0 && p <= 1.0)) refuse("top_p", "top_p = " + format_number(p) + " is outside (0, 1]");
+      r.top_p = static_cast<float>(p);
+    } else if (key == "seed") {
+      if (v.is_null()) continue;
+      if (!v.is_number_integer()) wrong_type("seed", "a 64-bit integer", v);
+      r.seed = sampler_seed(v);
+    } else if (key == "stop") {
+      parse_stop(v, has_tokenizer, r);
+    } else if (key == "stream") {
+      if (!v.is_null() && !v.is_boolean()) wrong_type("stream", "a boolean", v);
+      r.stream = v.is_boolean() && v.get<bool>();
+    } else if (key == "ignore_eos") {
+      if (!v.is_null() && !v.is_boolean()) wrong_type("ignore_eos", "a boolean", v);
+      r.ignore_eos = v.is_boolean() && v.get<bool>();
+    } else if (key == "n" || key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix" ||
+               key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
+      check_unimplemented(key, v);
+    } else if (key == "stream_options") {
+      parse_stream_options(v, r);
+    } else if (key == "user") {
+      continue;
+    } else {
+      refuse(key, "unknown field '" + one_line(key, 64) + "'");
+    }
+  }
+  if (!has_prompt) refuse("prompt", "prompt is required");
+  if (r.include_usage && !r.stream)
+    refuse("stream_options", "stream_options.include_usage is only for streams (\"stream\": true)");
+  return r;
+}
+
+void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits) {
+  if (prompt_tokens > limits.max_prompt_tokens)
+    refuse("prompt", "the prompt of " + std::to_string(prompt_tokens) + " tokens is over this server's limit of " +
+                         std::to_string(limits.max_prompt_tokens) + " tokens (--max-prompt-tokens)");
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops, size_t longest_piece) : stops_(std::move(stops)) {
+  size_t longest = 0;
+  for (const auto& s : stops_) longest = std::max(longest, s.size());
+  keep_ = longest > 0 ? longest - 1 : 0;
+  window_.reserve(keep_ + longest_piece + 1);
+}
+
+bool StopMatcher::push(const std::string& piece) {
+  // note: a stop string found now ends inside `piece`: the kept bytes alone are shorter than any.
+  window_.append(piece);
+  for (const auto& s : stops_)
+    if (window_.find(s) != std::string::npos) return true;
+  if (window_.size() > keep_) window_.erase(0, window_.size() - keep_);
+  return false;
+}
+
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops) {
+  size_t at = std::string::npos;
+  for (const auto& s : stops) at = std::min(at, text.find(s));
+  return at;
+}
+
+size_t stop_prefix_at_end(const std::string& text, const std::vector<std::string>& stops) {
+  size_t longest = 0;
+  for (const auto& s : stops) longest = std::max(longest, s.size());
+  for (size_t k = std::min(text.size(), longest > 0 ? longest - 1 : 0); k > 0; --k)
+    for (const auto& s : stops)
+      if (s.size() > k && text.compare(text.size() - k, k, s, 0, k) == 0) return k;
+  return 0;
+}
+
+TokenPieces::TokenPieces(const TextTokenizer& tokenizer) : bos_(tokenizer.bos_id()) {
+  const int64_t n = tokenizer.vocab_size();
+  const int32_t other = bos_ == 0 && n > 1 ? 1 : 0;  // any token but BOS
+  after_token_.reserve(static_cast<size_t>(n));
+  byte_fallback_.resize(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    byte_fallback_[static_cast<size_t>(id)] = tokenizer.byte_fallback(id);
+    after_token_.push_back(tokenizer.token_bytes(other, id));
+    longest_ = std::max(longest_, after_token_.back().size());
+  }
+  if (bos_ < 0 || bos_ >= n) return;
+  std::vector<std::string> after_bos;
+  after_bos.reserve(static_cast<size_t>(n));
+  bool differs = false;
+  for (int32_t id = 0; id < n; ++id) {
+    after_bos.push_back(tokenizer.token_bytes(bos_, id));
+    differs = differs || after_bos.back() != after_token_[static_cast<size_t>(id)];
+    longest_ = std::max(longest_, after_bos.back().size());
+  }
+  if (differs) after_bos_ = std::move(after_bos);
+}
+
+const std::string& TokenPieces::piece(int32_t prev, int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= after_token_.size()) return none_;
+  if (prev == bos_ && !after_bos_.empty()) return after_bos_[static_cast<size_t>(id)];
+  return after_token_[static_cast<size_t>(id)];
+}
+
+CompletionText::CompletionText(const TokenPieces* pieces, int32_t prompt_last, std::vector<std::string> stops)
+    : pieces_(pieces), prev_(prompt_last), stops_(std::move(stops)) {}
+
+std::string CompletionText::push(int32_t id) {
+  if (stopped_ || pieces_ == nullptr) return {};
+  const std::string& piece = pieces_->piece(prev_, id);
+  prev_ = id;
+  if (pieces_->byte_fallback(id)) {
+    run_ += piece;
+    ++run_tokens_;
+    return {};
+  }
+  return take(end_run() + piece);
+}
+
+std::string CompletionText::end_run() {
+  std::string text;
+  if (utf8::is_valid(run_)) {
+    text = std::move(run_);
+  } else {
+    for (size_t i = 0; i < run_tokens_; ++i) text += "\xEF\xBF\xBD";
+  }
+  run_.clear();
+  run_tokens_ = 0;
+  return text;
+}
+
+std::string CompletionText::take(const std::string& bytes) {
+  held_ += utf8_.push(bytes);
+  const size_t at = find_stop(held_, stops_);
+  if (at != std::string::npos) {
+    std::string out = held_.substr(0, at);
+    held_.clear();
+    stopped_ = true;
+    return utf8::lossy(out);
+  }
+  const size_t keep = stop_prefix_at_end(held_, stops_);
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return utf8::lossy(out);
+}
+
+std::string CompletionText::finish() {
+  if (stopped_) return {};
+  std::string out = take(end_run());
+  if (stopped_) return out;
+  out += utf8::lossy(held_ + utf8_.flush());
+  held_.clear();
+  return out;
+}
+
+ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+ordered_json choice_json(const std::string& text, const std::vector<int32_t>& ids, const char* finish_reason) {
+  return {{"index", 0},
+          {"text", text},
+          {"token_ids", ids},
+          {"finish_reason", finish_reason ? ordered_json(finish_reason) : ordered_json(nullptr)},
+          {"logprobs", nullptr}};
+}
+}  // namespace
+
+ordered_json completion_json(const CompletionHeader& header, const std::string& text,
+                             const std::vector<int32_t>& ids, const char* finish_reason, int64_t prompt_tokens) {
+  ordered_json out = stream_chunk_json(header, text, ids, finish_reason);
+  out["usage"] = usage_json(prompt_tokens, static_cast<int64_t>(ids.size()));
+  return out;
+}
+
+ordered_json stream_chunk_json(const CompletionHeader& header, const std::string& text,
+                               const std::vector<int32_t>& ids, const char* finish_reason) {
+  ordered_json chunk = {{"id", header.id},
+                        {"object", "text_completion"},
+                        {"created", header.created},
+                        {"model", header.model},
+                        {"choices", ordered_json::array({choice_json(text, ids, finish_reason)})}};
+  if (header.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+std::string dump_json(const ordered_json& value) {
+  return value.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+namespace {
+void metric_header(std::ostringstream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+void histogram(std::ostringstream& out, const char* name, const char* help, const uint64_t* counts, double sum,
+               uint64_t n) {
+  metric_header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (int b = 0; b < SchedulerMetrics::kBuckets; ++b) {
+    cumulative += counts[b];
+    out << name << "_bucket{le=\"" << SchedulerMetrics::kBounds[b] << "\"} " << cumulative << "\n";
+  }
+  out << name << "_bucket{le=\"+Inf\"} " << n << "\n";
+  out << name << "_sum " << sum << "\n" << name << "_count " << n << "\n";
+}
+}  // namespace
+
+std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& finished, int64_t slots) {
+  std::ostringstream out;
+  out.precision(9);
+  metric_header(out, "minfer_requests_total", "counter", "Completion requests the scheduler accepted.");
+  out << "minfer_requests_total " << m.requests_submitted << "\n";
+  metric_header(out, "minfer_requests_finished_total", "counter", "Completion requests ended, by reason.");
+  out << "minfer_requests_finished_total{reason=\"stop\"} " << finished.stop << "\n"
+      << "minfer_requests_finished_total{reason=\"length\"} " << finished.length << "\n"
+      << "minfer_requests_finished_total{reason=\"cancelled\"} " << finished.cancelled << "\n";
+  metric_header(out, "minfer_requests_refused_total", "counter",
+                "Completion requests the scheduler refused (too long for the context, a full queue).");
+  out << "minfer_requests_refused_total " << m.requests_refused << "\n";
+  metric_header(out, "minfer_prompt_tokens_total", "counter", "Prompt tokens run through the model.");
+  out << "minfer_prompt_tokens_total " << m.prompt_tokens << "\n";
+  metric_header(out, "minfer_generation_tokens_total", "counter", "Tokens generated.");
+  out << "minfer_generation_tokens_total " << m.generated_tokens << "\n";
+  metric_header(out, "minfer_queue_depth", "gauge", "Requests waiting for a slot.");
+  out << "minfer_queue_depth " << m.queue_depth << "\n";
+  metric_header(out, "minfer_busy_slots", "gauge", "Slots holding a request.");
+  out << "minfer_busy_slots " << m.busy_slots << "\n";
+  metric_header(out, "minfer_slots", "gauge", "Slots (sequences decoded together).");
+  out << "minfer_slots " << slots << "\n";
+  histogram(out, "minfer_time_to_first_token_seconds", "Time from submission to the first generated token.",
+            m.ttft_counts, m.ttft_sum, m.ttft_n);
+  histogram(out, "minfer_time_per_output_token_seconds", "Time per generated token after the first.", m.tpot_counts,
+            m.tpot_sum, m.tpot_n);
+  return out.str();
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,573 @@
+#include "serve/serve_http.h"
+
+#if MINFER_HAVE_HTTPLIB
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "serve/http_server.h"
+
+namespace minfer::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using httplib::Request;
+using httplib::Response;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(50);  // how often a waiting handler checks its client
+
+// One request's tokens on their way from the engine's thread to its handler.
+struct Channel {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<int32_t> ids;  // reserved to max_tokens at submission: pushes allocate nothing
+  bool finished = false;
+  FinishReason reason = FinishReason::stop;
+  bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
+  // The engine's thread only: stop strings found as the tokens come, so that the request ends at
+  // the token that completes one.
+  StopMatcher stop;
+  const TokenPieces* pieces = nullptr;
+  int32_t prev = -1;
+};
+
+// A completion request in flight, counted while its handler (or its stream) lives.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<int64_t>& count) : count_(count) { ++count_; }
+  ~InFlight() { --count_; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int64_t>& count_;
+};
+
+void send_json(Response& res, int status, const std::string& body) {
+  res.status = status;
+  res.set_content(body, "application/json");
+}
+
+void send_error(Response& res, const ApiError& error) { send_json(res, error.status, error_body(error)); }
+
+std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+// splitmix64 over the clock and a counter: a seed per request that asks for none (never 0).
+uint64_t random_seed() {
+  static std::atomic<uint64_t> counter{0};
+  uint64_t z = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) +
+               (++counter) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z != 0 ? z : 1;
+}
+
+constexpr auto kAbortAfter = std::chrono::seconds(2);
+
+// The headers a preflight may allow: those it asks for (the OpenAI SDKs add their own x-stainless-*
+// headers), when they are a list of header names; else Authorization and Content-Type.
+std::string cors_request_headers(const std::string& asked) {
+  const bool names = !asked.empty() && asked.size() <= 1024 &&
+                     asked.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") ==
+                         std::string::npos;
+  return names ? asked : "Authorization, Content-Type";
+}
+
+// An allowed browser origin may read the answer (and the error) it gets.
+void set_cors_headers(Response& res, const std::string& origin) {
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+}
+
+ApiError late_body(const ServeHttpOptions& options) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g", options.body_timeout_ms / 1000.0);
+  return {408, std::string("the request body did not arrive within ") + seconds + " s (--body-timeout)", "", ""};
+}
+
+const char* default_message(int status) {
+  switch (status) {
+    case 400: return "malformed HTTP request";
+    case 404: return "no such route";
+    case 405: return "method not allowed";
+    case 413: return "the request is too large";
+    case 414: return "the request line is too long";
+    case 416: return "bad Range header";
+    default: return status >= 500 ? "internal server error" : "bad request";
+  }
+}
+
+}  // namespace
+
+struct ServeHttp::Impl {
+  Impl(Scheduler& s, const ModelInfo& i, const TextTokenizer* t, ServeHttpOptions o)
+      : scheduler(s), info(i), tokenizer(t), options(std::move(o)),
+        server(ConnectionLimits{static_cast<size_t>(options.max_connections), options.head_timeout_ms,
+                                options.body_timeout_ms, static_cast<size_t>(options.max_head_bytes)},
+               [](int status, const std::string& message) {
+                 return error_body({status, message, "", status == 503 ? "too_many_connections" : ""});
+               }),
+        started(static_cast<int64_t>(std::time(nullptr))) {
+    if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
+  }
+
+  void routes();
+  void completions(Response& res, const httplib::ContentReader& read, bool http11);
+  void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
+                    uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
+                    bool http11);
+  void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
+                     uint64_t id, const std::vector<int32_t>& prompt, std::vector<std::string> stops,
+                     std::shared_ptr<InFlight> flight);
+  enum class Wait { tokens, finished, client_gone, engine_down };
+  // Until the request finished or (for a stream) has tokens past `seen`, or the client is gone.
+  // `may_probe`: a whole answer to an HTTP/1.1 request, whose half-closed client is probed
+  // (ConnectionServer::probe_with_interim) instead of taken for gone.
+  Wait wait(Channel& channel, size_t seen, bool whole, int socket, bool may_probe = false) const;
+  FinishCounts finished_counts() const { return {finished_stop, finished_length, finished_cancelled}; }
+  std::string engine_failure() const {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    return failure;
+  }
+
+  Scheduler& scheduler;
+  const ModelInfo& info;
+  const TextTokenizer* tokenizer;
+  ServeHttpOptions options;
+  std::unique_ptr<TokenPieces> pieces;
+  ConnectionServer server;
+  const int64_t started;
+  std::atomic<bool> draining{false};
+  std::atomic<bool> cancelling{false};  // the grace period is over: every request is cancelled
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0};
+  std::atomic<bool> engine_down{false};
+  std::atomic<bool> listen_returned{false};
+  mutable std::mutex failure_mutex;
+  std::string failure;
+};
+
+// note: a client that shut its sending side may still be reading (RFC 9112, 9.6). A stream's next
+// write tells a closed one from a half-closed one (the first write draws a reset, which the next
+// look sees); a whole answer has written nothing yet, so its client is probed with an interim
+// 100 Continue, once. Only an HTTP/1.0 client, to which no 1xx may be sent, is taken for gone
+// when it half-closes.
+ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool whole, int socket,
+                                            bool may_probe) const {
+  using Peer = ConnectionServer::Peer;
+  auto next_check = std::chrono::steady_clock::now() + kPollInterval;
+  bool probed = false;
+  std::unique_lock<std::mutex> lock(channel.mutex);
+  for (;;) {
+    if (channel.finished) return Wait::finished;
+    if (!whole && channel.ids.size() > seen) return Wait::tokens;
+    if (std::chrono::steady_clock::now() >= next_check) {
+      const Peer peer = ConnectionServer::peer_state(socket);
+      if (peer == Peer::gone) return Wait::client_gone;
+      if (peer == Peer::half_closed && whole && !probed) {
+        if (!may_probe || !ConnectionServer::probe_with_interim(socket)) return Wait::client_gone;
+        probed = true;
+      }
+      if (engine_down) return Wait::engine_down;
+      next_check = std::chrono::steady_clock::now() + kPollInterval;
+    }
+    channel.changed.wait_until(lock, next_check);
+  }
+}
+
+void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11) {
+  auto flight = std::make_shared<InFlight>(in_flight);
+  try {
+    std::string body;
+    bool over = false;
+    const bool read_whole = read([&](const char* data, size_t n) {
+      if (body.size() + n > static_cast<size_t>(options.max_body_bytes)) {
+        over = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (over || !read_whole) {
+      ConnectionServer::close_after_response(res);
+      if (over)
+        throw ApiError{413, "the request body is over the limit of " + std::to_string(options.max_body_bytes) +
+                                " bytes (--max-body-bytes)", "", "body_too_large"};
+      if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
+      if (ConnectionServer::body_deadline_passed()) throw late_body(options);
+      throw ApiError{400, "the request body could not be read", "", ""};
+    }
+    if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
+    CompletionRequest request = parse_completion_request(body, info.vocab_size, tokenizer != nullptr, options.limits);
+    std::vector<int32_t> prompt = request.text ? tokenizer->encode(*request.text, true) : request.prompt_ids;
+    check_prompt_length(static_cast<int64_t>(prompt.size()), options.limits);
+
+    auto channel = std::make_shared<Channel>();
+    channel->ids.reserve(static_cast<size_t>(request.max_tokens));
+    channel->wake_per_token = request.stream;
+    if (!request.stop.empty()) {
+      channel->stop = StopMatcher(request.stop, pieces->longest());
+      channel->pieces = pieces.get();
+      channel->prev = prompt.empty() ? -1 : prompt.back();
+    }
+    ServeRequest job;
+    job.prompt = prompt;
+    job.max_tokens = request.max_tokens;
+    job.temperature = request.temperature;
+    job.top_p = request.top_p;
+    job.stop_at_eos = !request.ignore_eos;
+    job.seed = request.seed ? *request.seed : random_seed();
+    job.on_token = [channel](int32_t token) {
+      Channel& c = *channel;
+      bool more = true;
+      if (!c.stop.empty()) {
+        more = !c.stop.push(c.pieces->piece(c.prev, token));
+        c.prev = token;
+      }
+      {
+        std::lock_guard<std::mutex> lock(c.mutex);
+        c.ids.push_back(token);
+      }
+      if (c.wake_per_token) c.changed.notify_one();
+      return more;
+    };
+    // note: `this` outlives every request: cli_serve joins the engine's thread before the server goes.
+    job.on_finish = [channel, this](const RequestStats& stats) {
+      (stats.reason == FinishReason::stop ? finished_stop
+       : stats.reason == FinishReason::length ? finished_length
+                                              : finished_cancelled)++;
+      {
+        std::lock_guard<std::mutex> lock(channel->mutex);
+        channel->finished = true;
+        channel->reason = stats.reason;
+      }
+      channel->changed.notify_one();
+    };
+    uint64_t id = 0;
+    try {
+      id = scheduler.submit(std::move(job));
+    } catch (const QueueFullError& e) {
+      throw ApiError{429, e.what(), "", "queue_full"};
+    } catch (const Error& e) {
+      throw ApiError{400, e.what(), "", ""};
+    }
+    // A request submitted after the shutdown's last cancel_all() is cancelled here (the flag is set
+    // before that call), so that nothing outlives the grace period.
+    if (cancelling) scheduler.cancel(id);
+    CompletionHeader header{"cmpl-" + std::to_string(id), static_cast<int64_t>(std::time(nullptr)),
+                            request.model ? *request.model : options.model_name, request.include_usage};
+    if (request.stream)
+      answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight));
+    else
+      answer_whole(res, header, channel, id, prompt, request.stop, http11);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
+}
+
+void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header,
+                                   const std::shared_ptr<Channel>& channel, uint64_t id,
+                                   const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
+                                   bool http11) {
+  const Wait w = wait(*channel, 0, true, ConnectionServer::current_socket(), http11);
+  if (w == Wait::client_gone) {
+    scheduler.cancel(id);
+    ConnectionServer::close_after_response(res);
+    throw ApiError{499, "the client closed the connection", "", ""};
+  }
+  if (w == Wait::engine_down) throw ApiError{500, "the engine stopped: " + engine_failure(), "", "engine_failed"};
+  std::vector<int32_t> ids;
+  FinishReason reason;
+  {
+    std::lock_guard<std::mutex> lock(channel->mutex);
+    ids = channel->ids;
+    reason = channel->reason;
+  }
+  if (reason == FinishReason::cancelled)
+    throw ApiError{503, "the server shut down before the completion finished (" + std::to_string(ids.size()) +
+                            " tokens generated)", "", "shutting_down"};
+  // The request ended at the token that completed a stop string (the engine's matcher); the text
+  // is cut before it. note: the text is made as a stream's events are, token by token
+  // (CompletionText), so that a stream adds up to the whole answer, U+FFFDs and stops alike.
+  CompletionText completion(pieces.get(), prompt.back(), stops);
+  std::string text;
+  for (size_t i = 0; i < ids.size() && !completion.stopped(); ++i) text += completion.push(ids[i]);
+  text += completion.finish();
+  const char* finish = reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
+  send_json(res, 200, dump_json(completion_json(header, text, ids, finish, static_cast<int64_t>(prompt.size()))));
+}
+
+void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
+                                    const std::shared_ptr<Channel>& channel, uint64_t id,
+                                    const std::vector<int32_t>& prompt, std::vector<std::string> stops,
+                                    std::shared_ptr<InFlight> flight) {
+  struct Stream {
+    std::shared_ptr<Channel> channel;
+    std::shared_ptr<InFlight> flight;
+    CompletionHeader header;
+    CompletionText text;
+    uint64_t id;
+    int64_t prompt_tokens;
+    size_t sent = 0;  // tokens written as events
+    int socket;
+  };
+  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header,
+                                           CompletionText(pieces.get(), prompt.back(), std::move(stops)), id,
+                                           static_cast<int64_t>(prompt.size()), 0, ConnectionServer::current_socket()});
+  res.set_header("Cache-Control", "no-cache");
+  // httplib calls the provider until sink.done(), on this connection's thread; false ends the
+  // connection (the client is gone).
+  res.set_chunked_content_provider("text/event-stream", [this, s](size_t, httplib::DataSink& sink) {
+    auto gone = [&] {
+      scheduler.cancel(s->id);
+      return false;
+    };
+    auto end_with_error = [&](const ApiError& e) {
+      const std::string event = "data: " + error_body(e) + "\n\n";
+      sink.write(event.data(), event.size());
+      sink.done();
+      return true;
+    };
+    const Wait w = wait(*s->channel, s->sent, false, s->socket);
+    if (w == Wait::client_gone) return gone();
+    if (w == Wait::engine_down)
+      return end_with_error({500, "the engine stopped: " + engine_failure(), "", "engine_failed"});
+    std::vector<int32_t> fresh;
+    bool finished;
+    FinishReason reason;
+    {
+      std::lock_guard<std::mutex> lock(s->channel->mutex);
+      fresh.assign(s->channel->ids.begin() + static_cast<std::ptrdiff_t>(s->sent), s->channel->ids.end());
+      finished = s->channel->finished;
+      reason = s->channel->reason;
+    }
+    for (int32_t token : fresh) {
+      if (s->text.stopped()) break;
+      const std::string event = sse_event(stream_chunk_json(s->header, s->text.push(token), {token}, nullptr));
+      if (!sink.write(event.data(), event.size())) return gone();
+      ++s->sent;
+    }
+    // The engine ends the request at the same token: the cancel is a no-op then.
+    if (s->text.stopped() && !finished) scheduler.cancel(s->id);
+    if (!finished && !s->text.stopped()) return true;
+    if (reason == FinishReason::cancelled && !s->text.stopped())
+      return end_with_error({503,
+                             "the server shut down before the completion finished (" + std::to_string(s->sent) +
+                                 " tokens generated)",
+                             "", "shutting_down"});
+    json last = stream_chunk_json(s->header, s->text.finish(), {},
+                                  s->text.stopped() || reason == FinishReason::stop ? "stop" : "length");
+    const json usage = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent));
+    std::string tail;
+    if (s->header.include_usage) {
+      // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
+      json usage_only = stream_chunk_json(s->header, "", {}, nullptr);
+      usage_only["choices"] = json::array();
+      usage_only["usage"] = usage;
+      tail = sse_event(last) + sse_event(usage_only);
+    } else {
+      last["usage"] = usage;
+      tail = sse_event(last);
+    }
+    tail += "data: [DONE]\n\n";
+    if (!sink.write(tail.data(), tail.size())) return false;
+    sink.done();
+    return true;
+  });
+}
+
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+};
+const Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"}};
+
+const Route* find_route(const std::string& path) {
+  for (const auto& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+// Each of the checks below answers (true) or lets the request through (false). Routing errors are
+// decided before a body is read, so their answers close the connection.
+bool refuse(Response& res, const ApiError& error) {
+  ConnectionServer::close_after_response(res);
+  send_error(res, error);
+  return true;
+}
+
+// The key, Host and Origin (serve/serve_access.h): a preflight carries no key; every route but
+// /health (and any unknown one) wants it. An allowed origin's answers carry CORS headers.
+bool refuse_access(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
+  const std::string origin = req.get_header_value("Origin");
+  const bool needs_key = req.method != "OPTIONS" && (route == nullptr || std::string(route->path) != "/health");
+  if (cors_allowed(access, origin)) set_cors_headers(res, origin);
+  const auto refusal = check_access(access, req.get_header_value("Host"), origin, req.get_header_value("Authorization"),
+                                    needs_key);
+  if (!refusal) return false;
+  if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  return refuse(res, *refusal);
+}
+
+// OPTIONS on a route: the methods it takes, and for an allowed origin what its requests may carry.
+bool answer_preflight(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
+  if (req.method != "OPTIONS" || route == nullptr) return false;
+  // Answered before any body is read: the connection ends, so that a body is never read as the
+  // next request.
+  ConnectionServer::close_after_response(res);
+  const std::string methods = std::string(route->method) + ", OPTIONS";
+  res.status = 204;
+  res.set_header("Allow", methods);
+  if (cors_allowed(access, req.get_header_value("Origin"))) {
+    res.set_header("Access-Control-Allow-Methods", methods);
+    res.set_header("Access-Control-Allow-Headers", cors_request_headers(req.get_header_value("Access-Control-Request-Headers")));
+    res.set_header("Access-Control-Max-Age", "600");
+  }
+  return true;
+}
+
+bool refuse_route(const Request& req, Response& res, const Route* route) {
+  if (route == nullptr)
+    return refuse(res, {404,
+                        "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
+                            " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)",
+                        "", "not_found"});
+  if (req.method == route->method || (req.method == "HEAD" && std::string(route->method) == "GET")) return false;
+  res.set_header("Allow", route->method);
+  return refuse(res, {405, one_line(req.method, 16) + " " + route->path + ": only " + route->method, "",
+                      "method_not_allowed"});
+}
+
+bool refuse_length(const Request& req, Response& res, int64_t max_body_bytes) {
+  const std::string length = req.get_header_value("Content-Length");
+  // RFC 9112, 6.3: Content-Length headers that disagree make the body's end unknowable.
+  for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+    if (req.get_header_value("Content-Length", i) != length)
+      return refuse(res, {400, "two different Content-Length headers", "", ""});
+  if (length.find_first_not_of("0123456789") != std::string::npos)
+    return refuse(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
+  // (More than 19 digits is past what strtoull reads, and over any limit.)
+  if (!length.empty() &&
+      (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > uint64_t(max_body_bytes)))
+    return refuse(res, {413, "the request body of " + one_line(length, 24) + " bytes is over the limit of " +
+                                 std::to_string(max_body_bytes) + " bytes (--max-body-bytes)", "",
+                        "body_too_large"});
+  return false;
+}
+
+}  // namespace
+
+void ServeHttp::Impl::routes() {
+  server.set_pre_routing_handler([this](const Request& req, Response& res) {
+    const Route* route = find_route(req.path);
+    const bool answered = refuse_access(options.access, req, res, route) ||
+                          answer_preflight(options.access, req, res, route) || refuse_route(req, res, route) ||
+                          refuse_length(req, res, options.max_body_bytes);
+    return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
+  });
+  server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
+    completions(res, read, req.version == "HTTP/1.1");
+  });
+  server.Get("/health", [this](const Request&, Response& res) {
+    if (draining) send_json(res, 503, R"({"status":"shutting down"})");
+    else send_json(res, 200, R"({"status":"ok"})");
+  });
+  server.Get("/v1/models", [this](const Request&, Response& res) {
+    json model = {{"id", options.model_name}, {"object", "model"},        {"created", started},
+                  {"owned_by", "minfer"},     {"max_model_len", scheduler.n_ctx()},
+                  {"vocab_size", info.vocab_size}, {"bos_id", info.bos_id},
+                  {"max_prompt_tokens", options.limits.max_prompt_tokens},
+                  {"max_tokens_limit", options.limits.max_tokens_limit}};
+    send_json(res, 200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
+  });
+  server.Get("/metrics", [this](const Request&, Response& res) {
+    res.set_content(prometheus_metrics(scheduler.metrics(), finished_counts(), scheduler.options().slots),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // Answers httplib makes itself (a malformed request line, a body it could not read) get the
+  // same JSON error as the rest.
+  server.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request&, Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ConnectionServer::close_after_response(res);
+    if (ConnectionServer::body_deadline_passed()) send_error(res, late_body(options));
+    else send_error(res, {res.status, default_message(res.status), "", ""});
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server.set_exception_handler([](const Request&, Response& res, std::exception_ptr thrown) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    ConnectionServer::close_after_response(res);
+    send_error(res, {500, one_line(what, 400), "", ""});
+  });
+  server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+  server.set_keep_alive_max_count(100);
+}
+
+ServeHttp::ServeHttp(Scheduler& scheduler, const ModelInfo& info, const TextTokenizer* tokenizer,
+                     ServeHttpOptions options)
+    : impl_(std::make_unique<Impl>(scheduler, info, tokenizer, std::move(options))) {
+  impl_->routes();
+}
+
+ServeHttp::~ServeHttp() = default;
+
+int ServeHttp::bind() { return impl_->server.bind(impl_->options.host, impl_->options.port); }
+bool ServeHttp::listen() {
+  const bool ok = impl_->server.listen_after_bind();
+  impl_->listen_returned = true;
+  return ok;
+}
+
+void ServeHttp::drain() {
+  impl_->draining = true;
+  impl_->server.close_kept_alive();
+}
+
+void ServeHttp::stop_reading() {
+  impl_->cancelling = true;
+  impl_->server.stop_reading();
+}
+
+void ServeHttp::stop() {
+  // httplib's stop() does nothing before listen() has started: wait for it to start (or fail).
+  while (!impl_->server.is_running() && !impl_->listen_returned)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->server.stop();
+  // Connections still open have kAbortAfter to write what they were writing; then every one ends,
+  // whatever its client does, and listen() returns.
+  const auto abort_at = std::chrono::steady_clock::now() + kAbortAfter;
+  while (!impl_->listen_returned && std::chrono::steady_clock::now() < abort_at)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  impl_->server.abort_connections();
+}
+
+void ServeHttp::engine_failed(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->failure_mutex);
+    impl_->failure = message;
+  }
+  impl_->engine_down = true;
+}
+
+int64_t ServeHttp::in_flight() const { return impl_->in_flight; }
+
+FinishCounts ServeHttp::finished() const { return impl_->finished_counts(); }
+
+}  // namespace minfer::cli
+
+#endif  // MINFER_HAVE_HTTPLIB

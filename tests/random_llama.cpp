@@ -1,0 +1,44 @@
+#include "tests/random_llama.h"
+
+#include <cmath>
+#include <random>
+
+#include "tests/op_harness.h"
+
+namespace minfer::test {
+
+std::vector<double> naive_forward(NaiveLlama& model, int32_t token, int64_t pos) {
+  const std::vector<float>& logits = model.forward(token, pos);
+  return std::vector<double>(logits.begin(), logits.end());
+}
+
+LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, double gain) {
+  c.validate("random_llama_weights");
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
+  auto matrix = [&](std::vector<int64_t> shape, int64_t fan_in) {
+    const float bound = static_cast<float>(gain / std::sqrt(double(fan_in)));
+    return host_random(shape, rng, -bound, bound);
+  };
+  LlamaHostWeights w;
+  w.config = c;
+  w.token_embedding = host_random({V, d}, rng, -1.0f, 1.0f);
+  w.rms_final = host_random({d}, rng, 0.5f, 1.5f);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LlamaHostWeights::Layer layer;
+    layer.rms_att = host_random({d}, rng, 0.5f, 1.5f);
+    layer.rms_ffn = host_random({d}, rng, 0.5f, 1.5f);
+    layer.wq = matrix({q, d}, d);
+    layer.wk = matrix({kv, d}, d);
+    layer.wv = matrix({kv, d}, d);
+    layer.wo = matrix({d, q}, q);
+    layer.w1 = matrix({h, d}, d);
+    layer.w2 = matrix({d, h}, h);
+    layer.w3 = matrix({h, d}, d);
+    w.layers.push_back(layer);
+  }
+  w.classifier = c.shared_classifier ? w.token_embedding : host_random({V, d}, rng, -1.0f, 1.0f);
+  return w;
+}
+
+}  // namespace minfer::test

@@ -1,0 +1,22 @@
+// Seeded random Llama weights for whole-model tests, and the one-page forward's logits
+// (model/naive_llama.h) widened to double for the tests' comparisons.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_weights.h"
+#include "model/naive_llama.h"
+
+namespace minfer::test {
+
+// Seeded random weights for `config` as host f32 tensors. Matrices are uniform in
+// +-gain/sqrt(fan_in), the embedding and classifier in +-1, norms in [0.5, 1.5]: with gain 2 or
+// more the attention is sharp enough that the logits depend clearly on the tokens and positions
+// (tests check that they do before relying on it).
+LlamaHostWeights random_llama_weights(const LlamaConfig& config, uint64_t seed, double gain);
+
+// NaiveLlama::forward's logits as doubles.
+std::vector<double> naive_forward(NaiveLlama& model, int32_t token, int64_t pos);
+
+}  // namespace minfer::test

@@ -1,0 +1,83 @@
+// Every tokenizer minfer reads, behind one interface:
+//   - llama2.c's tokenizer.bin: run.c's encode, best-score merges (tokenizers/tokenizer.h);
+//   - SentencePiece-style BPE with byte fallback: a tokenizer.json whose model is BPE with
+//     byte_fallback and a "▁" normalizer or pre-tokenizer (Llama 2, TinyLlama, Mistral), or GGUF
+//     metadata with tokenizer.ggml.model = "llama" (scores);
+//   - byte-level BPE (GPT-2 style): a tokenizer.json with a ByteLevel pre-tokenizer or decoder and
+//     Split regexes (Llama 3, SmolLM), or GGUF metadata with tokenizer.ggml.model = "gpt2"
+//     (merges, and tokenizer.ggml.pre naming the pre-tokenizer's regexes).
+// Encoding matches the tokenizers library (tokenizer.json) and llama.cpp (GGUF) id for id;
+// special and added tokens written in the text are matched whole and never split; merging is
+// O(n log n) in the text's length (tokenizers/bpe.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace minfer {
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+  virtual int64_t vocab_size() const = 0;
+  // The ids of `text`. With add_special, the special tokens the tokenizer's own configuration
+  // puts around a text: BOS for Llama 2 and Llama 3 (tokenizer_config.json's add_bos_token, a
+  // TemplateProcessing post-processor, GGUF's tokenizer.ggml.add_bos_token).
+  virtual std::vector<int32_t> encode(const std::string& text, bool add_special) const = 0;
+  // The text of `ids`, as the tokenizers library decodes them with special tokens kept.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // The bytes token `id` adds when it follows `prev` in a stream of generated tokens (-1: the
+  // first token), for printing as tokens arrive; may end inside a UTF-8 character (Utf8Stream).
+  virtual std::string token_bytes(int32_t prev, int32_t id) const = 0;
+  // Whether `id` is a byte token of a ByteFallback decoder (SentencePiece's <0xNN>): decode()
+  // turns a run of such tokens into its bytes when they are valid UTF-8, and into one U+FFFD per
+  // token when they are not, so a stream must hold a run until it ends to print what decode does.
+  virtual bool byte_fallback(int32_t id) const {
+    (void)id;
+    return false;
+  }
+  virtual int32_t bos_id() const = 0;              // -1 when the vocabulary has none
+  virtual std::vector<int32_t> eos_ids() const = 0;  // the tokens that end a generation
+  virtual std::string describe() const = 0;        // "byte-level BPE, 49152 tokens, 48900 merges"
+};
+
+// Holds back the bytes of an unfinished UTF-8 character, so that a stream prints whole
+// characters only (a character split across two byte-fallback tokens prints once both came).
+class Utf8Stream {
+ public:
+  // Appends `bytes`; returns what now forms whole characters (invalid bytes pass through).
+  std::string push(const std::string& bytes);
+  std::string flush();  // whatever is left, at the end of the stream
+
+ private:
+  std::string pending_;
+};
+
+// A tokenizer.json (the Hugging Face tokenizers library's format) and, when present beside it,
+// tokenizer_config.json (add_bos_token, add_eos_token) and special_tokens_map.json. Anything the
+// format allows that minfer does not implement (another model type, a normalizer or
+// pre-tokenizer it does not know) is refused with one line naming it.
+std::unique_ptr<TextTokenizer> load_tokenizer_json(const std::string& path);
+
+// The vocabulary and rules GGUF metadata carries (tokenizer.ggml.*), filled by the GGUF reader.
+struct GgufVocab {
+  std::string model;                 // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string pre;                   // tokenizer.ggml.pre: "default", "llama-bpe", "smollm", ...
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
+  std::vector<float> scores;         // tokenizer.ggml.scores (llama)
+  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control,
+                                     // 4 user-defined, 5 unused, 6 byte
+  std::vector<std::string> merges;   // tokenizer.ggml.merges (gpt2): "left right"
+  int32_t bos_id = -1, eos_id = -1, unknown_id = -1, padding_id = -1;
+  std::vector<int32_t> eot_ids;      // tokenizer.ggml.eot_token_id, eom_token_id: also end generation
+  bool add_bos = true, add_eos = false;
+  bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix (llama model)
+};
+std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufVocab& vocab, const std::string& source);
+
+// llama2.c's tokenizer.bin as a TextTokenizer (encode adds BOS with add_special, as run.c does).
+std::unique_ptr<TextTokenizer> load_llama2c_tokenizer(const std::string& path);
+
+}  // namespace minfer
