@@ -1,5 +1,5 @@
 # A thin wrapper over CMake. The quick start is two commands:
-#   make run    install what is missing, build (Release), run the main job
+#   make run    install what is missing, build the minfer executable (Release), run the main job
 #   make test   the same set-up, then the whole suite: normal build, sanitizer build, fuzzers
 BUILD      ?= build
 SAN_BUILD  ?= build-asan
@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build run test test-normal test-asan fuzz clean
+.PHONY: all deps configure build build-minfer run test test-normal test-asan fuzz clean
 
 all: build
 
@@ -21,11 +21,15 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Only what the main job runs: the tests and micro-benchmarks are built by `make test`.
+build-minfer: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target minfer
+
 # The main job, on the best device against the measured roofline of this machine (each decode
 # row against the memory level its bytes fit in): first a model 4x the last cache, which every
 # decode step must stream from main memory; then stories15M, which fits in many last caches,
 # at batch 1 and 8: the same roofline, a faster level.
-run: build
+run: build-minfer
 	./$(BUILD)/minfer bench -m preset:dram-bound -B 1 -r 3 --roofline
 	./$(BUILD)/minfer bench -m preset:stories15M -B 1,8 --roofline
 
