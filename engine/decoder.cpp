@@ -17,7 +17,7 @@ void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
   const int64_t needed = prompt_tokens + std::max<int64_t>(n_new, 1) - 1;
   if (needed > n_ctx)
     fail("prompt of ", prompt_tokens, " tokens + ", n_new, " new tokens needs ", prompt_tokens, " + ",
-         n_new, " - 1 = ", needed, " tokens > context ", n_ctx);
+         n_new, " - 1 = ", needed, " positions > context ", n_ctx);
 }
 
 Decoder::Decoder(Model& model, const DecoderOptions& options)
@@ -145,6 +145,7 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   }
   flush();
   host_logits_valid_ = false;
+  rows_are_sequences_ = true;
 }
 
 void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
@@ -173,7 +174,8 @@ void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
     for (int64_t r = 0; r < rows; ++r) on_logits(begin + r, host_logits_.data_as<float>() + r * vocab_);
   }
   n_past_[seq] += length;
-  host_logits_valid_ = false;  // logits_ rows no longer hold each sequence's next-token logits
+  host_logits_valid_ = false;
+  rows_are_sequences_ = false;  // logits_ rows no longer hold each sequence's next-token logits
 }
 
 void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
@@ -205,6 +207,7 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
   }
   run_rows(rows, 0, logit_rows);
   host_logits_valid_ = false;
+  rows_are_sequences_ = false;
 }
 
 float* Decoder::logits_row(int64_t row) {
@@ -252,6 +255,7 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   }
   backend_.run_recorded(decode_key_, [&] { run_rows(n_seqs_, 0, n_seqs_); });
   host_logits_valid_ = false;
+  rows_are_sequences_ = true;
 }
 
 void Decoder::fetch_logits() {
@@ -263,6 +267,7 @@ void Decoder::fetch_logits() {
 
 float* Decoder::logits(int64_t seq) {
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "logits: no sequence ", seq);
+  MINFER_CHECK(rows_are_sequences_, "logits: the last pass was forward_chunks, whose rows are chunks (logits_row)");
   fetch_logits();
   return host_logits_.data_as<float>() + seq * vocab_;
 }

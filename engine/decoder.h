@@ -101,7 +101,8 @@ class Decoder {
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
   // are there already). Part of a timed decode step when sampling needs them.
   void fetch_logits();
-  // The next-token logits of sequence s (vocab floats on the host), fetched if needed.
+  // The next-token logits of sequence s (vocab floats on the host), fetched if needed, after
+  // prefill() or decode(); after forward_chunks() the rows are chunks: Error, use logits_row.
   float* logits(int64_t seq);
   // The greedy choice for every sequence, computed on the device (only n_seqs ids are copied back).
   void argmax(std::vector<int32_t>* out);
@@ -131,18 +132,22 @@ class Decoder {
   int64_t logit_rows_;  // rows of logits_: n_seqs_, or max_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
-  Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (n_seqs)
+  Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (logit_rows)
   Tensor batch_;        // the same on the device
-  Tensor logits_;       // (n_seqs, vocab) on the device
-  Tensor host_logits_;  // (n_seqs, vocab) on the host (the same tensor on the CPU backend)
-  Tensor argmax_;       // (n_seqs) i32 on the device
-  Tensor host_argmax_;
+  // note: row s of the logits is sequence s after prefill() and decode(), and the s-th chunk
+  // that asked for logits after forward_chunks(); rows_are_sequences_ says which.
+  Tensor logits_;       // (logit_rows, vocab) on the device
+  Tensor host_logits_;  // (logit_rows, vocab) on the host (the same tensor on the CPU backend)
+  Tensor argmax_;       // (logit_rows) i32 on the device
+  Tensor host_argmax_;  // (logit_rows) i32 on the host
   bool host_logits_valid_ = false;
+  bool rows_are_sequences_ = true;
   std::vector<Sampler> samplers_;
   std::vector<int32_t> next_;
 };
 
-// The error for a request that does not fit: "P + N - 1 = X tokens > context C".
+// The error for a request that does not fit: "P + N - 1 = X positions > context C". The one
+// context check of the decoder, the CLI and the scheduler.
 void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx);
 
 }  // namespace minfer

@@ -28,14 +28,20 @@ void softmax_in_place(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
-Sampler::Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed)
-    : vocab_size_(vocab_size), temperature_(temperature), top_p_(top_p), state_(seed) {
+Sampler::Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed) : vocab_size_(vocab_size) {
   MINFER_CHECK(vocab_size > 0, "sampler: vocab_size must be positive");
+  restart(temperature, top_p, seed);
+  candidates_.resize(static_cast<size_t>(vocab_size));
+}
+
+void Sampler::restart(float temperature, float top_p, uint64_t seed) {
   MINFER_CHECK(temperature >= 0.0f && std::isfinite(temperature), "temperature ", temperature,
                " must be a finite number >= 0");
   MINFER_CHECK(top_p >= 0.0f && top_p <= 1.0f, "top-p ", top_p, " must be in [0, 1]");
   MINFER_CHECK(seed != 0, "the seed must not be 0 (xorshift would stay at 0)");
-  candidates_.resize(static_cast<size_t>(vocab_size));
+  temperature_ = temperature;
+  top_p_ = top_p;
+  state_ = seed;
 }
 
 int32_t sample_argmax(const float* values, int64_t n) {

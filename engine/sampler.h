@@ -35,6 +35,9 @@ int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float co
 class Sampler {
  public:
   Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t seed);
+  // The same sampler with other settings, as if made anew, without allocating (a scheduler's
+  // slot takes each new request's settings this way).
+  void restart(float temperature, float top_p, uint64_t seed);
   bool greedy() const { return temperature_ == 0.0f; }
   // Picks the next token from vocab_size logits; like run.c, it overwrites them with
   // probabilities when sampling. A temperature so small that logits / temperature overflows

@@ -21,15 +21,6 @@ void observe(uint64_t* counts, double value) {
 const double SchedulerMetrics::kBounds[SchedulerMetrics::kBuckets] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                         0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 60.0};
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-  }
-  return "?";
-}
-
 struct Scheduler::Live {
   ServeRequest request;
   RequestStats stats;
@@ -64,29 +55,34 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
   logit_slots_.reserve(static_cast<size_t>(options_.slots));
   argmax_.reserve(static_cast<size_t>(options_.slots));
   cancels_.reserve(static_cast<size_t>(options_.slots + options_.max_queue));
+  cancelled_queued_.reserve(static_cast<size_t>(options_.max_queue));
 }
 
 Scheduler::~Scheduler() = default;
 
+namespace {
+// Throws Error naming what a request gets wrong that no waiting would fix.
+void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx) {
+  const int64_t P = static_cast<int64_t>(request.prompt.size());
+  MINFER_CHECK(P > 0, "the prompt has no tokens");
+  for (int32_t t : request.prompt)
+    MINFER_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
+  MINFER_CHECK(request.max_tokens >= 1, "max_tokens = ", request.max_tokens, ": at least 1");
+  check_fits_context(P, request.max_tokens, n_ctx);
+  MINFER_CHECK(request.temperature >= 0.0f, "temperature ", request.temperature, " must be >= 0");
+  MINFER_CHECK(request.top_p > 0.0f && request.top_p <= 1.0f, "top_p ", request.top_p, " must be in (0, 1]");
+}
+}  // namespace
+
 uint64_t Scheduler::submit(ServeRequest request) {
   const int64_t P = static_cast<int64_t>(request.prompt.size());
-  auto refuse = [&](auto&&... parts) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++metrics_.requests_refused;
-    }
-    fail(parts...);
-  };
-  if (P == 0) refuse("the prompt has no tokens");
-  for (int32_t t : request.prompt)
-    if (t < 0 || t >= vocab_) refuse("prompt token ", t, " is outside the vocabulary [0, ", vocab_, ")");
-  if (request.max_tokens < 1) refuse("max_tokens = ", request.max_tokens, ": at least 1");
-  // The last generated token is never fed back: P + N - 1 positions (as check_fits_context says).
-  if (P + request.max_tokens - 1 > decoder_.n_ctx())
-    refuse("prompt of ", P, " tokens + ", request.max_tokens, " new tokens needs ", P, " + ", request.max_tokens,
-           " - 1 = ", P + request.max_tokens - 1, " positions > context ", decoder_.n_ctx());
-  if (!(request.temperature >= 0.0f)) refuse("temperature ", request.temperature, " must be >= 0");
-  if (!(request.top_p > 0.0f && request.top_p <= 1.0f)) refuse("top_p ", request.top_p, " must be in (0, 1]");
+  try {
+    check_request(request, vocab_, decoder_.n_ctx());
+  } catch (const Error&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++metrics_.requests_refused;
+    throw;
+  }
   auto live = std::make_unique<Live>();
   live->request = std::move(request);
   live->stats.prompt_tokens = P;
@@ -179,58 +175,57 @@ void Scheduler::admit_locked() {
     queue_.pop_front();
     live->stats.admitted = now;
     const ServeRequest& r = live->request;
-    samplers_[s] = Sampler(vocab_, r.temperature, r.top_p, r.seed);
+    samplers_[s].restart(r.temperature, r.top_p, r.seed);
     decoder_.reset_sequence(s);
     slots_[s] = std::move(live);
   }
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
 }
 
-bool Scheduler::step() {
-  std::vector<std::unique_ptr<Live>> cancelled_queued;
+// Cancellations first: queued requests leave the queue and finish at once, running ones retire.
+void Scheduler::take_cancellations() {
+  cancelled_queued_.clear();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Cancellations first: queued requests leave the queue, running ones are marked.
+    auto cancel_running = [&](auto&& matches) {
+      for (auto& s : slots_)
+        if (s && matches(*s)) s->cancelled = true;
+    };
     if (cancel_all_) {
       cancel_all_ = false;
-      while (!queue_.empty()) {
-        cancelled_queued.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      for (auto& s : slots_)
-        if (s) s->cancelled = true;
+      for (auto& q : queue_) cancelled_queued_.push_back(std::move(q));
+      queue_.clear();
+      cancel_running([](const Live&) { return true; });
     }
     for (uint64_t id : cancels_) {
-      for (auto it = queue_.begin(); it != queue_.end(); ++it)
-        if ((*it)->stats.id == id) {
-          cancelled_queued.push_back(std::move(*it));
-          queue_.erase(it);
-          break;
-        }
-      for (auto& s : slots_)
-        if (s && s->stats.id == id) s->cancelled = true;
+      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& q) { return q->stats.id == id; });
+      if (it != queue_.end()) {
+        cancelled_queued_.push_back(std::move(*it));
+        queue_.erase(it);
+      }
+      cancel_running([&](const Live& l) { return l.stats.id == id; });
     }
     cancels_.clear();
     metrics_.queue_depth = static_cast<int64_t>(queue_.size());
   }
-  const double start = now_seconds();
-  for (auto& q : cancelled_queued) {
+  const double now = now_seconds();
+  for (auto& q : cancelled_queued_) {
     q->stats.reason = FinishReason::cancelled;
-    q->stats.finished = start;
+    q->stats.finished = now;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       record_finish_locked(q->stats);
     }
     if (q->request.on_finish) q->request.on_finish(q->stats);
   }
+  cancelled_queued_.clear();
   for (int64_t s = 0; s < options_.slots; ++s)
-    if (slots_[s] && slots_[s]->cancelled) retire(s, FinishReason::cancelled, start);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    admit_locked();
-  }
+    if (slots_[s] && slots_[s]->cancelled) retire(s, FinishReason::cancelled, now);
+}
 
-  // The step's rows: every generating slot's decode row, then prompt chunks oldest first.
+// The step's rows: every generating slot's decode row, the finished rows of a static batch, then
+// prompt chunks, oldest first, up to the step's budget. Returns false when there are none.
+bool Scheduler::build_rows() {
   chunks_.clear();
   logit_slots_.clear();
   int64_t budget = options_.step_tokens;
@@ -252,41 +247,40 @@ bool Scheduler::step() {
     chunks_.push_back({s, &padding_token_, 1, true});
     --budget;
   }
-  // Prefilling slots by admission time, so that the oldest prompt finishes first.
-  for (bool progress = true; progress && budget > 0;) {
-    progress = false;
-    int64_t oldest = -1;
-    for (int64_t s = 0; s < options_.slots; ++s) {
-      Live* l = slots_[s].get();
-      if (l == nullptr || l->prompt_done >= static_cast<int64_t>(l->request.prompt.size())) continue;
-      bool taken = false;
-      for (const auto& c : chunks_) taken = taken || c.seq == s;
-      if (taken) continue;
-      if (oldest < 0 || l->stats.admitted < slots_[oldest]->stats.admitted ||
-          (l->stats.admitted == slots_[oldest]->stats.admitted && l->stats.id < slots_[oldest]->stats.id))
-        oldest = s;
-    }
-    if (oldest < 0) break;
-    Live* l = slots_[oldest].get();
+  for (int64_t s = oldest_prefilling(); s >= 0 && budget > 0; s = oldest_prefilling()) {
+    Live* l = slots_[s].get();
     const int64_t left = static_cast<int64_t>(l->request.prompt.size()) - l->prompt_done;
     const int64_t n = std::min(left, budget);
-    const bool last = n == left;
-    chunks_.push_back({oldest, l->request.prompt.data() + l->prompt_done, n, last});
+    chunks_.push_back({s, l->request.prompt.data() + l->prompt_done, n, n == left});
     l->prompt_done += n;
     budget -= n;
     last_prompt_rows_ += n;
-    progress = true;
-  }
-  if (chunks_.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.busy_slots = 0;
-    return false;
   }
   // The logits rows follow the chunks that asked for them, in order.
   for (const auto& c : chunks_)
     if (c.logits) logit_slots_.push_back(c.seq);
+  return !chunks_.empty();
+}
 
-  decoder_.forward_chunks(chunks_);
+// The slot whose prompt is still being read and has no chunk in this step yet, admitted first
+// (ties by request id); -1 if none.
+int64_t Scheduler::oldest_prefilling() const {
+  int64_t oldest = -1;
+  for (int64_t s = 0; s < options_.slots; ++s) {
+    const Live* l = slots_[s].get();
+    if (l == nullptr || l->prompt_done >= static_cast<int64_t>(l->request.prompt.size())) continue;
+    if (std::any_of(chunks_.begin(), chunks_.end(), [&](const Decoder::Chunk& c) { return c.seq == s; })) continue;
+    const Live* o = oldest < 0 ? nullptr : slots_[oldest].get();
+    if (o == nullptr || l->stats.admitted < o->stats.admitted ||
+        (l->stats.admitted == o->stats.admitted && l->stats.id < o->stats.id))
+      oldest = s;
+  }
+  return oldest;
+}
+
+// A token for every row that asked for logits, with its request's sampler; the requests that
+// stopped, reached max_tokens or were refused by their callback retire. Returns the tokens made.
+int64_t Scheduler::sample_and_retire() {
   const int64_t n_logits = static_cast<int64_t>(logit_slots_.size());
   decoder_.argmax_rows(n_logits, &argmax_);  // also waits for the forward pass
   const double now = now_seconds();
@@ -311,17 +305,29 @@ bool Scheduler::step() {
     if (!more) retire(s, FinishReason::stop, now);
     else if (l->stats.completion_tokens >= r.max_tokens) retire(s, FinishReason::length, now);
   }
+  return generated;
+}
+
+bool Scheduler::step() {
+  take_cancellations();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.prompt_tokens += uint64_t(last_prompt_rows_);
-    metrics_.generated_tokens += uint64_t(generated);
-    ++metrics_.steps;
-    // Slots freed by this step go to waiting requests now, so their prompts join the next step.
     admit_locked();
-    int64_t busy = 0;
-    for (const auto& s : slots_) busy += s ? 1 : 0;
-    metrics_.busy_slots = busy;
   }
+  if (!build_rows()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.busy_slots = 0;
+    return false;
+  }
+  decoder_.forward_chunks(chunks_);
+  const int64_t generated = sample_and_retire();
+  std::lock_guard<std::mutex> lock(mutex_);
+  metrics_.prompt_tokens += uint64_t(last_prompt_rows_);
+  metrics_.generated_tokens += uint64_t(generated);
+  ++metrics_.steps;
+  // Slots freed by this step go to waiting requests now, so their prompts join the next step.
+  admit_locked();
+  metrics_.busy_slots = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
   return true;
 }
 

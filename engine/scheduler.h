@@ -20,7 +20,8 @@
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.
 // Nothing is allocated by a step: the decoder, the row lists and every slot's sampler are sized
-// when the scheduler is made.
+// when the scheduler is made, and an admitted request restarts its slot's sampler (the request
+// itself was allocated by submit(), on the caller's thread).
 //
 // Determinism: each request samples with its own generator seeded by its seed, so the tokens it
 // gets do not depend on what else runs. Its logits can differ in the last bits between a step of
@@ -47,7 +48,6 @@
 namespace minfer {
 
 enum class FinishReason { stop, length, cancelled };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled"
 
 // What a caller learns about a request once it ends. Times are steady-clock seconds.
 struct RequestStats {
@@ -151,6 +151,10 @@ class Scheduler {
  private:
   struct Live;  // a request with its slot, sampler and progress
   void admit_locked();
+  void take_cancellations();
+  bool build_rows();
+  int64_t oldest_prefilling() const;
+  int64_t sample_and_retire();
   void retire(int64_t slot, FinishReason reason, double now);
   void record_finish_locked(const RequestStats& stats);
 
@@ -174,6 +178,7 @@ class Scheduler {
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;
+  std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int32_t padding_token_ = 0;
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
 };

@@ -13,15 +13,6 @@
 
 namespace minfer {
 
-const char* model_format_name(ModelFormat f) {
-  switch (f) {
-    case ModelFormat::llama2c: return "llama2.c checkpoint";
-    case ModelFormat::huggingface: return "Hugging Face safetensors";
-    case ModelFormat::gguf: return "GGUF";
-  }
-  return "?";
-}
-
 ModelFormat detect_model_format(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ModelFormat::huggingface;

@@ -18,7 +18,6 @@
 namespace minfer {
 
 enum class ModelFormat { llama2c, huggingface, gguf };
-const char* model_format_name(ModelFormat f);
 ModelFormat detect_model_format(const std::string& path);
 
 LlamaHostWeights load_model_weights(const std::string& path);

@@ -15,8 +15,8 @@
 namespace minfer {
 
 struct LlamaOptions {
-  // Of the weight matrices and the embedding table (f32, f16, bf16); unset: as the file stores
-  // them (f32 for llama2.c files and presets).
+  // Of the weight matrices and the embedding table (f32, f16, bf16 or q8_0); unset: as the file
+  // stores them (f32 for llama2.c files and presets).
   std::optional<DType> dtype;
   Kernels kernels = Kernels::fused;  // (engine/model.h)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights

@@ -211,7 +211,7 @@ TEST(CliRobustness, LongTextsEncodeQuicklyAndLongPromptsAreRefusedWithTheirLengt
   // The same text as a prompt is far more tokens than preset:tiny's 512 positions.
   expect_case({{"generate", "-m", "preset:tiny", "-z", dir.file("tok.bin"), "-f", dir.file("text.txt"), "-n", "4",
                 "--device", "cpu"},
-               1, "tokens > context 512"});
+               1, "positions > context 512"});
 }
 
 TEST(CliRobustness, AFullStdoutIsAnError) {

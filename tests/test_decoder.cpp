@@ -94,7 +94,7 @@ TEST(Decoder, RequestLongerThanTheContextIsRefused) {
   CliResult r = run_cli({"generate", "-m", golden_path("stories260K.bin"), "--prompt-ids", "1,2", "-n",
                          "512", "--temp", "0", "--device", "cpu"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("513 tokens > context 512"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("513 positions > context 512"), std::string::npos) << r.err;
 }
 
 TEST(Decoder, PresetAndItsWrittenCheckpointAgree) {

@@ -102,6 +102,35 @@ TEST(Sampler, TemperatureDividesTheLogitsBeforeTheSoftmax) {
   EXPECT_EQ(raw[1], 5.0f);
 }
 
+// The same with nucleus sampling: the probabilities the cut is made from are softmax(logits / T),
+// whatever top-p is.
+TEST(Sampler, TemperatureAppliesBeforeTheTopPCut) {
+  for (float top_p : {0.5f, 0.9f, 0.99f}) {
+    Sampler sampler(3, 0.5f, top_p, 1);
+    std::vector<float> logits = {1.0f, 2.0f, 1.5f};
+    sampler.sample(logits.data());
+    const double e0 = std::exp(2.0), e1 = std::exp(4.0), e2 = std::exp(3.0), total = e0 + e1 + e2;
+    EXPECT_NEAR(logits[0], e0 / total, 1e-6) << "top_p " << top_p;
+    EXPECT_NEAR(logits[1], e1 / total, 1e-6) << "top_p " << top_p;
+    EXPECT_NEAR(logits[2], e2 / total, 1e-6) << "top_p " << top_p;
+  }
+}
+
+// A sampler restarted with other settings samples as a new one made with them.
+TEST(Sampler, RestartIsANewSampler) {
+  Sampler reused(5, 0.0f, 1.0f, 3);
+  std::vector<float> logits = {0.1f, 0.4f, 0.2f, 0.9f, 0.3f};
+  std::vector<float> scratch = logits;
+  reused.sample(scratch.data());
+  reused.restart(0.7f, 0.8f, 42);
+  Sampler fresh(5, 0.7f, 0.8f, 42);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> a = logits, b = logits;
+    EXPECT_EQ(reused.sample(a.data()), fresh.sample(b.data())) << "draw " << i;
+  }
+  EXPECT_THROW(reused.restart(-1.0f, 0.9f, 1), Error);
+}
+
 TEST(Sampler, ImpossibleSettingsAreRefused) {
   EXPECT_THROW(Sampler(10, -1.0f, 0.9f, 1), Error);
   EXPECT_THROW(Sampler(10, 1.0f, 1.5f, 1), Error);

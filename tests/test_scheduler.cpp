@@ -278,6 +278,29 @@ TEST(Scheduler, StaticBatchesWaitForTheWholeBatch) {
   EXPECT_EQ(c.tokens[d].size(), 2u);
 }
 
+// Every request of a later static batch starts its sequence from position 0: each gets the
+// tokens it gets alone, batch after batch.
+TEST(Scheduler, EveryStaticBatchGivesEachRequestItsTokensAlone) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(19);
+  SchedulerOptions o;
+  o.slots = 2;
+  o.policy = SchedulerOptions::Policy::static_batches;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  std::vector<uint64_t> ids(6);
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<int64_t> lengths = {4, 7, 6, 3, 5, 5};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    prompts.push_back(random_prompt(rng, 2 + int64_t(rng() % 9)));
+    ids[i] = scheduler.submit(request(c, &ids[i], prompts[i], lengths[i], i % 2 ? 0.8f : 0.0f, 200 + i));
+  }
+  run_to_end(scheduler);
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(c.tokens[ids[i]], alone(*f.model, prompts[i], lengths[i], i % 2 ? 0.8f : 0.0f, 200 + i))
+        << "request " << i << " (static batch " << i / 2 << ")";
+}
+
 TEST(Scheduler, StaticBatchesGoOnDecodingFinishedRows) {
   Fixture f = make(BackendKind::cpu);
   std::mt19937 rng(11);

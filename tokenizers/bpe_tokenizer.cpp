@@ -653,7 +653,6 @@ std::string BpeTokenizer::token_bytes(int32_t prev, int32_t id) const {
 
 }  // namespace
 
-const std::string& byte_level_char(unsigned char b) { return byte_level_table().text[b]; }
 
 std::unique_ptr<TextTokenizer> make_bpe_tokenizer(BpeSpec spec) {
   return std::make_unique<BpeTokenizer>(std::move(spec));

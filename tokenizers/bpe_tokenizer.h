@@ -106,7 +106,4 @@ struct BpeSpec {
 // Checks the spec's ids and builds its lookup tables; throws Error naming spec.source.
 std::unique_ptr<TextTokenizer> make_bpe_tokenizer(BpeSpec spec);
 
-// GPT-2's byte-to-character map: the UTF-8 text standing for byte b in byte-level vocabularies.
-const std::string& byte_level_char(unsigned char b);
-
 }  // namespace minfer

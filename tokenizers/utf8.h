@@ -15,11 +15,6 @@ inline size_t char_length(unsigned char lead) {
   static const uint8_t by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
   return by_high_nibble[lead >> 4];
 }
-// The length of the character starting at text[pos], clamped to the end of the text.
-inline size_t char_length_at(const std::string& text, size_t pos) {
-  const size_t n = char_length(static_cast<unsigned char>(text[pos]));
-  return n < text.size() - pos ? n : text.size() - pos;
-}
 
 // The code point at text[pos] and its length, or (0xFFFD, 1) when the bytes there are not a
 // valid UTF-8 character.
