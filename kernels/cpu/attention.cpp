@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cpu {
 
@@ -181,7 +182,7 @@ void attention_over(ThreadPool& pool, float* out, int64_t ld_out, const float* q
   auto block_of = [&](int64_t task, int64_t* n_keys) {
     const int64_t m = task / n_heads, h = task % n_heads;
     *n_keys = int64_t(pos[m]) + 1;
-    return (int64_t(seq[m]) * n_kv_heads + h / group) * n_ctx * head_dim;
+    return ref::kv_cache_offset(seq[m], h / group, 0, n_kv_heads, n_ctx, head_dim);
   };
   // score (n) = scale * keys (n, head_dim) q, and out (+)= values (n, head_dim)^T p.
   auto score_block = [&](float* score, const float* qh, const Stored* keys, int64_t n, const Stored* next,

@@ -3,13 +3,14 @@
 #include <cstring>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cpu {
 
 void store_row(void* k_cache, void* v_cache, DType cache_dtype, const float* k_row, const float* v_row,
                int32_t seq, int32_t pos, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx) {
   for (int64_t h = 0; h < n_kv_heads; ++h) {
-    const int64_t slot = ((int64_t(seq) * n_kv_heads + h) * n_ctx + pos) * head_dim;
+    const int64_t slot = ref::kv_cache_offset(seq, h, pos, n_kv_heads, n_ctx, head_dim);
     if (cache_dtype == DType::f16) {
       convert_from_f32(static_cast<uint16_t*>(k_cache) + slot, DType::f16, k_row + h * head_dim, size_t(head_dim));
       convert_from_f32(static_cast<uint16_t*>(v_cache) + slot, DType::f16, v_row + h * head_dim, size_t(head_dim));

@@ -3,6 +3,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cuda {
 
@@ -13,7 +14,7 @@ constexpr int kWarps = 4;
 // Keys and values of (row m, head h): (positions, head_dim).
 __device__ __forceinline__ int64_t cache_offset(const AttentionArgs& a, int64_t m, int64_t h) {
   const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-  return ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.n_ctx) * a.head_dim;
+  return ref::kv_cache_offset(a.seq[m], kv_head, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
 }
 
 template <class T>

@@ -3,6 +3,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cuda {
 
@@ -23,7 +24,7 @@ __device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int
   for (int64_t r = warp; r < rows; r += kWarps) {
     const int64_t m = m0 + r;
     const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-    const int64_t offset = ((int64_t(a.seq[m]) * a.n_kv_heads + kv_head) * a.n_ctx) * a.head_dim;
+    const int64_t offset = ref::kv_cache_offset(a.seq[m], kv_head, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
     float q_scaled[kDimsPerLane];
     load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
     WarpAttention state;
@@ -91,7 +92,7 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
   }
 
   const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-  const int64_t offset = ((int64_t(seq0) * a.n_kv_heads + kv_head) * a.n_ctx) * D;
+  const int64_t offset = ref::kv_cache_offset(seq0, kv_head, 0, a.n_kv_heads, a.n_ctx, D);
   const T* keys = static_cast<const T*>(a.k_cache) + offset;
   const T* values = static_cast<const T*>(a.v_cache) + offset;
   const int64_t last_key = pos0 + rows - 1;

@@ -1,5 +1,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kv_store.cuh"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cuda {
 
@@ -10,7 +11,7 @@ __global__ void kv_store_kernel(T* k_cache, T* v_cache, const float* k, int64_t 
   const int64_t m = blockIdx.x;
   for (int i = threadIdx.x; i < n_kv_heads * head_dim; i += blockDim.x) {
     const int head = i / head_dim, d = i % head_dim;
-    const int64_t slot = ((int64_t(seq[m]) * n_kv_heads + head) * n_ctx + pos[m]) * head_dim + d;
+    const int64_t slot = ref::kv_cache_offset(seq[m], head, pos[m], n_kv_heads, n_ctx, head_dim) + d;
     k_cache[slot] = from_float<T>(k[m * ld_k + i]);
     v_cache[slot] = from_float<T>(v[m * ld_v + i]);
   }

@@ -1,5 +1,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cuda {
 
@@ -24,7 +25,7 @@ __global__ void rope_kernel(float* q, int64_t ld_q, int n_q_heads, float* k, int
     pair[1] = r1;
     if constexpr (kStoreKV) {
       if (is_k) {
-        const int64_t slot = ((int64_t(seq[m]) * n_kv_heads + head) * n_ctx + pos[m]) * head_dim + 2 * j;
+        const int64_t slot = ref::kv_cache_offset(seq[m], head, pos[m], n_kv_heads, n_ctx, head_dim) + 2 * j;
         const float* vp = v + m * ld_v + head * head_dim + 2 * j;
         k_cache[slot] = from_float<T>(r0);
         k_cache[slot + 1] = from_float<T>(r1);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/ref/element.h"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::ref {
 
@@ -18,7 +19,7 @@ void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const v
     score.assign(static_cast<size_t>(n_keys), 0.0);
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* qh = q + m * ld_q + h * head_dim;
-      const int64_t base = (int64_t(seq[m]) * n_kv_heads + h / group) * n_ctx * head_dim;
+      const int64_t base = kv_cache_offset(seq[m], h / group, 0, n_kv_heads, n_ctx, head_dim);
       double max_score = -INFINITY;
       for (int64_t t = 0; t < n_keys; ++t) {
         double dot = 0.0;

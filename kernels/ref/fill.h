@@ -11,12 +11,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-
-#if defined(__CUDACC__)
-#define MINFER_HOST_DEVICE __host__ __device__
-#else
-#define MINFER_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace minfer::ref {
 
