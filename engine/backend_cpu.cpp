@@ -99,8 +99,8 @@ void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_c
   auto run = algorithm == AttentionAlgorithm::online_softmax
                  ? cpu::attention<AttentionAlgorithm::online_softmax>
                  : cpu::attention<AttentionAlgorithm::three_pass>;
-  run(threads_, f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), i32(seq), i32(pos),
-      s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx);
+  run(threads_, {f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), i32(seq), i32(pos),
+                 s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx});
 }
 
 void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {

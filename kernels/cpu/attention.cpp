@@ -163,101 +163,147 @@ template <class W>
 KernelPair<W> simd_kernels(int64_t) { return {nullptr, nullptr}; }
 #endif
 
-// One attention over caches of type W (simd::F32 or simd::F16).
-template <AttentionAlgorithm A, class W>
-void attention_over(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int64_t ld_q,
-                    const typename W::Stored* k_cache, const typename W::Stored* v_cache, const int32_t* seq,
-                    const int32_t* pos, int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                    int64_t n_ctx) {
+// The two block operations of attention over caches of type W (simd::F32 or simd::F16), for one
+// head size: the vectorised kernels where the head is whole vectors, otherwise Eigen (an f32
+// cache) or plain loops (f16).
+// note: keys and values of one KV head are contiguous rows of head_dim (the cache is head-major),
+// so a head's block is a (n, head_dim) matrix with row stride head_dim.
+template <class W>
+class HeadBlocks {
+ public:
   using Stored = typename W::Stored;
-  constexpr bool f32_cache = std::is_same_v<W, simd::F32>;
-  // note: keys and values of one KV head are contiguous rows of head_dim (the cache is head-major).
-  const int64_t stride = head_dim;  // between consecutive positions of one head
-  const int64_t group = n_heads / n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Vectorised kernels where the head is whole vectors; otherwise Eigen (f32) or plain loops (f16).
-  KernelPair<W> kernels = simd_kernels<W>(head_dim);
-  if (!f32_cache && kernels.first == nullptr) kernels = {scores_scalar<W>, weighted_sum_scalar<W>};
-  // Where task (row m, head h) finds its keys and values in the caches, and how many there are.
-  auto block_of = [&](int64_t task, int64_t* n_keys) {
-    const int64_t m = task / n_heads, h = task % n_heads;
-    *n_keys = int64_t(pos[m]) + 1;
-    return ref::kv_cache_offset(seq[m], h / group, 0, n_kv_heads, n_ctx, head_dim);
-  };
-  // score (n) = scale * keys (n, head_dim) q, and out (+)= values (n, head_dim)^T p.
-  auto score_block = [&](float* score, const float* qh, const Stored* keys, int64_t n, const Stored* next,
-                         int64_t n_next) {
-    if (kernels.first != nullptr) {
-      kernels.first(score, qh, keys, stride, n, scale, next, n_next);
-    } else if constexpr (f32_cache) {
-      Vector(score, n).noalias() = (Rows(keys, n, head_dim, Eigen::OuterStride<>(stride)) * ConstVector(qh, head_dim)) * scale;
+  explicit HeadBlocks(int64_t head_dim)
+      : head_dim_(head_dim), scale_(1.0f / std::sqrt(static_cast<float>(head_dim))), kernels_(simd_kernels<W>(head_dim)) {
+    if (!kF32Cache && kernels_.first == nullptr) kernels_ = {scores_scalar<W>, weighted_sum_scalar<W>};
+  }
+  // score (n) = keys (n, head_dim) q / sqrt(head_dim); the n_next rows of `next` are prefetched.
+  void scores(float* score, const float* q, const Stored* keys, int64_t n, const Stored* next, int64_t n_next) const {
+    if (kernels_.first != nullptr) {
+      kernels_.first(score, q, keys, head_dim_, n, scale_, next, n_next);
+    } else if constexpr (kF32Cache) {
+      Vector(score, n).noalias() = (Rows(keys, n, head_dim_, Eigen::OuterStride<>(head_dim_)) * ConstVector(q, head_dim_)) * scale_;
     }
-  };
-  auto weigh_block = [&](float* oh, const float* p, const Stored* values, int64_t n, bool accumulate,
-                         const Stored* next, int64_t n_next) {
-    if (kernels.second != nullptr) {
-      kernels.second(oh, p, values, stride, n, accumulate, next, n_next);
-    } else if constexpr (f32_cache) {
-      Rows v(values, n, head_dim, Eigen::OuterStride<>(stride));
+  }
+  // out (head_dim) (+)= values (n, head_dim)^T p; the n_next rows of `next` are prefetched.
+  void weighted_sum(float* out, const float* p, const Stored* values, int64_t n, bool accumulate, const Stored* next,
+                    int64_t n_next) const {
+    if (kernels_.second != nullptr) {
+      kernels_.second(out, p, values, head_dim_, n, accumulate, next, n_next);
+    } else if constexpr (kF32Cache) {
+      Rows v(values, n, head_dim_, Eigen::OuterStride<>(head_dim_));
       if (accumulate) {
-        Vector(oh, head_dim).noalias() += v.transpose() * ConstVector(p, n);
+        Vector(out, head_dim_).noalias() += v.transpose() * ConstVector(p, n);
       } else {
-        Vector(oh, head_dim).noalias() = v.transpose() * ConstVector(p, n);
+        Vector(out, head_dim_).noalias() = v.transpose() * ConstVector(p, n);
       }
     }
+  }
+  int64_t head_dim() const { return head_dim_; }
+
+ private:
+  static constexpr bool kF32Cache = std::is_same_v<W, simd::F32>;
+  int64_t head_dim_;
+  float scale_;
+  KernelPair<W> kernels_;
+};
+
+// One (row, head) of attention: its query and output, its KV head's keys and values up to its
+// position, and the next task's keys and values, prefetched while this one runs.
+template <class W>
+struct HeadTask {
+  const float* q;                        // (head_dim)
+  float* out;                            // (head_dim)
+  const typename W::Stored* keys;        // (n_keys, head_dim)
+  const typename W::Stored* values;      // (n_keys, head_dim)
+  int64_t n_keys;
+  const typename W::Stored* next_keys;   // (n_next, head_dim), or nullptr
+  const typename W::Stored* next_values;
+  int64_t n_next;
+};
+
+// note: the scratch buffers are 64-byte aligned like every other buffer: Eigen's vectorised sums
+// start with a scalar prologue up to the first aligned element, so a buffer whose alignment
+// differed from thread to thread would make the result depend on which thread ran the task.
+using Scratch = std::vector<float, Eigen::aligned_allocator<float>>;
+
+// Three passes: all scores, their softmax, the weighted sum of the values.
+template <class W>
+void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
+  scratch.resize(static_cast<size_t>(t.n_keys));
+  Vector score(scratch.data(), t.n_keys);
+  blocks.scores(score.data(), t.q, t.keys, t.n_keys, t.next_keys, t.n_next);
+  const float max_score = score.maxCoeff();
+  score = (score.array() - max_score).exp().matrix();
+  score /= score.sum();
+  blocks.weighted_sum(t.out, score.data(), t.values, t.n_keys, false, t.next_values, t.n_next);
+}
+
+// One pass over blocks of kKeyBlock keys with the online softmax: the output so far is rescaled
+// whenever a block raises the running maximum, and divided by the running sum at the end.
+template <class W>
+void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
+  const int64_t stride = blocks.head_dim();
+  scratch.resize(static_cast<size_t>(kKeyBlock));
+  Vector out(t.out, stride);
+  float running_max = -INFINITY, running_sum = 0.0f;
+  out.setZero();
+  for (int64_t t0 = 0; t0 < t.n_keys; t0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, t.n_keys - t0);
+    // The same block of the next head, or all that is left of it after the last block.
+    const int64_t n_next = std::max<int64_t>(0, t0 + n < t.n_keys ? std::min(n, t.n_next - t0) : t.n_next - t0);
+    const typename W::Stored* next_keys = n_next > 0 ? t.next_keys + t0 * stride : nullptr;
+    const typename W::Stored* next_values = n_next > 0 ? t.next_values + t0 * stride : nullptr;
+    Vector score(scratch.data(), n);
+    blocks.scores(score.data(), t.q, t.keys + t0 * stride, n, next_keys, n_next);
+    const float new_max = std::max(running_max, score.maxCoeff());
+    const float correction = std::exp(running_max - new_max);  // 0 on the first block
+    score = (score.array() - new_max).exp().matrix();
+    running_sum = running_sum * correction + score.sum();
+    out = out * correction;
+    blocks.weighted_sum(t.out, score.data(), t.values + t0 * stride, n, true, next_values, n_next);
+    running_max = new_max;
+  }
+  out /= running_sum;
+}
+
+// Every (row, head) task of one attention call over caches of type W, on the thread pool.
+template <AttentionAlgorithm A, class W>
+void attention_over(ThreadPool& pool, const AttentionArgs& a) {
+  using Stored = typename W::Stored;
+  const HeadBlocks<W> blocks(a.head_dim);
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  const Stored* k_cache = static_cast<const Stored*>(a.k_cache);
+  const Stored* v_cache = static_cast<const Stored*>(a.v_cache);
+  // Where task (row m, head h) finds its keys and values, and how many there are.
+  auto keys_of = [&](int64_t task, int64_t* n_keys) {
+    const int64_t m = task / a.n_heads, h = task % a.n_heads;
+    *n_keys = int64_t(a.pos[m]) + 1;
+    return ref::kv_cache_offset(a.seq[m], h / group, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
   };
   // `next`: the task this thread runs after this one, whose block is prefetched; -1 for none.
-  auto one_head = [&](int64_t task, int64_t next) {
-    const int64_t m = task / n_heads, h = task % n_heads;
-    int64_t n_keys = 0, n_next = 0;
-    const int64_t offset = block_of(task, &n_keys);
-    const int64_t next_offset = next >= 0 ? block_of(next, &n_next) : 0;
-    const Stored* next_keys = next >= 0 ? k_cache + next_offset : nullptr;
-    const Stored* next_values = next >= 0 ? v_cache + next_offset : nullptr;
-    const float* qh = q + m * ld_q + h * head_dim;
-    Vector oh(out + m * ld_out + h * head_dim, head_dim);
-    // note: 64-byte aligned like every other buffer: Eigen's vectorised sums start with a scalar
-    // prologue up to the first aligned element, so a buffer whose alignment differed from thread
-    // to thread would make the result depend on which thread ran the task.
-    thread_local std::vector<float, Eigen::aligned_allocator<float>> scratch;  // grows once
-    if (A == AttentionAlgorithm::three_pass) {
-      scratch.resize(static_cast<size_t>(n_keys));
-      Vector score(scratch.data(), n_keys);
-      score_block(score.data(), qh, k_cache + offset, n_keys, next_keys, n_next);
-      float max_score = score.maxCoeff();
-      score = (score.array() - max_score).exp().matrix();
-      score /= score.sum();
-      weigh_block(oh.data(), score.data(), v_cache + offset, n_keys, false, next_values, n_next);
-    } else {
-      scratch.resize(static_cast<size_t>(kKeyBlock));
-      float running_max = -INFINITY, running_sum = 0.0f;
-      oh.setZero();
-      for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyBlock) {
-        const int64_t n = std::min(kKeyBlock, n_keys - t0);
-        // The same block of the next head, or all that is left of it after the last block.
-        const int64_t n_next_block = std::max<int64_t>(0, t0 + n < n_keys ? std::min(n, n_next - t0) : n_next - t0);
-        const Stored* next_key_block = n_next_block > 0 ? next_keys + t0 * stride : nullptr;
-        const Stored* next_value_block = n_next_block > 0 ? next_values + t0 * stride : nullptr;
-        Vector score(scratch.data(), n);
-        score_block(score.data(), qh, k_cache + offset + t0 * stride, n, next_key_block, n_next_block);
-        float new_max = std::max(running_max, score.maxCoeff());
-        float correction = std::exp(running_max - new_max);  // 0 on the first block
-        score = (score.array() - new_max).exp().matrix();
-        running_sum = running_sum * correction + score.sum();
-        oh = oh * correction;
-        weigh_block(oh.data(), score.data(), v_cache + offset + t0 * stride, n, true, next_value_block,
-                    n_next_block);
-        running_max = new_max;
-      }
-      oh /= running_sum;
+  auto run_task = [&](int64_t task, int64_t next) {
+    const int64_t m = task / a.n_heads, h = task % a.n_heads;
+    HeadTask<W> t{};
+    const int64_t offset = keys_of(task, &t.n_keys);
+    t.q = a.q + m * a.ld_q + h * a.head_dim;
+    t.out = a.out + m * a.ld_out + h * a.head_dim;
+    t.keys = k_cache + offset;
+    t.values = v_cache + offset;
+    if (next >= 0) {
+      const int64_t next_offset = keys_of(next, &t.n_next);
+      t.next_keys = k_cache + next_offset;
+      t.next_values = v_cache + next_offset;
     }
+    thread_local Scratch scratch;  // grows once
+    if (A == AttentionAlgorithm::three_pass) attend_three_pass(blocks, t, scratch);
+    else attend_online_softmax(blocks, t, scratch);
   };
-  const int64_t tasks = M * n_heads;
+  const int64_t tasks = a.M * a.n_heads;
   if (pool.size() == 1 || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) one_head(t, t + 1 < tasks ? t + 1 : -1);
+    for (int64_t t = 0; t < tasks; ++t) run_task(t, t + 1 < tasks ? t + 1 : -1);
   } else {
     pool.parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) one_head(t, t + 1 < t1 ? t + 1 : -1);
+      for (int64_t t = t0; t < t1; ++t) run_task(t, t + 1 < t1 ? t + 1 : -1);
     });
   }
 }
@@ -265,30 +311,17 @@ void attention_over(ThreadPool& pool, float* out, int64_t ld_out, const float* q
 }  // namespace
 
 template <AttentionAlgorithm A>
-void attention(ThreadPool& pool, float* out, int64_t ld_out, const float* q, int64_t ld_q,
-               const void* k_cache, const void* v_cache, DType cache_dtype, const int32_t* seq,
-               const int32_t* pos, int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-               int64_t n_ctx) {
-  if (cache_dtype == DType::f16) {
-    attention_over<A, simd::F16>(pool, out, ld_out, q, ld_q, static_cast<const uint16_t*>(k_cache),
-                                 static_cast<const uint16_t*>(v_cache), seq, pos, M, n_heads, n_kv_heads,
-                                 head_dim, n_ctx);
+void attention(ThreadPool& pool, const AttentionArgs& a) {
+  if (a.cache_dtype == DType::f16) {
+    attention_over<A, simd::F16>(pool, a);
   } else {
-    MINFER_CHECK(cache_dtype == DType::f32, "attention: the CPU keeps an f32 or f16 KV cache, not ",
-                 dtype_name(cache_dtype));
-    attention_over<A, simd::F32>(pool, out, ld_out, q, ld_q, static_cast<const float*>(k_cache),
-                                 static_cast<const float*>(v_cache), seq, pos, M, n_heads, n_kv_heads,
-                                 head_dim, n_ctx);
+    MINFER_CHECK(a.cache_dtype == DType::f32, "attention: the CPU keeps an f32 or f16 KV cache, not ",
+                 dtype_name(a.cache_dtype));
+    attention_over<A, simd::F32>(pool, a);
   }
 }
 
-template void attention<AttentionAlgorithm::three_pass>(ThreadPool&, float*, int64_t, const float*, int64_t,
-                                                        const void*, const void*, DType, const int32_t*,
-                                                        const int32_t*, int64_t, int64_t, int64_t, int64_t,
-                                                        int64_t);
-template void attention<AttentionAlgorithm::online_softmax>(ThreadPool&, float*, int64_t, const float*, int64_t,
-                                                            const void*, const void*, DType, const int32_t*,
-                                                            const int32_t*, int64_t, int64_t, int64_t, int64_t,
-                                                            int64_t);
+template void attention<AttentionAlgorithm::three_pass>(ThreadPool&, const AttentionArgs&);
+template void attention<AttentionAlgorithm::online_softmax>(ThreadPool&, const AttentionArgs&);
 
 }  // namespace minfer::cpu

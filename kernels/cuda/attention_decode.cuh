@@ -22,23 +22,13 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/ref/attention.h"
 
 namespace minfer::cuda {
 
 constexpr int64_t kSplitKeys = 256;
 
-struct AttentionArgs {
-  float* out;                   // (M, n_heads * head_dim)
-  int64_t ld_out;
-  const float* q;               // (M, n_heads * head_dim)
-  int64_t ld_q;
-  const void* k_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim)
-  const void* v_cache;
-  DType cache_dtype;
-  const int32_t* seq;           // (M)
-  const int32_t* pos;           // (M)
-  int64_t M, n_heads, n_kv_heads, head_dim, n_ctx;
-};
+using AttentionArgs = minfer::AttentionArgs;  // kernels/ref/attention.h
 
 // Floats of scratch each variant needs.
 int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t n_ctx);

@@ -21,6 +21,21 @@ inline const char* attention_algorithm_name(AttentionAlgorithm a) {
   return a == AttentionAlgorithm::three_pass ? "three-pass" : "online-softmax";
 }
 
+// The arguments of one attention call, as the CPU and CUDA kernels take them (see ref::attention
+// for the math).
+struct AttentionArgs {
+  float* out;                   // (M, n_heads * head_dim), rows ld_out apart
+  int64_t ld_out;
+  const float* q;               // (M, n_heads * head_dim), rows ld_q apart
+  int64_t ld_q;
+  const void* k_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim): ref::kv_cache_offset
+  const void* v_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim)
+  DType cache_dtype;
+  const int32_t* seq;           // (M)
+  const int32_t* pos;           // (M)
+  int64_t M, n_heads, n_kv_heads, head_dim, n_ctx;
+};
+
 }  // namespace minfer
 
 namespace minfer::ref {
