@@ -62,26 +62,145 @@ struct Layout {
   static constexpr size_t bytes = stats + size_t(3 * kRows) * 4;
 };
 
-// T is __half or __nv_bfloat16: the cache's type and the Tensor Cores' input type.
+// The block's shared memory, carved as Layout<D> says.
+template <class T, int D>
+struct Tiles {
+  T* q;            // (kRows, D): the block's queries, scaled by 1 / sqrt(D)
+  T* k;            // (kKeys, D): this tile's keys
+  T* v;            // (kKeys, D): this tile's values
+  float* s;        // (kRows, kKeys): scores
+  T* p;            // (kRows, kKeys): probabilities, unnormalised
+  float* o;        // (kRows, D): the output so far
+  float* row_max;  // (kRows): running maximum score
+  float* row_sum;  // (kRows): running sum of exp(score - max)
+  float* row_corr; // (kRows): this tile's rescaling of o
+  __device__ explicit Tiles(unsigned char* smem)
+      : q(reinterpret_cast<T*>(smem + Layout<D>::q)), k(reinterpret_cast<T*>(smem + Layout<D>::k)),
+        v(reinterpret_cast<T*>(smem + Layout<D>::v)), s(reinterpret_cast<float*>(smem + Layout<D>::s)),
+        p(reinterpret_cast<T*>(smem + Layout<D>::p)), o(reinterpret_cast<float*>(smem + Layout<D>::o)),
+        row_max(reinterpret_cast<float*>(smem + Layout<D>::stats)), row_sum(row_max + kRows),
+        row_corr(row_sum + kRows) {}
+};
+
+// Q (rows of the block, scaled; padding rows zero), O = 0, and the softmax state of every row.
+template <class T, int D>
+__device__ __forceinline__ void load_query_tile(const Tiles<T, D>& tl, const AttentionArgs& a, int64_t m0,
+                                                int64_t rows, int64_t h, float scale) {
+  using L = Layout<D>;
+  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    const float value = r < rows ? a.q[(m0 + r) * a.ld_q + h * D + d] * scale : 0.0f;
+    tl.q[r * L::ld_qkv + d] = from_float<T>(value);
+    tl.o[r * L::ld_o + d] = 0.0f;
+  }
+  for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    tl.row_max[r] = -INFINITY;
+    tl.row_sum[r] = 0.0f;
+  }
+}
+
+// Keys and values tile..tile + kKeys - 1 (zero past last_key).
+template <class T, int D>
+__device__ __forceinline__ void load_key_value_tile(const Tiles<T, D>& tl, const T* keys, const T* values,
+                                                    int64_t tile, int64_t last_key) {
+  using L = Layout<D>;
+  for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    const int64_t t = tile * kKeys + r;
+    const T zero = from_float<T>(0.0f);
+    tl.k[r * L::ld_qkv + d] = t <= last_key ? keys[t * D + d] : zero;
+    tl.v[r * L::ld_qkv + d] = t <= last_key ? values[t * D + d] : zero;
+  }
+}
+
+// S (this warp's 16 rows x 64 keys) = Q K^T on Tensor Cores. K is stored (key, d), which read
+// column-major is the (d, key) matrix B the product needs.
+template <class T, int D>
+__device__ __forceinline__ void scores_on_tensor_cores(const Tiles<T, D>& tl, int warp) {
+  using L = Layout<D>;
+  for (int c = 0; c < kKeys / 16; ++c) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_frag;
+    wmma::fill_fragment(s_frag, 0.0f);
+    for (int kk = 0; kk < D; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_frag;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> k_frag;
+      wmma::load_matrix_sync(q_frag, tl.q + (16 * warp) * L::ld_qkv + kk, L::ld_qkv);
+      wmma::load_matrix_sync(k_frag, tl.k + (16 * c) * L::ld_qkv + kk, L::ld_qkv);
+      wmma::mma_sync(s_frag, q_frag, k_frag, s_frag);
+    }
+    wmma::store_matrix_sync(tl.s + (16 * warp) * L::ld_s + 16 * c, s_frag, L::ld_s, wmma::mem_row_major);
+  }
+}
+
+// The causal mask and the online softmax update, one of this warp's rows at a time (lane covers
+// keys lane and lane + 32): P = exp(S - new max), the running sum and max, and O rescaled by
+// exp(old max - new max).
+template <class T, int D>
+__device__ __forceinline__ void mask_and_softmax(const Tiles<T, D>& tl, int warp, int lane, int64_t tile,
+                                                 int64_t pos0, int64_t rows) {
+  using L = Layout<D>;
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = 16 * warp + rr;
+    const int64_t query_pos = pos0 + r;
+    float s[2];
+    for (int u = 0; u < 2; ++u) {
+      const int c = lane + kWarpSize * u;
+      const int64_t t = tile * kKeys + c;
+      s[u] = (r < rows && t <= query_pos) ? tl.s[r * L::ld_s + c] : -INFINITY;
+    }
+    const float m_old = tl.row_max[r];
+    const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
+    float p[2] = {0.0f, 0.0f}, correction = 1.0f;
+    if (m_new > -INFINITY) {  // a row with no key yet (or a padding row) stays empty
+      p[0] = expf(s[0] - m_new);
+      p[1] = expf(s[1] - m_new);
+      correction = expf(m_old - m_new);
+    }
+    const float tile_sum = warp_sum(p[0] + p[1]);
+    for (int u = 0; u < 2; ++u) tl.p[r * L::ld_p + lane + kWarpSize * u] = from_float<T>(p[u]);
+    if (lane == 0) {
+      tl.row_sum[r] = tl.row_sum[r] * correction + tile_sum;
+      tl.row_max[r] = m_new;
+      tl.row_corr[r] = correction;
+    }
+  }
+  __syncwarp();
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = 16 * warp + rr;
+    for (int d = lane; d < D; d += kWarpSize) tl.o[r * L::ld_o + d] *= tl.row_corr[r];
+  }
+}
+
+// O (this warp's 16 rows x D) += P (16 x 64 keys) V (64 keys x D) on Tensor Cores.
+template <class T, int D>
+__device__ __forceinline__ void accumulate_on_tensor_cores(const Tiles<T, D>& tl, int warp) {
+  using L = Layout<D>;
+  for (int c = 0; c < D / 16; ++c) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
+    wmma::load_matrix_sync(o_frag, tl.o + (16 * warp) * L::ld_o + 16 * c, L::ld_o, wmma::mem_row_major);
+    for (int kk = 0; kk < kKeys; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_frag;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_frag;
+      wmma::load_matrix_sync(p_frag, tl.p + (16 * warp) * L::ld_p + kk, L::ld_p);
+      wmma::load_matrix_sync(v_frag, tl.v + kk * L::ld_qkv + 16 * c, L::ld_qkv);
+      wmma::mma_sync(o_frag, p_frag, v_frag, o_frag);
+    }
+    wmma::store_matrix_sync(tl.o + (16 * warp) * L::ld_o + 16 * c, o_frag, L::ld_o, wmma::mem_row_major);
+  }
+}
+
+// T is __half or __nv_bfloat16: the cache's type and the Tensor Cores' input type. The steps of
+// the header's essay: load Q; for each tile of 64 keys, load K and V, S = Q K^T, mask and
+// softmax, O += P V; then O / sum.
 template <class T, int D>
 __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
-  using L = Layout<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem + L::q);
-  T* k_s = reinterpret_cast<T*>(smem + L::k);
-  T* v_s = reinterpret_cast<T*>(smem + L::v);
-  float* s_s = reinterpret_cast<float*>(smem + L::s);
-  T* p_s = reinterpret_cast<T*>(smem + L::p);
-  float* o_s = reinterpret_cast<float*>(smem + L::o);
-  float* row_max = reinterpret_cast<float*>(smem + L::stats);
-  float* row_sum = row_max + kRows;
-  float* row_corr = row_sum + kRows;
-
+  const Tiles<T, D> tl(smem);
   const int64_t m0 = blockIdx.x * int64_t(kRows), h = blockIdx.y;
   const int64_t rows = min(int64_t(kRows), a.M - m0);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
 
-  // Are these rows consecutive positions of one sequence?
+  // Are these rows consecutive positions of one sequence? If not, the exact path.
   const int32_t seq0 = a.seq[m0], pos0 = a.pos[m0];
   bool uniform = true;
   for (int64_t r = threadIdx.x; r < rows; r += kThreads)
@@ -96,97 +215,21 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
   const T* keys = static_cast<const T*>(a.k_cache) + offset;
   const T* values = static_cast<const T*>(a.v_cache) + offset;
   const int64_t last_key = pos0 + rows - 1;
-  const float scale = rsqrtf(static_cast<float>(D));
-
-  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    const float value = r < rows ? a.q[(m0 + r) * a.ld_q + h * D + d] * scale : 0.0f;
-    q_s[r * L::ld_qkv + d] = from_float<T>(value);
-    o_s[r * L::ld_o + d] = 0.0f;
-  }
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    row_max[r] = -INFINITY;
-    row_sum[r] = 0.0f;
-  }
-
+  load_query_tile(tl, a, m0, rows, h, rsqrtf(static_cast<float>(D)));
   for (int64_t tile = 0; tile * kKeys <= last_key; ++tile) {
     __syncthreads();  // the previous tile's K and V are no longer read
-    for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
-      const int r = i / D, d = i % D;
-      const int64_t t = tile * kKeys + r;
-      const T zero = from_float<T>(0.0f);
-      k_s[r * L::ld_qkv + d] = t <= last_key ? keys[t * D + d] : zero;
-      v_s[r * L::ld_qkv + d] = t <= last_key ? values[t * D + d] : zero;
-    }
+    load_key_value_tile(tl, keys, values, tile, last_key);
     __syncthreads();
-
-    // S (16 rows of this warp x 64 keys) = Q K^T. K is stored (key, d), which read column-major
-    // is the (d, key) matrix B the product needs.
-    for (int c = 0; c < kKeys / 16; ++c) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_frag;
-      wmma::fill_fragment(s_frag, 0.0f);
-      for (int kk = 0; kk < D; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_frag;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> k_frag;
-        wmma::load_matrix_sync(q_frag, q_s + (16 * warp) * L::ld_qkv + kk, L::ld_qkv);
-        wmma::load_matrix_sync(k_frag, k_s + (16 * c) * L::ld_qkv + kk, L::ld_qkv);
-        wmma::mma_sync(s_frag, q_frag, k_frag, s_frag);
-      }
-      wmma::store_matrix_sync(s_s + (16 * warp) * L::ld_s + 16 * c, s_frag, L::ld_s, wmma::mem_row_major);
-    }
+    scores_on_tensor_cores(tl, warp);
     __syncwarp();
-
-    // Causal mask and online softmax, one row at a time; lane covers keys lane and lane + 32.
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = 16 * warp + rr;
-      const int64_t query_pos = pos0 + r;
-      float s[2];
-      for (int u = 0; u < 2; ++u) {
-        const int c = lane + kWarpSize * u;
-        const int64_t t = tile * kKeys + c;
-        s[u] = (r < rows && t <= query_pos) ? s_s[r * L::ld_s + c] : -INFINITY;
-      }
-      const float m_old = row_max[r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-      float p[2] = {0.0f, 0.0f}, correction = 1.0f;
-      if (m_new > -INFINITY) {  // a row with no key yet (or a padding row) stays empty
-        p[0] = expf(s[0] - m_new);
-        p[1] = expf(s[1] - m_new);
-        correction = expf(m_old - m_new);
-      }
-      const float tile_sum = warp_sum(p[0] + p[1]);
-      for (int u = 0; u < 2; ++u) p_s[r * L::ld_p + lane + kWarpSize * u] = from_float<T>(p[u]);
-      if (lane == 0) {
-        row_sum[r] = row_sum[r] * correction + tile_sum;
-        row_max[r] = m_new;
-        row_corr[r] = correction;
-      }
-    }
+    mask_and_softmax(tl, warp, lane, tile, pos0, rows);
     __syncwarp();
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = 16 * warp + rr;
-      for (int d = lane; d < D; d += kWarpSize) o_s[r * L::ld_o + d] *= row_corr[r];
-    }
-    __syncwarp();
-
-    // O (16 rows x D) += P (16 x 64 keys) V (64 keys x D).
-    for (int c = 0; c < D / 16; ++c) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_frag;
-      wmma::load_matrix_sync(o_frag, o_s + (16 * warp) * L::ld_o + 16 * c, L::ld_o, wmma::mem_row_major);
-      for (int kk = 0; kk < kKeys; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_frag;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_frag;
-        wmma::load_matrix_sync(p_frag, p_s + (16 * warp) * L::ld_p + kk, L::ld_p);
-        wmma::load_matrix_sync(v_frag, v_s + kk * L::ld_qkv + 16 * c, L::ld_qkv);
-        wmma::mma_sync(o_frag, p_frag, v_frag, o_frag);
-      }
-      wmma::store_matrix_sync(o_s + (16 * warp) * L::ld_o + 16 * c, o_frag, L::ld_o, wmma::mem_row_major);
-    }
+    accumulate_on_tensor_cores(tl, warp);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < rows * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    a.out[(m0 + r) * a.ld_out + h * D + d] = o_s[r * L::ld_o + d] / row_sum[r];
+    a.out[(m0 + r) * a.ld_out + h * D + d] = tl.o[r * Layout<D>::ld_o + d] / tl.row_sum[r];
   }
 }
 
