@@ -37,6 +37,8 @@ struct DecoderOptions {
 
 struct GenerateOptions {
   int64_t n_new = 256;         // new tokens per sequence after the prompt
+  // 0: greedy, the library's deterministic default; `minfer generate --temp` defaults to 1.0,
+  // run.c's default, and `minfer naive` to 0 like this.
   float temperature = 0.0f;
   float top_p = 0.9f;
   uint64_t seed = 1;           // sequence i samples with seed + i

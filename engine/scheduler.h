@@ -88,7 +88,7 @@ struct SchedulerOptions {
   int64_t slots = 8;          // sequences decoded together
   int64_t n_ctx = 0;          // positions per slot; 0: the model's context
   int64_t step_tokens = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
-  int64_t max_queue = 1024;   // requests waiting for a slot; submit() refuses more
+  int64_t max_queue = 256;    // requests waiting for a slot; submit() refuses more (serve --max-queue)
   std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default
   Policy policy = Policy::continuous;
 };

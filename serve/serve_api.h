@@ -36,7 +36,7 @@ struct ApiLimits {
 
 // POST /v1/completions, as parsed: OpenAI's fields that minfer implements. Anything else that
 // would change the answer (n, best_of, echo, logprobs, suffix, penalties, logit_bias) is refused
-// rather than ignored; fields that change nothing (user, stream_options) are ignored.
+// rather than ignored; `user`, which changes nothing, is ignored.
 struct CompletionRequest {
   std::optional<std::string> model;    // echoed in the answer
   std::optional<std::string> text;     // the prompt as text ...

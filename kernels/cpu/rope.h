@@ -11,7 +11,7 @@ namespace minfer::cpu {
 void rope(ThreadPool& pool,
           float* x, int64_t ld_x,  // (M, n_heads * head_dim), in place
           const int32_t* pos,      // (M)
-          const float* table,      // (n_positions, head_dim / 2, 2)
+          const float* table,      // (n_ctx, head_dim / 2, 2)
           int64_t M, int64_t n_heads, int64_t head_dim);
 
 // Fused: rotates q and k, then stores k and v into the cache (kv_store) in the same pass over
@@ -23,7 +23,7 @@ void rope_kv_store(ThreadPool& pool,
                    float* k, int64_t ld_k,                 // (M, n_kv_heads * head_dim), in place
                    const float* v, int64_t ld_v,           // (M, n_kv_heads * head_dim)
                    const int32_t* seq, const int32_t* pos,  // (M)
-                   const float* table,                     // (n_positions, head_dim / 2, 2)
+                   const float* table,                     // (n_ctx, head_dim / 2, 2)
                    int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx);
 
 }  // namespace minfer::cpu

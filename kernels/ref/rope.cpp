@@ -17,8 +17,8 @@ void rope_table_row(float* row, int64_t position, const float* inv_freq, int64_t
   }
 }
 
-void rope_table(float* table, int64_t n_positions, const float* inv_freq, int64_t head_dim) {
-  for (int64_t p = 0; p < n_positions; ++p) rope_table_row(table + p * head_dim, p, inv_freq, head_dim);
+void rope_table(float* table, int64_t n_ctx, const float* inv_freq, int64_t head_dim) {
+  for (int64_t p = 0; p < n_ctx; ++p) rope_table_row(table + p * head_dim, p, inv_freq, head_dim);
 }
 
 void rope(float* x, int64_t ld_x, const int32_t* pos, const float* table, int64_t M,

@@ -9,8 +9,8 @@ namespace minfer::ref {
 //   table[p, j] = (cos(p * inv_freq[j]), sin(p * inv_freq[j]))
 // with inv_freq[j] = 1 / theta^(2j / head_dim), possibly scaled (model/llama_config.h says how).
 // Every backend reads this one table, so all of them rotate by identical angles.
-void rope_table(float* table,            // (n_positions, head_dim / 2, 2)
-                int64_t n_positions,
+void rope_table(float* table,            // (n_ctx, head_dim / 2, 2)
+                int64_t n_ctx,
                 const float* inv_freq,   // (head_dim / 2)
                 int64_t head_dim);
 // One position's row of that table.
@@ -24,7 +24,7 @@ void rope_inv_freq_default(float* inv_freq,  // (head_dim / 2)
 //   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)      (llama2.c's interleaved pairs)
 void rope(float* x, int64_t ld_x,      // (M, n_heads * head_dim), rotated in place
           const int32_t* pos,          // (M)
-          const float* table,          // (n_positions, head_dim / 2, 2)
+          const float* table,          // (n_ctx, head_dim / 2, 2)
           int64_t M, int64_t n_heads, int64_t head_dim);
 
 }  // namespace minfer::ref
