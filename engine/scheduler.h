@@ -13,9 +13,9 @@
 // request at once, so its prompt rows join the very next step.
 //
 // With Policy::static_batches the same machinery admits requests only when every slot is free,
-// S at a time, which is what a server without per-step scheduling does, and what `minfer generate
-// --batch` and `bench -B` do: a finished sequence keeps its row in every step (its outputs are
-// thrown away) until the longest of the batch ends. The `continuous` lesson compares the two.
+// S at a time, which is what a server without per-step scheduling does: a finished sequence
+// keeps its row in every step (its outputs are thrown away) until the longest of the batch ends,
+// as `minfer generate --batch` and `bench -B` do with a Decoder directly (Decoder::generate). The `continuous` lesson compares the two.
 //
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.

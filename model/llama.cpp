@@ -3,7 +3,7 @@
 // A batch is M rows (tokens); each row carries its sequence and its position. One layer:
 //
 //   xb  = rmsnorm(x) * rms_att                       attention block
-//   qkv = xb Wqkv^T                                  q (dim) | k (kv_dim) | v (kv_dim) per row
+//   qkv = xb Wqkv^T                                  q (q_dim) | k (kv_dim) | v (kv_dim) per row
 //   q, k = rope(q, k)                                rotate pairs by the row's position
 //   cache[seq, pos] = k, v                           the KV cache remembers this position
 //   att = attention(q, cache)                        each row attends to positions 0..pos
@@ -203,52 +203,85 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   ws_.last_norm = backend_.empty({logit_rows, d}, DType::f32);
 }
 
-void LlamaModel::forward_layer(int64_t l, int64_t M, const ForwardBatch& b, const KvCache& cache) {
+// One layer's activations and weights for a batch of M rows.
+struct LlamaModel::LayerViews {
+  Tensor x, xb, qkv, q, k, v, att, proj, h13, gate, up, hb;  // activations (M, ...)
+  Tensor rms_att, rms_ffn, wqkv, wo, w13, w2;                 // this layer's weights
+  Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
+};
+
+LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCache& cache) const {
+  const int64_t qd = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim();
+  LayerViews v;
+  v.x = ws_.x.slice(0, 0, M);
+  v.xb = ws_.xb.slice(0, 0, M);
+  v.qkv = ws_.qkv.slice(0, 0, M);
+  v.q = v.qkv.slice(1, 0, qd);
+  v.k = v.qkv.slice(1, qd, qd + kv);
+  v.v = v.qkv.slice(1, qd + kv, qd + 2 * kv);
+  v.att = ws_.att.slice(0, 0, M);
+  v.proj = ws_.proj.slice(0, 0, M);
+  v.h13 = ws_.h13.slice(0, 0, M);
+  v.gate = v.h13.slice(1, 0, h);
+  v.up = v.h13.slice(1, h, 2 * h);
+  v.hb = ws_.hb.slice(0, 0, M);
+  v.rms_att = w_.rms_att.select(0, l);
+  v.rms_ffn = w_.rms_ffn.select(0, l);
+  v.wqkv = w_.wqkv.select(0, l);
+  v.wo = w_.wo.select(0, l);
+  v.w13 = w_.w13.select(0, l);
+  v.w2 = w_.w2.select(0, l);
+  v.k_cache = cache.k(l);
+  v.v_cache = cache.v(l);
+  return v;
+}
+
+// The layer op by op, as model/naive_llama.cpp does it for one row: the reference for the fused
+// path below.
+void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& b) {
   const int64_t qd = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
+  Backend& be = backend_;
+  be.rmsnorm(v.xb, v.x, v.rms_att, config_.rms_eps);
+  be.matmul(v.q, v.xb, v.wqkv.slice(0, 0, qd));
+  be.matmul(v.k, v.xb, v.wqkv.slice(0, qd, qd + kv));
+  be.matmul(v.v, v.xb, v.wqkv.slice(0, qd + kv, qd + 2 * kv));
+  be.rope(v.q, b.pos, w_.rope, hd);
+  be.rope(v.k, b.pos, w_.rope, hd);
+  be.kv_store(v.k_cache, v.v_cache, v.k, v.v, b.seq, b.pos);
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, hd, AttentionAlgorithm::three_pass);
+  be.matmul(v.proj, v.att, v.wo);
+  be.add(v.x, v.x, v.proj);
+
+  be.rmsnorm(v.xb, v.x, v.rms_ffn, config_.rms_eps);
+  be.matmul(v.gate, v.xb, v.w13.slice(0, 0, h));
+  be.matmul(v.up, v.xb, v.w13.slice(0, h, 2 * h));
+  be.swiglu(v.hb, v.gate, v.up);
+  be.matmul(v.proj, v.hb, v.w2);
+  be.add(v.x, v.x, v.proj);
+}
+
+// The same arithmetic in fewer passes over memory: Q, K and V in one product (and the gate and up
+// projections in another), RoPE fused with the cache write, attention in one pass with an online
+// softmax, and each residual add folded into the RMSNorm that follows it. note: that last fusion
+// crosses layers: the add that ends layer l also normalises x for layer l + 1, so layer l + 1
+// finds xb ready and only layer 0 normalises its own input.
+void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const ForwardBatch& b) {
   const float eps = config_.rms_eps;
   Backend& be = backend_;
-  Tensor x = ws_.x.slice(0, 0, M), xb = ws_.xb.slice(0, 0, M), qkv = ws_.qkv.slice(0, 0, M);
-  Tensor q = qkv.slice(1, 0, qd), k = qkv.slice(1, qd, qd + kv), v = qkv.slice(1, qd + kv, qd + 2 * kv);
-  Tensor att = ws_.att.slice(0, 0, M), proj = ws_.proj.slice(0, 0, M);
-  Tensor h13 = ws_.h13.slice(0, 0, M), hb = ws_.hb.slice(0, 0, M);
-  Tensor wqkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
-  Tensor k_cache = cache.k(l), v_cache = cache.v(l);
+  if (l == 0) be.rmsnorm(v.xb, v.x, v.rms_att, eps);
+  be.matmul(v.qkv, v.xb, v.wqkv);
+  be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, w_.rope, config_.head_dim());
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, config_.head_dim(), AttentionAlgorithm::online_softmax);
+  be.matmul(v.proj, v.att, v.wo);
 
-  const bool fused = kernels_ == Kernels::fused;
-  // Attention block. With fused kernels, xb already holds rmsnorm(x) (see the end of the layer).
-  if (!fused || l == 0) be.rmsnorm(xb, x, w_.rms_att.select(0, l), eps);
-  if (fused) {
-    be.matmul(qkv, xb, wqkv);
-    be.rope_kv_store(k_cache, v_cache, q, k, v, b.seq, b.pos, w_.rope, hd);
-  } else {
-    be.matmul(q, xb, wqkv.slice(0, 0, qd));
-    be.matmul(k, xb, wqkv.slice(0, qd, qd + kv));
-    be.matmul(v, xb, wqkv.slice(0, qd + kv, qd + 2 * kv));
-    be.rope(q, b.pos, w_.rope, hd);
-    be.rope(k, b.pos, w_.rope, hd);
-    be.kv_store(k_cache, v_cache, k, v, b.seq, b.pos);
-  }
-  be.attention(att, q, k_cache, v_cache, b.seq, b.pos, hd,
-               fused ? AttentionAlgorithm::online_softmax : AttentionAlgorithm::three_pass);
-  be.matmul(proj, att, w_.wo.select(0, l));
-
-  // Feed-forward block.
-  if (fused) {
-    be.residual_rmsnorm(xb, x, proj, w_.rms_ffn.select(0, l), eps);
-    be.matmul(h13, xb, w13);
-  } else {
-    be.add(x, x, proj);
-    be.rmsnorm(xb, x, w_.rms_ffn.select(0, l), eps);
-    be.matmul(h13.slice(1, 0, h), xb, w13.slice(0, 0, h));
-    be.matmul(h13.slice(1, h, 2 * h), xb, w13.slice(0, h, 2 * h));
-  }
-  be.swiglu(hb, h13.slice(1, 0, h), h13.slice(1, h, 2 * h));
-  be.matmul(proj, hb, w_.w2.select(0, l));
-  // The residual add, fused with the next layer's first RMSNorm when there is a next layer.
-  if (fused && l + 1 < config_.n_layers)
-    be.residual_rmsnorm(xb, x, proj, w_.rms_att.select(0, l + 1), eps);
+  be.residual_rmsnorm(v.xb, v.x, v.proj, v.rms_ffn, eps);  // x += proj; xb = rmsnorm(x)
+  be.matmul(v.h13, v.xb, v.w13);
+  be.swiglu(v.hb, v.gate, v.up);
+  be.matmul(v.proj, v.hb, v.w2);
+  if (l + 1 < config_.n_layers)
+    be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
   else
-    be.add(x, x, proj);
+    be.add(v.x, v.x, v.proj);
 }
 
 void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tensor& logits) {
@@ -262,7 +295,9 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   backend_.embedding(x, w_.token_embedding, b.tokens);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     TraceRange trace("layer");
-    forward_layer(l, M, b, cache);
+    const LayerViews views = layer_views(l, M, cache);
+    if (kernels_ == Kernels::fused) forward_layer_fused(l, views, b);
+    else forward_layer_unfused(views, b);
   }
   if (R == 0) return;
   // Logits only where they are needed: gather those rows, normalise, classify.

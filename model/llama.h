@@ -54,7 +54,10 @@ class LlamaModel final : public Model {
 
  private:
   void allocate(const std::string& name);
-  void forward_layer(int64_t layer, int64_t M, const ForwardBatch& batch, const KvCache& cache);
+  struct LayerViews;
+  LayerViews layer_views(int64_t layer, int64_t M, const KvCache& cache) const;
+  void forward_layer_unfused(const LayerViews& views, const ForwardBatch& batch);
+  void forward_layer_fused(int64_t layer, const LayerViews& views, const ForwardBatch& batch);
 
   Backend& backend_;
   LlamaConfig config_;

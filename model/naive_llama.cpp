@@ -1,5 +1,6 @@
 // One token through a Llama decoder, as in run.c. Each step names the op that does it for a whole
-// batch in LlamaModel::forward_layer (model/llama.cpp) and the kernels behind that op:
+// batch in LlamaModel::forward_layer_unfused (model/llama.cpp; forward_layer_fused does the same
+// in fewer passes over memory) and the kernels behind that op:
 //   ref   kernels/ref/OP.cpp     plain loops, the reference the op harness checks against
 //   cpu   kernels/cpu/OP.cpp     Eigen and hand-written SIMD, over a thread pool
 //   cuda  kernels/cuda/OP.cu     chosen in engine/backend_cuda.cu
@@ -49,7 +50,7 @@ std::vector<double> rope_frequencies(const LlamaConfig& c) {
 }
 
 // out = x / rms(x) * weight.
-//   forward_layer: be.rmsnorm (fused: be.residual_rmsnorm, the residual add folded in)
+//   forward_layer_*: be.rmsnorm (fused: be.residual_rmsnorm, the residual add folded in)
 //   ref::rmsnorm, cpu::rmsnorm, cuda::rmsnorm (and residual_rmsnorm) in rmsnorm.{cpp,cu}
 void rmsnorm(float* out,           // (n)
              const float* x,       // (n)
@@ -63,7 +64,7 @@ void rmsnorm(float* out,           // (n)
 
 // out = w x. Nearly all of a token's time: every weight is read once per token, which is why
 // decode is memory-bound (the `bytes` and `roofline` lessons).
-//   forward_layer: be.matmul, with rows of many tokens at once (fused: Q, K, V in one product)
+//   forward_layer_*: be.matmul, with rows of many tokens at once (fused: Q, K, V in one product)
 //   ref::matmul; cpu::matmul (f32/f16/bf16) and cpu::matmul_q8_0 (matmul_q8.cpp);
 //   cuda::matvec for decode's few rows, cuBLAS / cuBLASLt (gemm_cublas.cu) for prefill
 void matmul(float* out,         // (n)
@@ -79,7 +80,7 @@ void matmul(float* out,         // (n)
 
 // Rotates each head of `vec` by the angles of position `pos`: pairs (2j, 2j + 1), or (j, j +
 // head_dim / 2) in Hugging Face's rotate-half order.
-//   forward_layer: be.rope (fused: be.rope_kv_store, rotation and cache write in one kernel)
+//   forward_layer_*: be.rope (fused: be.rope_kv_store, rotation and cache write in one kernel)
 //   ref::rope, cpu::rope, cuda::rope (and rope_kv_store) in rope.{cpp,cu}; the angles come from a
 //   (n_ctx, head_dim) table of (cos, sin) pairs made once (ref::rope_table)
 void rope(float* vec,  // (n_heads, head_dim)
@@ -106,7 +107,7 @@ void softmax(float* x, int64_t n) {  // x (n)
 }
 
 // out = silu(gate) * up.
-//   forward_layer: be.swiglu; ref::swiglu, cpu::swiglu, cuda::swiglu in swiglu.{cpp,cu}
+//   forward_layer_*: be.swiglu; ref::swiglu, cpu::swiglu, cuda::swiglu in swiglu.{cpp,cu}
 void swiglu(float* out,         // (n)
             const float* gate,  // (n)
             const float* up,    // (n)
@@ -115,7 +116,7 @@ void swiglu(float* out,         // (n)
 }
 
 // x += delta: the residual stream.
-//   forward_layer: be.add (fused: folded into the next be.residual_rmsnorm); ref::add, ...
+//   forward_layer_*: be.add (fused: folded into the next be.residual_rmsnorm); ref::add, ...
 void add(float* x, const float* delta, int64_t n) {  // x (n), delta (n)
   for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
 }
@@ -156,7 +157,7 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c; the engine's is
   // (n_seqs, n_kv_heads, n_ctx, head_dim) per layer (engine/kv_cache.h), so that one head's
   // positions lie together for attention to stream.
-  //   forward_layer: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
+  //   forward_layer_*: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
   float* layer_keys = &key_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];      // (n_ctx, kv_dim)
   float* layer_values = &value_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];  // (n_ctx, kv_dim)
   float* k = layer_keys + pos * kv_dim;                                           // (kv_dim)
@@ -168,7 +169,7 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   rope(k, c.n_kv_heads, hs, pos, inv_freq_, rotate_half_);
 
   // Grouped-query attention: query heads h share key/value head h / (n_heads / n_kv_heads).
-  //   forward_layer: be.attention, three passes (unfused) or one with an online softmax (fused);
+  //   forward_layer_*: be.attention, three passes (unfused) or one with an online softmax (fused);
   //   ref::attention (both algorithms); cpu::attention; cuda::attention_three_pass and
   //   attention_flash_decode (attention_decode.cu), attention_prefill (attention_prefill.cu)
   const int64_t group = c.n_heads / c.n_kv_heads;

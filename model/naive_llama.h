@@ -2,8 +2,9 @@
 // llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
 // checkpoints. No backend, no batch, no threads, f32 only. Everything else in minfer computes
 // exactly this, faster:
-//   - model/llama.cpp (LlamaModel::forward_layer) runs the same steps on many rows (tokens of
-//     many sequences) at once, as calls on the backend interface (engine/backend.h);
+//   - model/llama.cpp (LlamaModel::forward_layer_unfused, and _fused in fewer passes) runs the
+//     same steps on many rows (tokens of many sequences) at once, as calls on the backend
+//     interface (engine/backend.h);
 //   - each such call has a plain-loop reference in kernels/ref/ and fast versions in
 //     kernels/cpu/ and kernels/cuda/; the comments in model/naive_llama.cpp name them, step by
 //     step, and engine/backend_cuda.cu picks among the CUDA ones.

@@ -6,8 +6,9 @@
 
 namespace minfer {
 
-// Two algorithms compute the attention below, equal up to rounding; every backend offers both
-// (`--kernels unfused` picks the first, `fused` the second):
+// Two algorithms compute the attention below, equal up to rounding; the CPU and CUDA backends
+// offer both (`--kernels unfused` picks the first, `fused` the second), and the reference backend
+// computes the exact answer for either:
 //   three_pass      scores = q K^T / sqrt(head_dim) for all keys, then softmax, then the
 //                   probability-weighted sum of V: three passes, the scores in a buffer between.
 //   online_softmax  one pass over the keys in blocks, keeping a running max and sum and
