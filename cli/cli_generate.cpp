@@ -1,6 +1,8 @@
 // `minfer generate`: text (or token ids) from a prompt, for one sequence or a batch of them.
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +28,7 @@ void print_timing(const char* what, double seconds, int64_t tokens, const char* 
                seconds > 0 ? double(tokens) / seconds : 0.0);
 }
 
-}  // namespace
-
-int cmd_generate(int argc, char** argv) {
+std::vector<Option> generate_options() {
   std::vector<Option> options = engine_options();
   options.insert(options.end(), {
       {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
@@ -49,109 +49,187 @@ int cmd_generate(int argc, char** argv) {
                             "                              llama2.c file, as run.c stops)"},
       {"--print-ids", "", "print only the generated ids, comma-separated, a line per sequence"},
   });
-  Args args("generate", "Generates text from a prompt with a model (Hugging Face, GGUF, llama2.c) or a preset.", options);
-  args.parse(argc, argv, 2);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
-  const bool text_prompt = args.has("-i") || args.has("-f");
-  MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
-  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
-  const std::optional<DType> kv_dtype = kv_dtype_option(args);
-  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
-  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer: this model carries none, ",
-               "give one with -z (a tokenizer.json, or llama2.c's tokenizer.bin)");
+  return options;
+}
 
+// What the options ask for, all checked before the model loads (a mistake costs no loading).
+struct GenerateRequest {
+  bool text_prompt = false;  // -i or -f
+  bool ids_prompt = false;   // --prompt-ids
+  std::optional<DType> kv_dtype;
+  std::unique_ptr<TextTokenizer> tokenizer;  // nullptr: the model carries none and -z is not given
+  GenerateOptions gen;
+  int64_t batch = 1;
+  bool print_ids = false;
+};
+
+GenerateOptions sampling_options(const Args& args) {
   GenerateOptions gen;
   gen.n_new = args.get_int("-n", 256, 1, 1 << 20);
   gen.temperature = static_cast<float>(args.get_double("--temp", 1.0, 0.0, 1e6));
   gen.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
   MINFER_CHECK(gen.top_p > 0.0f, "--top-p: ", gen.top_p, " is outside (0, 1]");
-  gen.seed = args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
-                                : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  gen.seed = args.has("--seed")
+                 ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
+                 : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
   const std::string prefill = args.get("--prefill", "batched");
   MINFER_CHECK(prefill == "batched" || prefill == "one-by-one", "--prefill: '", prefill,
                "' is not batched or one-by-one");
   gen.prefill_one_by_one = prefill == "one-by-one";
   gen.stop_at_eos = !args.has("--ignore-eos");
-  const int64_t batch = args.get_int("--batch", 1, 1, 4096);
+  return gen;
+}
 
-  std::vector<int32_t> prompt;
-  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true);
-  if (args.has("--prompt-ids")) prompt = parse_ids(args.get("--prompt-ids"));
+GenerateRequest parse_request(const Args& args) {
+  GenerateRequest request;
+  request.text_prompt = args.has("-i") || args.has("-f");
+  request.ids_prompt = args.has("--prompt-ids");
+  MINFER_CHECK(!(request.text_prompt && request.ids_prompt),
+               "give the prompt as text (-i, -f) or as --prompt-ids, not both");
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  request.kv_dtype = kv_dtype_option(args);
+  request.tokenizer = command_tokenizer(args, args.get("-m"));
+  MINFER_CHECK(!request.text_prompt || request.tokenizer,
+               "a text prompt (-i, -f) needs a tokenizer: this model carries none, ",
+               "give one with -z (a tokenizer.json, or llama2.c's tokenizer.bin)");
+  request.gen = sampling_options(args);
+  request.batch = args.get_int("--batch", 1, 1, 4096);
+  request.print_ids = args.has("--print-ids");
+  return request;
+}
 
-  Engine engine = load_engine(args, args.get("-m"));
-  const ModelInfo& info = engine.model->info();
-  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
-  // No prompt at all: BOS alone, run.c's empty prompt (a model without BOS needs a prompt).
-  if (!text_prompt && !args.has("--prompt-ids") && info.bos_id >= 0) prompt = {info.bos_id};
-  MINFER_CHECK(!prompt.empty(), "the prompt has no tokens", info.bos_id < 0 ? " (and this model has no BOS token to start from)" : "");
-  const int64_t P = static_cast<int64_t>(prompt.size());
-  check_fits_context(P, gen.n_new, info.n_ctx);
+// The prompt as the options give it: -i or -f encoded, or --prompt-ids; empty with neither.
+std::vector<int32_t> given_prompt(const Args& args, const GenerateRequest& request) {
+  if (request.text_prompt) return request.tokenizer->encode(prompt_text(args), true);
+  if (request.ids_prompt) return parse_ids(args.get("--prompt-ids"));
+  return {};
+}
+
+// No prompt at all: BOS alone, run.c's empty prompt (a model without BOS needs a prompt).
+void start_empty_prompt(std::vector<int32_t>* prompt, const GenerateRequest& request, const ModelInfo& info) {
+  if (!request.text_prompt && !request.ids_prompt && info.bos_id >= 0) *prompt = {info.bos_id};
+  MINFER_CHECK(!prompt->empty(), "the prompt has no tokens",
+               info.bos_id < 0 ? " (and this model has no BOS token to start from)" : "");
+}
+
+// A cache for `batch` sequences of P prompt tokens and their new ones (--ctx positions when given).
+DecoderOptions decoder_options(const Args& args, const GenerateRequest& request, const ModelInfo& info, int64_t P) {
+  const int64_t n_new = request.gen.n_new, batch = request.batch;
+  check_fits_context(P, n_new, info.n_ctx);
   DecoderOptions dec;
   dec.n_seqs = batch;
-  dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + gen.n_new - 1;
-  check_fits_context(P, gen.n_new, dec.n_ctx);
+  dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + n_new - 1;
+  check_fits_context(P, n_new, dec.n_ctx);
   dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
-  dec.kv_dtype = kv_dtype;
-  Decoder decoder(*engine.model, dec);
-  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
-               format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),
-               static_cast<long long>(batch), static_cast<long long>(decoder.n_ctx()));
+  dec.kv_dtype = request.kv_dtype;
+  return dec;
+}
 
-  const bool print_ids = args.has("--print-ids");
-  const bool stream = !print_ids && batch == 1;
-  // Streaming echoes the prompt first (without a leading BOS), as run.c and llama.cpp do.
-  std::unique_ptr<TextStream> text;
-  if (tokenizer) text = std::make_unique<TextStream>(*tokenizer);
-  bool first_id = true;
-  auto print_token = [&](int32_t token) {
-    if (text) {
-      std::fputs(text->push(token).c_str(), stdout);
+void print_id_list(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
+}
+
+// One sequence's tokens printed as they arrive: as text with a tokenizer, else as ids separated by commas.
+class TokenStream {
+ public:
+  explicit TokenStream(const TextTokenizer* tokenizer) {
+    if (tokenizer) text_ = std::make_unique<TextStream>(*tokenizer);
+  }
+  void push(int32_t token) {
+    if (text_) {
+      std::fputs(text_->push(token).c_str(), stdout);
     } else {
-      std::printf("%s%d", first_id ? "" : ",", token);
-      first_id = false;
-    }
-  };
-  if (stream)
-    for (size_t i = prompt.front() == info.bos_id ? 1 : 0; i < prompt.size(); ++i) print_token(prompt[i]);
-  auto on_token = [&](int64_t, int32_t token) {
-    if (!stream) return;
-    print_token(token);
-    std::fflush(stdout);
-  };
-  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch), prompt);
-  GenerateResult result = decoder.generate(prompts, gen, on_token);
-
-  for (int64_t s = 0; s < batch; ++s) {
-    const auto& ids = result.tokens[s];
-    if (print_ids) {
-      for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
-      std::printf("\n");
-    } else if (!stream) {
-      std::printf("--- sequence %lld ---\n", static_cast<long long>(s));
-      if (tokenizer) {
-        TextStream sequence(*tokenizer);
-        for (int32_t id : ids) std::fputs(sequence.push(id).c_str(), stdout);
-        std::fputs(sequence.flush().c_str(), stdout);
-      } else {
-        for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
-      }
-      std::printf("\n");
+      std::printf("%s%d", first_id_ ? "" : ",", token);
+      first_id_ = false;
     }
   }
-  if (stream && text) std::fputs(text->flush().c_str(), stdout);
-  if (stream) std::printf("\n");
+  void finish() {
+    if (text_) std::fputs(text_->flush().c_str(), stdout);
+    std::printf("\n");
+  }
+
+ private:
+  std::unique_ptr<TextStream> text_;
+  bool first_id_ = true;
+};
+
+// Without streaming, each sequence once it is done: its ids alone (--print-ids), or under a heading
+// as text (or as ids, without a tokenizer).
+void print_sequences(const GenerateResult& result, const GenerateRequest& request) {
+  for (int64_t s = 0; s < request.batch; ++s) {
+    const auto& ids = result.tokens[s];
+    if (!request.print_ids) std::printf("--- sequence %lld ---\n", static_cast<long long>(s));
+    if (request.print_ids || !request.tokenizer) {
+      print_id_list(ids);
+    } else {
+      TextStream sequence(*request.tokenizer);
+      for (int32_t id : ids) std::fputs(sequence.push(id).c_str(), stdout);
+      std::fputs(sequence.flush().c_str(), stdout);
+    }
+    std::printf("\n");
+  }
+}
+
+// One sequence without --print-ids streams; otherwise every sequence is printed at the end.
+GenerateResult generate_and_print(Decoder& decoder, const std::vector<int32_t>& prompt, const GenerateRequest& request,
+                                  int32_t bos_id) {
+  const bool stream = !request.print_ids && request.batch == 1;
+  TokenStream out(request.tokenizer.get());
+  // Streaming echoes the prompt first (without a leading BOS), as run.c and llama.cpp do.
+  if (stream)
+    for (size_t i = prompt.front() == bos_id ? 1 : 0; i < prompt.size(); ++i) out.push(prompt[i]);
+  auto on_token = [&](int64_t, int32_t token) {
+    if (!stream) return;
+    out.push(token);
+    std::fflush(stdout);
+  };
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(request.batch), prompt);
+  GenerateResult result = decoder.generate(prompts, request.gen, on_token);
+  if (stream)
+    out.finish();
+  else
+    print_sequences(result, request);
   std::fflush(stdout);
+  return result;
+}
+
+// llama.cpp's timing lines, then the counts and the seed (to generate the same again).
+void print_summary(const GenerateResult& result, const GenerateRequest& request) {
   int64_t generated = 0;
   for (const auto& t : result.tokens) generated += static_cast<int64_t>(t.size());
   print_timing("prompt eval time", result.prefill_seconds, result.prompt_tokens, "tokens");
   print_timing("eval time", result.decode_seconds, result.decode_tokens, "tokens");
   std::fprintf(stderr, "minfer: %lld prompt tokens, %lld generated tokens, %lld sequences, seed %llu%s\n",
                static_cast<long long>(result.prompt_tokens), static_cast<long long>(generated),
-               static_cast<long long>(batch), static_cast<unsigned long long>(gen.seed),
-               gen.temperature == 0.0f ? " (greedy)" : "");
+               static_cast<long long>(request.batch), static_cast<unsigned long long>(request.gen.seed),
+               request.gen.temperature == 0.0f ? " (greedy)" : "");
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  Args args("generate", "Generates text from a prompt with a model (Hugging Face, GGUF, llama2.c) or a preset.",
+            generate_options());
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  const GenerateRequest request = parse_request(args);
+  std::vector<int32_t> prompt = given_prompt(args, request);
+
+  Engine engine = load_engine(args, args.get("-m"));
+  const ModelInfo& info = engine.model->info();
+  if (request.tokenizer)
+    check_tokenizer_fits(*request.tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  start_empty_prompt(&prompt, request, info);
+  Decoder decoder(*engine.model, decoder_options(args, request, info, static_cast<int64_t>(prompt.size())));
+  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
+               format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),
+               static_cast<long long>(request.batch), static_cast<long long>(decoder.n_ctx()));
+
+  const GenerateResult result = generate_and_print(decoder, prompt, request, info.bos_id);
+  print_summary(result, request);
   return 0;
 }
 

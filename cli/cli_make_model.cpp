@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/backend_cpu.h"
 #include "core/error.h"
@@ -64,52 +67,48 @@ GgufVocab gguf_vocab_of(const Tokenizer& t) {
   return v;
 }
 
-}  // namespace
+std::vector<Option> make_model_options() {
+  return {{"-o,--output", "PATH", "the file (or, for hf, the folder) to write (required)"},
+          {"--preset", "NAME", "start from a preset's shape (default tiny)"},
+          {"--format", "F", "v0 (llama2.c legacy, what run.c reads; default), v1, hf or gguf"},
+          {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices; gguf also q8_0"},
+          {"-z,--tokenizer", "PATH", "gguf: a llama2.c tokenizer.bin to store as the file's vocabulary"},
+          {"--dim", "N", "width of the residual stream"},
+          {"--hidden-dim", "N", "width of the feed-forward layer"},
+          {"--layers", "N", "number of layers"},
+          {"--heads", "N", "query heads"},
+          {"--kv-heads", "N", "key/value heads"},
+          {"--vocab", "N", "vocabulary size"},
+          {"--seq-len", "N", "context length"},
+          {"--head-dim", "N", "hf and gguf: width of a head, when not dim / heads"},
+          {"--rope-theta", "T", "hf and gguf: RoPE base (default 10000)"},
+          {"--rope-scaling", "S", "hf and gguf: linear:FACTOR or llama3:FACTOR:LOW:HIGH:ORIGINAL_CTX"},
+          {"--norm-eps", "E", "hf and gguf: RMSNorm epsilon (default 1e-5)"},
+          {"--separate-classifier", "", "an output classifier of its own (not the embedding)"},
+          {"--seed", "S", "weights seed (default: the presets' seed)"},
+          {"--threads", "N", "threads generating weights, 1 to 1024 (default: every core)"}};
+}
 
-int cmd_make_model(int argc, char** argv) {
-  Args args("make-model",
-            "Writes a model with seeded random weights: a preset's shape, or any shape, as a llama2.c\n"
-            "checkpoint, a Hugging Face folder (config.json, model.safetensors) or a GGUF file.",
-            {{"-o,--output", "PATH", "the file (or, for hf, the folder) to write (required)"},
-             {"--preset", "NAME", "start from a preset's shape (default tiny)"},
-             {"--format", "F", "v0 (llama2.c legacy, what run.c reads; default), v1, hf or gguf"},
-             {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices; gguf also q8_0"},
-             {"-z,--tokenizer", "PATH", "gguf: a llama2.c tokenizer.bin to store as the file's vocabulary"},
-             {"--dim", "N", "width of the residual stream"},
-             {"--hidden-dim", "N", "width of the feed-forward layer"},
-             {"--layers", "N", "number of layers"},
-             {"--heads", "N", "query heads"},
-             {"--kv-heads", "N", "key/value heads"},
-             {"--vocab", "N", "vocabulary size"},
-             {"--seq-len", "N", "context length"},
-             {"--head-dim", "N", "hf and gguf: width of a head, when not dim / heads"},
-             {"--rope-theta", "T", "hf and gguf: RoPE base (default 10000)"},
-             {"--rope-scaling", "S", "hf and gguf: linear:FACTOR or llama3:FACTOR:LOW:HIGH:ORIGINAL_CTX"},
-             {"--norm-eps", "E", "hf and gguf: RMSNorm epsilon (default 1e-5)"},
-             {"--separate-classifier", "", "an output classifier of its own (not the embedding)"},
-             {"--seed", "S", "weights seed (default: the presets' seed)"},
-             {"--threads", "N", "threads generating weights, 1 to 1024 (default: every core)"}});
-  args.parse(argc, argv, 2);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
-  MINFER_CHECK(args.has("-o"), "-o PATH is required");
-  const std::string format = args.get("--format", "v0");
-  MINFER_CHECK(format == "v0" || format == "v1" || format == "hf" || format == "gguf", "--format: '", format,
-               "' is not v0, v1, hf or gguf");
-  const std::string out = args.get("-o");
-  // Before generating anything: a file can be written there (for hf, a folder made or filled).
+bool is_llama2c(const std::string& format) { return format == "v0" || format == "v1"; }
+
+// Before generating anything: a file can be written there (for hf, a folder made or filled).
+void check_output(const std::string& out, const std::string& format) {
   struct stat st;
   const bool existing = ::stat(out.c_str(), &st) == 0;
   if (format == "hf" && existing && !S_ISDIR(st.st_mode)) fail("-o: ", out, " exists and is not a folder");
   check_output_path(format == "hf" && existing ? out + "/config.json" : out, "-o");
-  const bool llama2c = format == "v0" || format == "v1";
+}
+
+// Options only the hf and gguf formats store, and the vocabulary only gguf stores.
+void check_format_options(const Args& args, const std::string& format) {
   for (const char* option : {"--dtype", "--head-dim", "--rope-theta", "--rope-scaling", "--norm-eps", "-z"})
-    MINFER_CHECK(!llama2c || !args.has(option), option, " does not apply to a llama2.c checkpoint (--format ", format, ")");
+    MINFER_CHECK(!is_llama2c(format) || !args.has(option), option,
+                 " does not apply to a llama2.c checkpoint (--format ", format, ")");
   MINFER_CHECK(!args.has("-z") || format == "gguf", "-z applies to --format gguf");
-  const DType dtype = parse_dtype(args.get("--dtype", "f32").c_str());
-  MINFER_CHECK(dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
+}
+
+// The preset's shape with the shape options applied, validated.
+LlamaConfig model_config(const Args& args) {
   LlamaConfig c = find_preset(args.get("--preset", "tiny")).config;
   // Shape options are checked by LlamaConfig::validate; here only that they are numbers.
   const int64_t big = INT32_MAX;
@@ -126,21 +125,27 @@ int cmd_make_model(int argc, char** argv) {
   c.rms_eps = static_cast<float>(args.get_double("--norm-eps", c.rms_eps, 1e-12, 0.5));
   if (args.has("--rope-scaling")) c.rope_scaling = parse_rope_scaling(args.get("--rope-scaling"));
   c.validate("make-model");
-  std::unique_ptr<GgufVocab> vocab;
-  if (args.has("-z")) {
-    vocab = std::make_unique<GgufVocab>(gguf_vocab_of(Tokenizer::load(args.get("-z"))));
-    MINFER_CHECK(int64_t(vocab->tokens.size()) == c.vocab_size, args.get("-z"), ": ", vocab->tokens.size(),
-                 " tokens, the model's vocabulary is ", c.vocab_size);
-  }
-  const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", int64_t(kDefaultModelSeed), 0, INT64_MAX));
+  return c;
+}
 
-  BackendOptions backend_options;
-  backend_options.threads = static_cast<int>(args.get_int("--threads", 0, 1, 1024));
-  CpuBackend cpu(backend_options);
+// -z's vocabulary, which must be the model's size; nullptr without -z.
+std::unique_ptr<GgufVocab> vocab_option(const Args& args, const LlamaConfig& c) {
+  if (!args.has("-z")) return nullptr;
+  auto vocab = std::make_unique<GgufVocab>(gguf_vocab_of(Tokenizer::load(args.get("-z"))));
+  MINFER_CHECK(int64_t(vocab->tokens.size()) == c.vocab_size, args.get("-z"), ": ", vocab->tokens.size(),
+               " tokens, the model's vocabulary is ", c.vocab_size);
+  return vocab;
+}
+
+void check_memory(CpuBackend& cpu, const LlamaConfig& c) {
   size_t free_bytes = 0, total_bytes = 0;
   uint64_t bytes = c.n_params() * 4;
   if (cpu.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)
     fail("make-model: the weights need ", bytes, " bytes in memory, ", free_bytes, " are available");
+}
+
+// Every weight in f32, drawn as the presets draw theirs (weight_init).
+LlamaHostWeights seeded_weights(CpuBackend& cpu, const LlamaConfig& c, uint64_t seed) {
   const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
   LlamaHostWeights w;
   w.config = c;
@@ -166,16 +171,55 @@ int cmd_make_model(int argc, char** argv) {
   }
   w.rms_final = make({d}, WeightKind::rms_final, 0);
   w.classifier = c.shared_classifier ? w.token_embedding : make({V, d}, WeightKind::classifier, 0);
+  return w;
+}
+
+// Writes the weights in `format` and says what was written.
+void write_model(const std::string& out, const std::string& format, const LlamaHostWeights& w, DType dtype,
+                 const GgufVocab* vocab) {
   if (format == "hf")
     write_hf_folder(out, w, dtype);
   else if (format == "gguf")
-    write_gguf(out, w, dtype, vocab.get());
+    write_gguf(out, w, dtype, vocab);
   else
     write_checkpoint(out, w, format == "v1" ? CheckpointFormat::v1 : CheckpointFormat::v0);
-  const std::string what = llama2c ? "llama2.c " + format + " checkpoint"
-                                   : std::string(format == "hf" ? "Hugging Face folder, " : "GGUF, ") + dtype_name(dtype);
-  std::fprintf(stderr, "minfer: wrote %s (%s, %s, %llu params)\n", out.c_str(), what.c_str(), c.describe().c_str(),
-               static_cast<unsigned long long>(c.n_params()));
+  const std::string what = is_llama2c(format)
+                               ? "llama2.c " + format + " checkpoint"
+                               : std::string(format == "hf" ? "Hugging Face folder, " : "GGUF, ") + dtype_name(dtype);
+  std::fprintf(stderr, "minfer: wrote %s (%s, %s, %llu params)\n", out.c_str(), what.c_str(),
+               w.config.describe().c_str(), static_cast<unsigned long long>(w.config.n_params()));
+}
+
+}  // namespace
+
+int cmd_make_model(int argc, char** argv) {
+  Args args("make-model",
+            "Writes a model with seeded random weights: a preset's shape, or any shape, as a llama2.c\n"
+            "checkpoint, a Hugging Face folder (config.json, model.safetensors) or a GGUF file.",
+            make_model_options());
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  MINFER_CHECK(args.has("-o"), "-o PATH is required");
+  const std::string format = args.get("--format", "v0");
+  MINFER_CHECK(format == "v0" || format == "v1" || format == "hf" || format == "gguf", "--format: '", format,
+               "' is not v0, v1, hf or gguf");
+  const std::string out = args.get("-o");
+  check_output(out, format);
+  check_format_options(args, format);
+  const DType dtype = parse_dtype(args.get("--dtype", "f32").c_str());
+  MINFER_CHECK(dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
+  const LlamaConfig c = model_config(args);
+  const std::unique_ptr<GgufVocab> vocab = vocab_option(args, c);
+  const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", int64_t(kDefaultModelSeed), 0, INT64_MAX));
+
+  BackendOptions backend_options;
+  backend_options.threads = static_cast<int>(args.get_int("--threads", 0, 1, 1024));
+  CpuBackend cpu(backend_options);
+  check_memory(cpu, c);
+  write_model(out, format, seeded_weights(cpu, c, seed), dtype, vocab.get());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // than a --device, because the page has no backend: no batch, no threads, nothing to configure.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@
 
 namespace minfer::cli {
 
-int cmd_naive(int argc, char** argv) {
-  std::vector<Option> options = {
+namespace {
+
+std::vector<Option> naive_options() {
+  return {
       {"-m,--model", "PATH", "a model file or folder (llama2.c, GGUF, Hugging Face); not a preset"},
       {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
       {"-i,--prompt", "TEXT", "the prompt as text"},
@@ -33,54 +36,69 @@ int cmd_naive(int argc, char** argv) {
       {"--ignore-eos", "", "keep generating past the model's stop tokens"},
       {"--print-ids", "", "print only the generated ids, comma-separated"},
   };
-  Args args("naive", "Generates text with the one-page forward pass (model/naive_llama.h): run.c's loop, slowly.",
-            options);
-  args.parse(argc, argv, 2);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
+}
+
+// What the options ask for, all checked before the model loads.
+struct NaiveRequest {
+  std::string spec;          // -m
+  bool text_prompt = false;  // -i or -f
+  std::unique_ptr<TextTokenizer> tokenizer;  // nullptr: the model carries none and -z is not given
+  int64_t n_new = 0;
+  float temperature = 0.0f, top_p = 0.0f;
+  uint64_t seed = 1;
+  bool stop_at_eos = true;
+};
+
+NaiveRequest parse_request(const Args& args) {
+  NaiveRequest request;
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder)");
-  const std::string spec = args.get("-m");
+  request.spec = args.get("-m");
+  const std::string& spec = request.spec;
   MINFER_CHECK(spec.rfind("preset:", 0) != 0, spec, ": presets are generated on a backend; naive reads model files ",
                "(write one with make-model, or run the preset with generate --device ref)");
-  const bool text_prompt = args.has("-i") || args.has("-f");
-  MINFER_CHECK(!(text_prompt && args.has("--prompt-ids")), "give the prompt as text (-i, -f) or as --prompt-ids, not both");
-  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, spec);
-  MINFER_CHECK(!text_prompt || tokenizer, "a text prompt (-i, -f) needs a tokenizer: this model carries none, give one with -z");
-  const int64_t n_new = args.get_int("-n", 64, 1, 1 << 20);
-  const float temperature = static_cast<float>(args.get_double("--temp", 0.0, 0.0, 1e6));
-  const float top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
-  MINFER_CHECK(top_p > 0.0f, "--top-p: ", top_p, " is outside (0, 1]");
-  const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX));
+  request.text_prompt = args.has("-i") || args.has("-f");
+  MINFER_CHECK(!(request.text_prompt && args.has("--prompt-ids")),
+               "give the prompt as text (-i, -f) or as --prompt-ids, not both");
+  request.tokenizer = command_tokenizer(args, spec);
+  MINFER_CHECK(!request.text_prompt || request.tokenizer,
+               "a text prompt (-i, -f) needs a tokenizer: this model carries none, give one with -z");
+  request.n_new = args.get_int("-n", 64, 1, 1 << 20);
+  request.temperature = static_cast<float>(args.get_double("--temp", 0.0, 0.0, 1e6));
+  request.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
+  MINFER_CHECK(request.top_p > 0.0f, "--top-p: ", request.top_p, " is outside (0, 1]");
+  request.seed = static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX));
+  request.stop_at_eos = !args.has("--ignore-eos");
+  return request;
+}
 
-  const LlamaHostWeights weights = load_model_weights(spec);
-  const LlamaConfig& config = weights.config;
+// The prompt's tokens: -i or -f encoded, or --prompt-ids; with neither, BOS alone (run.c's empty prompt).
+std::vector<int32_t> naive_prompt(const Args& args, const NaiveRequest& request, const LlamaConfig& config) {
   std::vector<int32_t> prompt;
-  if (text_prompt) prompt = tokenizer->encode(prompt_text(args), true);
+  if (request.text_prompt) prompt = request.tokenizer->encode(prompt_text(args), true);
   if (args.has("--prompt-ids"))
     for (int64_t id : parse_int_list(args.get("--prompt-ids"), "--prompt-ids", 0, config.vocab_size - 1))
       prompt.push_back(static_cast<int32_t>(id));
   if (prompt.empty() && config.bos_id >= 0) prompt = {config.bos_id};
   MINFER_CHECK(!prompt.empty(), "the prompt has no tokens (and this model has no BOS token to start from)");
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  check_fits_context(n_prompt, n_new, config.n_ctx);
+  return prompt;
+}
 
-  NaiveLlama model(weights, n_prompt + n_new - 1);
-  std::fprintf(stderr, "minfer: naive forward of %s (%s), f32 on one thread\n", spec.c_str(), config.describe().c_str());
-  Sampler sampler(config.vocab_size, temperature, top_p, seed);
+struct NaiveRun {
+  std::vector<int32_t> generated;  // without the stop token
+  double seconds = 0.0;            // every forward pass, the prompt's too
+};
+
+// run.c's loop: a forward pass per position; while reading the prompt the next token is the
+// prompt's, after it the sampler's. New tokens go to `text` as they come, when it is given.
+NaiveRun run_naive(NaiveLlama& model, const std::vector<int32_t>& prompt, const NaiveRequest& request,
+                   const LlamaConfig& config, TextStream* text) {
+  Sampler sampler(config.vocab_size, request.temperature, request.top_p, request.seed);
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
-  std::vector<int32_t> generated;
-  const bool print_ids = args.has("--print-ids") || !tokenizer;
-  std::unique_ptr<TextStream> text;
-  if (!print_ids) {
-    text = std::make_unique<TextStream>(*tokenizer);
-    for (size_t i = prompt.front() == config.bos_id ? 1 : 0; i < prompt.size(); ++i)
-      std::fputs(text->push(prompt[i]).c_str(), stdout);
-  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  NaiveRun run;
   const double start = now_seconds();
   int32_t token = prompt[0];
-  for (int64_t pos = 0; pos + 1 < n_prompt + n_new; ++pos) {
+  for (int64_t pos = 0; pos + 1 < n_prompt + request.n_new; ++pos) {
     const std::vector<float>& out = model.forward(token, pos);
     if (pos + 1 < n_prompt) {  // still reading the prompt
       token = prompt[static_cast<size_t>(pos + 1)];
@@ -88,20 +106,53 @@ int cmd_naive(int argc, char** argv) {
     }
     logits.assign(out.begin(), out.end());
     token = sampler.sample(logits.data());
-    if (!args.has("--ignore-eos") && is_stop_token(config.stop_ids, token)) break;
-    generated.push_back(token);
+    if (request.stop_at_eos && is_stop_token(config.stop_ids, token)) break;
+    run.generated.push_back(token);
     if (text) {
       std::fputs(text->push(token).c_str(), stdout);
       std::fflush(stdout);
     }
   }
-  const double seconds = now_seconds() - start;
+  run.seconds = now_seconds() - start;
+  return run;
+}
+
+}  // namespace
+
+int cmd_naive(int argc, char** argv) {
+  Args args("naive", "Generates text with the one-page forward pass (model/naive_llama.h): run.c's loop, slowly.",
+            naive_options());
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  const NaiveRequest request = parse_request(args);
+
+  const LlamaHostWeights weights = load_model_weights(request.spec);
+  const LlamaConfig& config = weights.config;
+  const std::vector<int32_t> prompt = naive_prompt(args, request, config);
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  check_fits_context(n_prompt, request.n_new, config.n_ctx);
+  NaiveLlama model(weights, n_prompt + request.n_new - 1);
+  std::fprintf(stderr, "minfer: naive forward of %s (%s), f32 on one thread\n", request.spec.c_str(),
+               config.describe().c_str());
+
+  // Text streams, after the prompt (without a leading BOS); ids are printed at the end.
+  const bool print_ids = args.has("--print-ids") || !request.tokenizer;
+  std::unique_ptr<TextStream> text;
+  if (!print_ids) {
+    text = std::make_unique<TextStream>(*request.tokenizer);
+    for (size_t i = prompt.front() == config.bos_id ? 1 : 0; i < prompt.size(); ++i)
+      std::fputs(text->push(prompt[i]).c_str(), stdout);
+  }
+  const NaiveRun run = run_naive(model, prompt, request, config, text.get());
   if (text) std::printf("%s\n", text->flush().c_str());
-  for (size_t i = 0; print_ids && i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
+  for (size_t i = 0; print_ids && i < run.generated.size(); ++i) std::printf("%s%d", i ? "," : "", run.generated[i]);
   if (print_ids) std::printf("\n");
   std::fprintf(stderr, "minfer: %lld prompt tokens, %lld generated, %.2f tokens per second (all forward passes)\n",
-               static_cast<long long>(n_prompt), static_cast<long long>(generated.size()),
-               double(n_prompt + int64_t(generated.size())) / std::max(seconds, 1e-9));
+               static_cast<long long>(n_prompt), static_cast<long long>(run.generated.size()),
+               double(n_prompt + int64_t(run.generated.size())) / std::max(run.seconds, 1e-9));
   return 0;
 }
 

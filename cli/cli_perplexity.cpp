@@ -42,9 +42,7 @@ std::vector<int32_t> parse_ids_file(const std::string& path, int64_t vocab) {
   return ids;
 }
 
-}  // namespace
-
-int cmd_perplexity(int argc, char** argv) {
+std::vector<Option> perplexity_options() {
   std::vector<Option> options = engine_options();
   options.insert(options.end(), {
       {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
@@ -58,95 +56,139 @@ int cmd_perplexity(int argc, char** argv) {
       {"--no-bos", "", "keep each window's own first token instead of replacing it with BOS"},
       {"-o,--output", "FMT", "md or json (default md)"},
   });
-  Args args("perplexity",
-            "Perplexity over a text in windows of the context, scoring each window's second half (as\n"
-            "llama.cpp's llama-perplexity does), and with --kl-base the KL divergence and top-1 agreement\n"
-            "against the model in another dtype.",
-            options);
-  args.parse(argc, argv, 2);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
-  const bool text = args.has("-f") || args.has("-i");
-  MINFER_CHECK(text != args.has("--ids"), "give the tokens as text (-f FILE or -i TEXT) or as --ids FILE, one of them");
-  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
-  const std::optional<DType> kv_dtype = kv_dtype_option(args);
-  std::unique_ptr<TextTokenizer> tokenizer;
-  if (text) tokenizer = command_tokenizer(args, args.get("-m"));
-  MINFER_CHECK(!text || tokenizer, "text (-f, -i) needs a tokenizer: this model carries none, give one with -z");
-  const std::string output = args.get("-o", "md");
-  MINFER_CHECK(output == "md" || output == "json", "-o: '", output, "' is not md or json");
-  std::optional<DType> base_dtype;
-  if (args.has("--kl-base")) {
-    base_dtype = parse_dtype(args.get("--kl-base").c_str());
-    MINFER_CHECK(*base_dtype != DType::i32, "--kl-base: weights are f32, f16, bf16 or q8_0");
-  }
-  const int64_t max_windows = args.get_int("--chunks", 0, 1, int64_t(1) << 30);
+  return options;
+}
 
-  Engine engine = load_engine(args, args.get("-m"));
-  const ModelInfo& info = engine.model->info();
-  std::unique_ptr<LlamaModel> base;
-  if (base_dtype) {
-    LlamaOptions base_options = llama_options(args);
-    base_options.dtype = base_dtype;
-    base = load_model(args.get("-m"), *engine.backend, base_options);
-    describe_model(*base, *engine.backend, "base model");
+// What the options ask for, all checked before the model loads.
+struct PerplexityRequest {
+  bool text = false;  // -f or -i; otherwise --ids
+  std::optional<DType> kv_dtype;
+  std::unique_ptr<TextTokenizer> tokenizer;  // with text only
+  std::string output;                        // md or json
+  std::optional<DType> base_dtype;           // --kl-base
+  int64_t max_windows = 0;
+};
+
+PerplexityRequest parse_request(const Args& args) {
+  PerplexityRequest request;
+  request.text = args.has("-f") || args.has("-i");
+  MINFER_CHECK(request.text != args.has("--ids"),
+               "give the tokens as text (-f FILE or -i TEXT) or as --ids FILE, one of them");
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  request.kv_dtype = kv_dtype_option(args);
+  if (request.text) request.tokenizer = command_tokenizer(args, args.get("-m"));
+  MINFER_CHECK(!request.text || request.tokenizer,
+               "text (-f, -i) needs a tokenizer: this model carries none, give one with -z");
+  request.output = args.get("-o", "md");
+  MINFER_CHECK(request.output == "md" || request.output == "json", "-o: '", request.output, "' is not md or json");
+  if (args.has("--kl-base")) {
+    request.base_dtype = parse_dtype(args.get("--kl-base").c_str());
+    MINFER_CHECK(*request.base_dtype != DType::i32, "--kl-base: weights are f32, f16, bf16 or q8_0");
   }
-  std::vector<int32_t> tokens;
-  if (text) {
-    check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
-    tokens = tokenizer->encode(prompt_text(args), true);
-  } else {
-    tokens = parse_ids_file(args.get("--ids"), info.vocab_size);
-  }
+  request.max_windows = args.get_int("--chunks", 0, 1, int64_t(1) << 30);
+  return request;
+}
+
+// The same model in --kl-base's dtype, on the engine's backend; nullptr without --kl-base.
+std::unique_ptr<LlamaModel> load_base_model(const Args& args, const Engine& engine, std::optional<DType> base_dtype) {
+  if (!base_dtype) return nullptr;
+  LlamaOptions base_options = llama_options(args);
+  base_options.dtype = base_dtype;
+  std::unique_ptr<LlamaModel> base = load_model(args.get("-m"), *engine.backend, base_options);
+  describe_model(*base, *engine.backend, "base model");
+  return base;
+}
+
+std::vector<int32_t> scored_tokens(const Args& args, const PerplexityRequest& request, const ModelInfo& info) {
+  if (!request.text) return parse_ids_file(args.get("--ids"), info.vocab_size);
+  check_tokenizer_fits(*request.tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  return request.tokenizer->encode(prompt_text(args), true);
+}
+
+PerplexityOptions window_options(const Args& args, const PerplexityRequest& request, const ModelInfo& info) {
   PerplexityOptions ppl;
   ppl.n_ctx = args.has("-c") ? args.get_int("-c", 0, 4, info.n_ctx) : std::min<int64_t>(512, info.n_ctx);
-  ppl.max_windows = max_windows;
-  ppl.kv_dtype = kv_dtype;
+  ppl.max_windows = request.max_windows;
+  ppl.kv_dtype = request.kv_dtype;
   if (!args.has("--no-bos") && info.bos_id >= 0) ppl.bos = info.bos_id;
+  return ppl;
+}
+
+// Scores the windows, with llama.cpp's progress on stderr: the perplexity so far after each window.
+PerplexityResult score(LlamaModel& model, LlamaModel* base, const std::vector<int32_t>& tokens,
+                       const PerplexityOptions& ppl) {
   std::fprintf(stderr, "minfer: %zu tokens, windows of %lld, scoring the last %lld predictions of each\n",
                tokens.size(), static_cast<long long>(ppl.n_ctx), static_cast<long long>(ppl.n_ctx - 1 - ppl.n_ctx / 2));
-  PerplexityResult r = perplexity(*engine.model, base.get(), tokens, ppl, [](int64_t done, int64_t, double so_far) {
+  PerplexityResult r = perplexity(model, base, tokens, ppl, [](int64_t done, int64_t, double so_far) {
     std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(done), so_far);
     std::fflush(stderr);
   });
   std::fprintf(stderr, "\nminfer: %lld windows in %.2f s (%.1f tokens per second)\n",
                static_cast<long long>(r.n_windows), r.seconds,
                r.seconds > 0 ? double(r.n_windows * ppl.n_ctx) / r.seconds : 0.0);
+  return r;
+}
 
-  const std::string dtype = dtype_name(info.dtype);
-  if (output == "json") {
-    nlohmann::ordered_json j;
-    j["model"] = info.name;
-    j["dtype"] = dtype;
-    j["n_ctx"] = ppl.n_ctx;
-    j["n_windows"] = r.n_windows;
-    j["n_tokens"] = r.n_tokens;
-    j["ppl"] = r.ppl;
-    j["ppl_error"] = r.ppl_error;
-    if (r.kl) {
-      j["base_dtype"] = dtype_name(*base_dtype);
-      j["base_ppl"] = r.kl->base_ppl;
-      j["kl_mean"] = r.kl->kl_mean;
-      j["kl_p99"] = r.kl->kl_p99;
-      j["kl_max"] = r.kl->kl_max;
-      j["top1_agreement"] = r.kl->top1_agreement;
-    }
-    j["seconds"] = r.seconds;
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf("| model | dtype | windows x ctx | scored tokens | PPL |");
-    if (r.kl) std::printf(" base | base PPL | mean KL | KL p99 | top-1 agreement |");
-    std::printf("\n|---|---|---|---|---|%s\n", r.kl ? "---|---|---|---|---|" : "");
-    std::printf("| %s | %s | %lld x %lld | %lld | %.4f +/- %.4f |", info.name.c_str(), dtype.c_str(),
-                static_cast<long long>(r.n_windows), static_cast<long long>(ppl.n_ctx),
-                static_cast<long long>(r.n_tokens), r.ppl, r.ppl_error);
-    if (r.kl)
-      std::printf(" %s | %.4f | %.6f | %.6f | %.2f%% |", dtype_name(*base_dtype), r.kl->base_ppl, r.kl->kl_mean,
-                  r.kl->kl_p99, 100.0 * r.kl->top1_agreement);
-    std::printf("\n");
+void print_json(const ModelInfo& info, int64_t n_ctx, const PerplexityResult& r, std::optional<DType> base_dtype) {
+  nlohmann::ordered_json j;
+  j["model"] = info.name;
+  j["dtype"] = dtype_name(info.dtype);
+  j["n_ctx"] = n_ctx;
+  j["n_windows"] = r.n_windows;
+  j["n_tokens"] = r.n_tokens;
+  j["ppl"] = r.ppl;
+  j["ppl_error"] = r.ppl_error;
+  if (r.kl) {
+    j["base_dtype"] = dtype_name(*base_dtype);
+    j["base_ppl"] = r.kl->base_ppl;
+    j["kl_mean"] = r.kl->kl_mean;
+    j["kl_p99"] = r.kl->kl_p99;
+    j["kl_max"] = r.kl->kl_max;
+    j["top1_agreement"] = r.kl->top1_agreement;
   }
+  j["seconds"] = r.seconds;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// A Markdown table of one row, with the KL columns when there is a base model.
+void print_markdown(const ModelInfo& info, int64_t n_ctx, const PerplexityResult& r, std::optional<DType> base_dtype) {
+  std::printf("| model | dtype | windows x ctx | scored tokens | PPL |");
+  if (r.kl) std::printf(" base | base PPL | mean KL | KL p99 | top-1 agreement |");
+  std::printf("\n|---|---|---|---|---|%s\n", r.kl ? "---|---|---|---|---|" : "");
+  std::printf("| %s | %s | %lld x %lld | %lld | %.4f +/- %.4f |", info.name.c_str(), dtype_name(info.dtype),
+              static_cast<long long>(r.n_windows), static_cast<long long>(n_ctx), static_cast<long long>(r.n_tokens),
+              r.ppl, r.ppl_error);
+  if (r.kl)
+    std::printf(" %s | %.4f | %.6f | %.6f | %.2f%% |", dtype_name(*base_dtype), r.kl->base_ppl, r.kl->kl_mean,
+                r.kl->kl_p99, 100.0 * r.kl->top1_agreement);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int cmd_perplexity(int argc, char** argv) {
+  Args args("perplexity",
+            "Perplexity over a text in windows of the context, scoring each window's second half (as\n"
+            "llama.cpp's llama-perplexity does), and with --kl-base the KL divergence and top-1 agreement\n"
+            "against the model in another dtype.",
+            perplexity_options());
+  args.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::printf("%s", args.usage().c_str());
+    return 0;
+  }
+  const PerplexityRequest request = parse_request(args);
+
+  Engine engine = load_engine(args, args.get("-m"));
+  const ModelInfo& info = engine.model->info();
+  const std::unique_ptr<LlamaModel> base = load_base_model(args, engine, request.base_dtype);
+  const std::vector<int32_t> tokens = scored_tokens(args, request, info);
+  const PerplexityOptions ppl = window_options(args, request, info);
+  const PerplexityResult r = score(*engine.model, base.get(), tokens, ppl);
+  if (request.output == "json")
+    print_json(info, ppl.n_ctx, r, request.base_dtype);
+  else
+    print_markdown(info, ppl.n_ctx, r, request.base_dtype);
   return 0;
 }
 

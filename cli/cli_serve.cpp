@@ -143,62 +143,127 @@ constexpr int64_t kSpareConnections = 32;
 // still open are cut (ServeHttp::stop gives those 2 s more to finish writing).
 constexpr auto kCancelWait = std::chrono::seconds(2);
 
-int serve(const Args& args) {
-  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
-  ServeHttpOptions http_options;
-  http_options.host = args.get("--host", "127.0.0.1");
-  MINFER_CHECK(!http_options.host.empty(), "--host: empty address");
-  http_options.port = static_cast<int>(args.get_int("--port", 8080, 0, 65535));
-  http_options.max_body_bytes = args.get_int("--max-body-bytes", 1 << 20, 64, 1 << 30);
-  http_options.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
-  http_options.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
-  http_options.model_name = model_name(args.get("-m"));
-  MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")), "--api-key and --api-key-file: one or the other");
-  const std::string api_key = args.has("--api-key-file") ? read_api_key_file(args.get("--api-key-file")) : args.get("--api-key", "");
+// What the options ask for, checked before the model loads; the limits that default to the
+// context (set_context) come after it.
+struct ServeConfig {
+  ServeHttpOptions http;
+  SchedulerOptions scheduler;
+  double grace = 0.0;  // --shutdown-grace
+};
+
+ServeHttpOptions http_options(const Args& args) {
+  ServeHttpOptions http;
+  http.host = args.get("--host", "127.0.0.1");
+  MINFER_CHECK(!http.host.empty(), "--host: empty address");
+  http.port = static_cast<int>(args.get_int("--port", 8080, 0, 65535));
+  http.max_body_bytes = args.get_int("--max-body-bytes", 1 << 20, 64, 1 << 30);
+  http.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
+  http.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
+  http.model_name = model_name(args.get("-m"));
+  MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")),
+               "--api-key and --api-key-file: one or the other");
+  const std::string api_key =
+      args.has("--api-key-file") ? read_api_key_file(args.get("--api-key-file")) : args.get("--api-key", "");
   MINFER_CHECK(!args.has("--api-key") || !api_key.empty(), "--api-key: empty key");
-  http_options.access =
-      make_access_options(http_options.host, api_key, args.get("--allowed-hosts", ""), args.get("--allowed-origins", ""));
-  SchedulerOptions scheduler_options;
-  scheduler_options.slots = args.get_int("--slots", 8, 1, 4096);
-  scheduler_options.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
-  MINFER_CHECK(scheduler_options.step_tokens >= scheduler_options.slots, "--step-tokens (",
-               scheduler_options.step_tokens, ") must be at least --slots (", scheduler_options.slots,
-               "): every slot decodes a row each step");
-  scheduler_options.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
+  http.access =
+      make_access_options(http.host, api_key, args.get("--allowed-hosts", ""), args.get("--allowed-origins", ""));
+  return http;
+}
+
+ServeConfig serve_config(const Args& args) {
+  MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
+  ServeConfig config;
+  config.http = http_options(args);
+  SchedulerOptions& scheduler = config.scheduler;
+  scheduler.slots = args.get_int("--slots", 8, 1, 4096);
+  scheduler.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
+  MINFER_CHECK(scheduler.step_tokens >= scheduler.slots, "--step-tokens (", scheduler.step_tokens,
+               ") must be at least --slots (", scheduler.slots, "): every slot decodes a row each step");
+  scheduler.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
   // note: every request in a slot or in the queue holds a connection; beyond those, kSpareConnections
   // for /health, /metrics and clients between requests. Refusing at the socket before the queue is
   // full would answer 503 where a request could have waited (and 429 is the answer when it is full).
-  http_options.max_connections = args.get_int("--max-connections", scheduler_options.slots + scheduler_options.max_queue +
-                                                                        kSpareConnections, 1, 1 << 16);
-  scheduler_options.kv_dtype = kv_dtype_option(args);
-  const double grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
+  config.http.max_connections =
+      args.get_int("--max-connections", scheduler.slots + scheduler.max_queue + kSpareConnections, 1, 1 << 16);
+  scheduler.kv_dtype = kv_dtype_option(args);
+  config.grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
+  return config;
+}
 
-  ServeEvents events;
-  SignalWatch signals(events);  // before the backend's threads start
-  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
+Engine load_serve_engine(const Args& args) {
   const std::string spec = args.get("-m");
   LlamaOptions llama = llama_options(args);
   // A preset is a shape, not a trained model: --ctx may ask it for a longer context (as bench-serve does).
   if (spec.rfind("preset:", 0) == 0 && args.has("--ctx"))
     llama.preset_ctx = std::max(find_preset(spec.substr(7)).config.n_ctx, args.get_int("--ctx", 0, 1, 1 << 20));
-  Engine engine = load_engine(args, spec, llama);
-  const ModelInfo& info = engine.model->info();
-  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  return load_engine(args, spec, llama);
+}
+
+void set_context(const Args& args, const ModelInfo& info, ServeConfig* config) {
   // note: the default context per slot is the model's, up to 4096 positions: S slots of a
   // 128k-context model would ask for a KV cache no machine has.
   const int64_t n_ctx =
       args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : std::min<int64_t>(info.n_ctx, 4096);
-  scheduler_options.n_ctx = n_ctx;
-  http_options.limits.max_prompt_tokens = args.get_int("--max-prompt-tokens", n_ctx, 1, n_ctx);
-  http_options.limits.max_tokens_limit = args.get_int("--max-tokens-limit", n_ctx, 1, n_ctx);
-  Scheduler scheduler(*engine.model, scheduler_options);
-  const KvCache& cache = scheduler.decoder().cache();
-  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n",
-               format_bytes(cache.bytes()).c_str(), dtype_name(cache.dtype()),
-               static_cast<long long>(scheduler_options.slots), static_cast<long long>(scheduler.n_ctx()),
-               tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
+  config->scheduler.n_ctx = n_ctx;
+  config->http.limits.max_prompt_tokens = args.get_int("--max-prompt-tokens", n_ctx, 1, n_ctx);
+  config->http.limits.max_tokens_limit = args.get_int("--max-tokens-limit", n_ctx, 1, n_ctx);
+}
 
-  ServeHttp http(scheduler, info, tokenizer.get(), http_options);
+// Joins the threads on every way out, in order: no new connections, then the engine.
+struct Joiner {
+  ServeHttp& http;
+  Scheduler& scheduler;
+  std::atomic<bool>& engine_stop;
+  std::thread &listener, &engine_thread;
+  ~Joiner() {
+    scheduler.cancel_all();
+    http.stop();
+    listener.join();
+    engine_stop = true;
+    scheduler.notify();
+    engine_thread.join();
+  }
+};
+
+// The grace period: the requests in flight may finish, unless serving failed or a second signal came.
+void wait_for_requests(ServeHttp& http, ServeEvents& events, double grace, bool failed) {
+  const auto grace_end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
+  while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
+    events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
+}
+
+// What is left is cancelled, again while handlers that were still parsing submit; a body still
+// arriving is not waited for.
+void cancel_requests(ServeHttp& http, Scheduler& scheduler) {
+  http.stop_reading();
+  const auto cancel_end = Clock::now() + kCancelWait;
+  while (http.in_flight() > 0 && Clock::now() < cancel_end) {
+    scheduler.cancel_all();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// After the first signal (or a failure): drains, then throws if serving failed, else prints the counts.
+void shut_down(ServeHttp& http, Scheduler& scheduler, ServeEvents& events, double grace) {
+  const bool failed = !events.engine_error().empty() || (events.listener_failed() && events.signals() == 0);
+  if (!failed)
+    std::fprintf(stderr, "minfer: shutting down: %lld requests in flight, %g s to finish\n",
+                 static_cast<long long>(http.in_flight()), grace);
+  http.drain();
+  wait_for_requests(http, events, grace, failed);
+  cancel_requests(http, scheduler);
+  if (!events.engine_error().empty()) fail("the engine stopped: ", events.engine_error());
+  if (failed) fail("the HTTP server stopped: its listening socket failed");
+  const FinishCounts finished = http.finished();
+  std::fprintf(stderr, "minfer: shut down; requests finished: %llu, cancelled: %llu\n",
+               static_cast<unsigned long long>(finished.stop + finished.length),
+               static_cast<unsigned long long>(finished.cancelled));
+}
+
+// Starts the engine's and the listener's threads, serves until a signal or a failure, and shuts down.
+void run_server(ServeHttp& http, Scheduler& scheduler, ServeEvents& events, SignalWatch& signals,
+                const std::string& host, double grace) {
   const int port = http.bind();
   std::atomic<bool> engine_stop{false};
   std::thread engine_thread([&] {
@@ -213,23 +278,8 @@ int serve(const Args& args) {
     http.listen();
     events.listener_ended();
   });
-  // Joins the threads on every way out, in order: no new connections, then the engine.
-  struct Joiner {
-    ServeHttp& http;
-    Scheduler& scheduler;
-    std::atomic<bool>& engine_stop;
-    std::thread &listener, &engine_thread;
-    ~Joiner() {
-      scheduler.cancel_all();
-      http.stop();
-      listener.join();
-      engine_stop = true;
-      scheduler.notify();
-      engine_thread.join();
-    }
-  } joiner{http, scheduler, engine_stop, listener, engine_thread};
+  Joiner joiner{http, scheduler, engine_stop, listener, engine_thread};
 
-  const std::string& host = http_options.host;
   std::fprintf(stderr, "minfer: listening on http://%s:%d\n",
                (host.find(':') != std::string::npos ? "[" + host + "]" : host).c_str(), port);
   std::fflush(stderr);
@@ -238,29 +288,27 @@ int serve(const Args& args) {
   events.wait([](int n_signals, bool engine_error, bool listener_ended) {
     return n_signals > 0 || engine_error || listener_ended;
   });
-  const bool failed = !events.engine_error().empty() || (events.listener_failed() && events.signals() == 0);
-  if (!failed)
-    std::fprintf(stderr, "minfer: shutting down: %lld requests in flight, %g s to finish\n",
-                 static_cast<long long>(http.in_flight()), grace);
-  http.drain();
-  const auto grace_end =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
-  while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
-    events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
-  // What is left is cancelled, again while handlers that were still parsing submit; a body still
-  // arriving is not waited for.
-  http.stop_reading();
-  const auto cancel_end = Clock::now() + kCancelWait;
-  while (http.in_flight() > 0 && Clock::now() < cancel_end) {
-    scheduler.cancel_all();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!events.engine_error().empty()) fail("the engine stopped: ", events.engine_error());
-  if (failed) fail("the HTTP server stopped: its listening socket failed");
-  const FinishCounts finished = http.finished();
-  std::fprintf(stderr, "minfer: shut down; requests finished: %llu, cancelled: %llu\n",
-               static_cast<unsigned long long>(finished.stop + finished.length),
-               static_cast<unsigned long long>(finished.cancelled));
+  shut_down(http, scheduler, events, grace);
+}
+
+int serve(const Args& args) {
+  ServeConfig config = serve_config(args);
+  ServeEvents events;
+  SignalWatch signals(events);  // before the backend's threads start
+  std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
+  Engine engine = load_serve_engine(args);
+  const ModelInfo& info = engine.model->info();
+  if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
+  set_context(args, info, &config);
+  Scheduler scheduler(*engine.model, config.scheduler);
+  const KvCache& cache = scheduler.decoder().cache();
+  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n",
+               format_bytes(cache.bytes()).c_str(), dtype_name(cache.dtype()),
+               static_cast<long long>(config.scheduler.slots), static_cast<long long>(scheduler.n_ctx()),
+               tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
+
+  ServeHttp http(scheduler, info, tokenizer.get(), config.http);
+  run_server(http, scheduler, events, signals, config.http.host, config.grace);
   return 0;
 }
 
