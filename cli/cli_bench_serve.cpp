@@ -20,6 +20,8 @@
 
 namespace minfer::cli {
 
+using namespace minfer::serve;  // the server's library (serve/)
+
 namespace {
 
 std::pair<int64_t, int64_t> parse_range(const std::string& text, const char* option) {

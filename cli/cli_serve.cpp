@@ -35,6 +35,8 @@
 
 namespace minfer::cli {
 
+using namespace minfer::serve;  // the server's library (serve/)
+
 #if MINFER_HAVE_HTTPLIB
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include "core/error.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 namespace {
 
@@ -487,6 +487,6 @@ bool ConnectionServer::process_and_close_socket(int sock) {
   return true;
 }
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve
 
 #endif  // MINFER_HAVE_HTTPLIB

@@ -33,7 +33,7 @@
 #include <memory>
 #include <string>
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 class SocketStream;  // a connection's socket as httplib's Stream (in http_server.cpp)
 class Closer;        // closes refused connections in the background (in http_server.cpp)
@@ -93,6 +93,6 @@ class ConnectionServer : public httplib::Server {
   std::unique_ptr<Closer> closer_;
 };
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve
 
 #endif  // MINFER_HAVE_HTTPLIB

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 namespace {
 
@@ -103,4 +103,4 @@ bool cors_allowed(const AccessOptions& access, const std::string& origin) {
   return !origin.empty() && listed(access.allowed_origins, lowercase(origin));
 }
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

@@ -21,7 +21,7 @@
 
 #include "serve/serve_api.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 struct AccessOptions {
   std::string api_key;                        // empty: no key
@@ -44,4 +44,4 @@ std::optional<ApiError> check_access(const AccessOptions& access, const std::str
 // Whether a request from `origin` gets CORS headers (it carries one and it is allowed).
 bool cors_allowed(const AccessOptions& access, const std::string& origin);
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

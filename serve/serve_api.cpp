@@ -8,7 +8,7 @@
 
 #include "tokenizers/utf8.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 namespace {
 
@@ -437,4 +437,4 @@ std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& fi
   return out.str();
 }
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

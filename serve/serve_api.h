@@ -13,7 +13,7 @@
 #include "engine/scheduler.h"
 #include "tokenizers/text_tokenizer.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 // A request the server refuses: the HTTP status and OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}. The message is one line.
@@ -168,4 +168,4 @@ struct FinishCounts {
 // The Prometheus text of /metrics.
 std::string prometheus_metrics(const SchedulerMetrics& metrics, const FinishCounts& finished, int64_t slots);
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

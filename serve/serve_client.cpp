@@ -19,7 +19,7 @@
 #include <httplib.h>
 #endif
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 #if MINFER_HAVE_HTTPLIB
 
@@ -303,4 +303,4 @@ ServeRun replay_http(const std::string&, const std::vector<TraceRequest>&, int) 
 
 #endif
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

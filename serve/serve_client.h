@@ -9,7 +9,7 @@
 
 #include "engine/serve_trace.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 // What the trace needs to know of the server: from minfer serve, GET /v1/models (which adds
 // vocab_size and bos_id to OpenAI's fields) and /metrics; from llama.cpp's llama-server, the
@@ -32,4 +32,4 @@ ServerInfo query_server(const std::string& url);
 // malformed stream, or a completion shorter than asked for, naming the request.
 ServeRun replay_http(const std::string& url, const std::vector<TraceRequest>& trace, int connections);
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "serve/http_server.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 namespace {
 
@@ -568,6 +568,6 @@ int64_t ServeHttp::in_flight() const { return impl_->in_flight; }
 
 FinishCounts ServeHttp::finished() const { return impl_->finished_counts(); }
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve
 
 #endif  // MINFER_HAVE_HTTPLIB

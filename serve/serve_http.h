@@ -23,7 +23,7 @@
 #include "serve/serve_access.h"
 #include "serve/serve_api.h"
 
-namespace minfer::cli {
+namespace minfer::serve {
 
 struct ServeHttpOptions {
   std::string host = "127.0.0.1";
@@ -64,4 +64,4 @@ class ServeHttp {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace minfer::cli
+}  // namespace minfer::serve

@@ -9,15 +9,15 @@
 namespace minfer::test {
 namespace {
 
-using cli::ApiError;
-using cli::ApiLimits;
-using cli::CompletionRequest;
+using serve::ApiError;
+using serve::ApiLimits;
+using serve::CompletionRequest;
 
 constexpr int64_t kVocab = 100;
 const ApiLimits kLimits{50, 20};
 
 CompletionRequest parse(const std::string& body, bool has_tokenizer = true) {
-  return cli::parse_completion_request(body, kVocab, has_tokenizer, kLimits);
+  return serve::parse_completion_request(body, kVocab, has_tokenizer, kLimits);
 }
 
 // The ApiError `body` is refused with; fails the test when it is accepted.
@@ -92,9 +92,9 @@ TEST(ServeApiParse, WithoutATokenizerTextIsRefused) {
 }
 
 TEST(ServeApiParse, PromptLengthIsCheckedAgainstTheLimit) {
-  EXPECT_NO_THROW(cli::check_prompt_length(50, kLimits));
+  EXPECT_NO_THROW(serve::check_prompt_length(50, kLimits));
   try {
-    cli::check_prompt_length(51, kLimits);
+    serve::check_prompt_length(51, kLimits);
     FAIL() << "a prompt over the limit was accepted";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "prompt");
@@ -104,41 +104,41 @@ TEST(ServeApiParse, PromptLengthIsCheckedAgainstTheLimit) {
 
 // Any integer the API allows is a seed; 0 and negative ones map to non-zero xorshift states.
 TEST(ServeApiSeed, EveryIntegerIsASeedAndNoneIsZero) {
-  EXPECT_EQ(cli::sampler_seed(nlohmann::json(5)), 5u);
-  EXPECT_EQ(cli::sampler_seed(nlohmann::json(0)), cli::kSeedZeroState);
-  EXPECT_EQ(cli::sampler_seed(nlohmann::json(-1)), ~uint64_t(0));
-  EXPECT_EQ(cli::sampler_seed(nlohmann::json(UINT64_MAX)), UINT64_MAX);
-  EXPECT_EQ(parse(R"({"prompt": [1], "seed": 0})").seed, cli::kSeedZeroState);
+  EXPECT_EQ(serve::sampler_seed(nlohmann::json(5)), 5u);
+  EXPECT_EQ(serve::sampler_seed(nlohmann::json(0)), serve::kSeedZeroState);
+  EXPECT_EQ(serve::sampler_seed(nlohmann::json(-1)), ~uint64_t(0));
+  EXPECT_EQ(serve::sampler_seed(nlohmann::json(UINT64_MAX)), UINT64_MAX);
+  EXPECT_EQ(parse(R"({"prompt": [1], "seed": 0})").seed, serve::kSeedZeroState);
 }
 
 TEST(ServeApiStop, FindsTheEarliestStopAndWhatCouldStillBecomeOne) {
   const std::vector<std::string> stops = {"END", "\n\n"};
-  EXPECT_EQ(cli::find_stop("abc\n\nxEND", stops), 3u);
-  EXPECT_EQ(cli::find_stop("abcEND\n\n", stops), 3u);
-  EXPECT_EQ(cli::find_stop("abc", stops), std::string::npos);
-  EXPECT_EQ(cli::stop_prefix_at_end("abcEN", stops), 2u);
-  EXPECT_EQ(cli::stop_prefix_at_end("abc\n", stops), 1u);
-  EXPECT_EQ(cli::stop_prefix_at_end("abcx", stops), 0u);
+  EXPECT_EQ(serve::find_stop("abc\n\nxEND", stops), 3u);
+  EXPECT_EQ(serve::find_stop("abcEND\n\n", stops), 3u);
+  EXPECT_EQ(serve::find_stop("abc", stops), std::string::npos);
+  EXPECT_EQ(serve::stop_prefix_at_end("abcEN", stops), 2u);
+  EXPECT_EQ(serve::stop_prefix_at_end("abc\n", stops), 1u);
+  EXPECT_EQ(serve::stop_prefix_at_end("abcx", stops), 0u);
 }
 
 // A stop string split across tokens is found when its last byte arrives, not before.
 TEST(ServeApiStop, MatcherFindsStopsAcrossTokens) {
-  cli::StopMatcher matcher({"<end>"}, 8);
+  serve::StopMatcher matcher({"<end>"}, 8);
   EXPECT_FALSE(matcher.push("hello <"));
   EXPECT_FALSE(matcher.push("en"));
   EXPECT_TRUE(matcher.push("d> more"));
-  cli::StopMatcher none;
+  serve::StopMatcher none;
   EXPECT_TRUE(none.empty());
 }
 
 TEST(ServeApiErrors, TheErrorObjectIsOpenAIs) {
-  const nlohmann::json body = nlohmann::json::parse(cli::error_body({429, "the queue is full", "", "queue_full"}));
+  const nlohmann::json body = nlohmann::json::parse(serve::error_body({429, "the queue is full", "", "queue_full"}));
   EXPECT_EQ(body["error"]["message"], "the queue is full");
   EXPECT_EQ(body["error"]["type"], "rate_limit_error");
   EXPECT_EQ(body["error"]["code"], "queue_full");
   EXPECT_TRUE(body["error"]["param"].is_null());
-  EXPECT_STREQ(cli::api_error_type(400), "invalid_request_error");
-  EXPECT_STREQ(cli::api_error_type(503), "server_error");
+  EXPECT_STREQ(serve::api_error_type(400), "invalid_request_error");
+  EXPECT_STREQ(serve::api_error_type(503), "server_error");
 }
 
 }  // namespace
