@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "engine/sampler.h"
 
 namespace minfer {
 
@@ -97,15 +98,6 @@ void rope(float* vec,  // (n_heads, head_dim)
     }
 }
 
-// x = softmax(x) in place.
-void softmax(float* x, int64_t n) {  // x (n)
-  float max_value = x[0];
-  for (int64_t i = 1; i < n; ++i) max_value = std::max(max_value, x[i]);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max_value));
-  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
-}
-
 // out = silu(gate) * up.
 //   forward_layer_*: be.swiglu; ref::swiglu, cpu::swiglu, cuda::swiglu in swiglu.{cpp,cu}
 void swiglu(float* out,         // (n)
@@ -183,7 +175,7 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
       for (int64_t i = 0; i < hs; ++i) score += double(query[i]) * double(key[i]);
       scores_[static_cast<size_t>(t)] = static_cast<float>(score) * scale;
     }
-    softmax(scores_.data(), pos + 1);
+    softmax_in_place(scores_.data(), pos + 1);  // run.c's softmax (engine/sampler.h)
     float* out = &att_[static_cast<size_t>(h * hs)];  // (head_dim)
     for (int64_t i = 0; i < hs; ++i) {
       double sum = 0.0;
