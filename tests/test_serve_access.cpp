@@ -1,0 +1,102 @@
+// Who may use `minfer serve`: the API key, the Host header and browser Origins, with CORS
+// (serve/serve_access.h).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "tests/serve_http_support.h"
+
+namespace minfer::test {
+namespace {
+
+#if MINFER_HAVE_HTTPLIB
+
+// --- Who may use it: the API key, Host and Origin (serve/serve_access.h) ---
+
+// A raw request with extra header lines; the whole answer (the server closes after it).
+std::string raw_answer(int port, const std::string& method, const std::string& path, const std::string& headers,
+                       const std::string& body = "") {
+  const int fd = connect_local(port);
+  if (fd < 0) return "";
+  std::string request = method + " " + path + " HTTP/1.1\r\n" + headers + "Connection: close\r\n";
+  if (!body.empty()) request += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  send_all(fd, request + "\r\n" + body);
+  std::string answer;
+  read_until(fd, "\r\n\r\n{never}", 10, &answer);  // to the end: the server closes
+  close(fd);
+  return answer;
+}
+
+class ServeAccess : public SharedServer<ServeAccess> {
+ public:
+  // The key comes from a file, with white space around it that the server trims.
+  static std::vector<std::string> server_args() {
+    static ScratchDir dir("serve-access");
+    const std::string key_file = dir.path() + "/key";
+    std::ofstream(key_file) << "  s3cret-key\n";
+    return {"-m", "preset:tiny", "--api-key-file", key_file, "--allowed-origins", "http://localhost:3000"};
+  }
+
+ protected:
+  static std::string host() { return "Host: 127.0.0.1:" + std::to_string(port()) + "\r\n"; }
+};
+const std::string kTinyRequest = R"({"prompt": [1, 2], "max_tokens": 2})";
+
+TEST_F(ServeAccess, EveryRouteButHealthWantsTheKey) {
+  const std::string key = "Authorization: Bearer s3cret-key\r\n";
+  EXPECT_EQ(raw_answer(port(), "GET", "/health", host()).rfind("HTTP/1.1 200", 0), 0u);
+  for (const char* path : {"/v1/models", "/metrics", "/nowhere"}) {
+    const std::string none = raw_answer(port(), "GET", path, host());
+    EXPECT_EQ(none.rfind("HTTP/1.1 401", 0), 0u) << path << ": " << none;
+    EXPECT_NE(none.find("WWW-Authenticate: Bearer"), std::string::npos) << none;
+    EXPECT_NE(none.find("an API key is required"), std::string::npos) << none;
+  }
+  const std::string wrong = raw_answer(port(), "POST", "/v1/completions", host() + "Authorization: Bearer s3cret-kez\r\n",
+                                       kTinyRequest);
+  EXPECT_EQ(wrong.rfind("HTTP/1.1 401", 0), 0u) << wrong;
+  EXPECT_NE(wrong.find("the API key is not this server's"), std::string::npos) << wrong;
+  EXPECT_EQ(raw_answer(port(), "POST", "/v1/completions", host() + key, kTinyRequest).rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(raw_answer(port(), "GET", "/metrics", host() + key).rfind("HTTP/1.1 200", 0), 0u);
+}
+
+TEST_F(ServeAccess, APreflightEndsItsConnectionAndTheSchemeIsCaseInsensitive) {
+  // A body after an OPTIONS is never read as a request of its own.
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\n" + host() + "Authorization: Bearer s3cret-key\r\n\r\n";
+  const std::string answer = raw_answer(port(), "OPTIONS", "/v1/completions", host(), smuggled);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 204", 0), 0u) << answer;
+  EXPECT_EQ(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
+  EXPECT_EQ(raw_answer(port(), "GET", "/v1/models", host() + "Authorization: bearer s3cret-key\r\n").rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
+TEST_F(ServeAccess, AForeignHostOrOriginIsRefusedAnAllowedOriginGetsCors) {
+  const std::string key = "Authorization: Bearer s3cret-key\r\n";
+  // DNS rebinding: a name the attacker points at 127.0.0.1 arrives as the Host.
+  const std::string rebound = raw_answer(port(), "GET", "/health", "Host: attacker.example:" + std::to_string(port()) + "\r\n");
+  EXPECT_EQ(rebound.rfind("HTTP/1.1 403", 0), 0u) << rebound;
+  EXPECT_NE(rebound.find("Host 'attacker.example"), std::string::npos) << rebound;
+  EXPECT_EQ(raw_answer(port(), "GET", "/health", "Host: localhost\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  // A page elsewhere posting text/plain (no preflight) is refused before anything runs.
+  const std::string foreign = raw_answer(port(), "POST", "/v1/completions",
+                                         host() + key + "Origin: http://evil.example\r\nContent-Type: text/plain\r\n",
+                                         kTinyRequest);
+  EXPECT_EQ(foreign.rfind("HTTP/1.1 403", 0), 0u) << foreign;
+  EXPECT_NE(foreign.find("Origin 'http://evil.example' is not allowed (--allowed-origins)"), std::string::npos);
+  EXPECT_EQ(foreign.find("Access-Control-Allow-Origin"), std::string::npos) << foreign;
+  // The allowed origin: its preflight is answered, then its request, both with CORS headers.
+  const std::string origin = "Origin: http://localhost:3000\r\n";
+  const std::string preflight = raw_answer(port(), "OPTIONS", "/v1/completions",
+                                           host() + origin + "Access-Control-Request-Method: POST\r\n");
+  EXPECT_EQ(preflight.rfind("HTTP/1.1 204", 0), 0u) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Origin: http://localhost:3000"), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos);
+  const std::string allowed = raw_answer(port(), "POST", "/v1/completions", host() + key + origin, kTinyRequest);
+  EXPECT_EQ(allowed.rfind("HTTP/1.1 200", 0), 0u) << allowed;
+  EXPECT_NE(allowed.find("Access-Control-Allow-Origin: http://localhost:3000"), std::string::npos) << allowed;
+}
+
+#endif  // MINFER_HAVE_HTTPLIB
+
+}  // namespace
+}  // namespace minfer::test
