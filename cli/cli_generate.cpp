@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/decoder.h"
+#include "engine/speculative.h"
+#include "formats/model_files.h"
 #include "core/error.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -48,6 +50,12 @@ std::vector<Option> generate_options() {
       {"--ignore-eos", "", "keep generating past the model's stop tokens (EOS; BOS or EOS in a\n"
                             "                              llama2.c file, as run.c stops)"},
       {"--print-ids", "", "print only the generated ids, comma-separated, a line per sequence"},
+      {"--draft", "MODEL", "speculative decoding: a draft model with the same vocabulary (it may be -m's\n"
+                           "                              model itself with a cheaper --draft-dtype), or ngram for\n"
+                           "                              prompt lookup (drafts copied from earlier in the context)"},
+      {"--draft-dtype", "TYPE", "the draft model's weights: f32, f16, bf16 or q8_0 (default: as stored)"},
+      {"--draft-k", "K", "tokens drafted per round, 1 to 16 (default 4)"},
+      {"--ngram", "N", "prompt lookup: the longest suffix looked up, 1 to 16 (default 3)"},
   });
   return options;
 }
@@ -61,6 +69,9 @@ struct GenerateRequest {
   GenerateOptions gen;
   int64_t batch = 1;
   bool print_ids = false;
+  std::string draft;  // empty: no speculation; "ngram": prompt lookup; else the draft model
+  std::optional<DType> draft_dtype;
+  SpeculativeOptions speculative;
 };
 
 GenerateOptions sampling_options(const Args& args) {
@@ -95,6 +106,19 @@ GenerateRequest parse_request(const Args& args) {
   request.gen = sampling_options(args);
   request.batch = args.get_int("--batch", 1, 1, 4096);
   request.print_ids = args.has("--print-ids");
+  request.draft = args.get("--draft", "");
+  MINFER_CHECK(args.has("--draft") || !(args.has("--draft-k") || args.has("--draft-dtype") || args.has("--ngram")),
+               "--draft-k, --draft-dtype and --ngram need --draft MODEL or --draft ngram");
+  MINFER_CHECK(!(request.draft == "ngram" && args.has("--draft-dtype")), "--draft-dtype needs a draft model, not ngram");
+  MINFER_CHECK(!(request.draft != "ngram" && args.has("--ngram")), "--ngram goes with --draft ngram");
+  if (args.has("--draft-dtype")) {
+    request.draft_dtype = parse_dtype(args.get("--draft-dtype").c_str());
+    MINFER_CHECK(*request.draft_dtype != DType::i32, "--draft-dtype: weights are f32, f16, bf16 or q8_0");
+  }
+  request.speculative.k = args.get_int("--draft-k", 4, 1, 16);
+  request.speculative.ngram = args.get_int("--ngram", 3, 1, 16);
+  MINFER_CHECK(request.draft.empty() || !request.gen.prefill_one_by_one,
+               "--draft prefills the prompt in one pass: not with --prefill one-by-one");
   return request;
 }
 
@@ -122,6 +146,7 @@ DecoderOptions decoder_options(const Args& args, const GenerateRequest& request,
   check_fits_context(P, n_new, dec.n_ctx);
   dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
   dec.kv_dtype = request.kv_dtype;
+  if (!request.draft.empty()) dec.logits_per_seq = request.speculative.k + 1;
   return dec;
 }
 
@@ -171,8 +196,9 @@ void print_sequences(const GenerateResult& result, const GenerateRequest& reques
 }
 
 // One sequence without --print-ids streams; otherwise every sequence is printed at the end.
-GenerateResult generate_and_print(Decoder& decoder, const std::vector<int32_t>& prompt, const GenerateRequest& request,
-                                  int32_t bos_id) {
+// With `speculative`, it generates (the decoder is its target).
+GenerateResult generate_and_print(Decoder& decoder, SpeculativeDecoder* speculative, const std::vector<int32_t>& prompt,
+                                  const GenerateRequest& request, int32_t bos_id) {
   const bool stream = !request.print_ids && request.batch == 1;
   TokenStream out(request.tokenizer.get());
   // Streaming echoes the prompt first (without a leading BOS), as run.c and llama.cpp do.
@@ -184,7 +210,8 @@ GenerateResult generate_and_print(Decoder& decoder, const std::vector<int32_t>& 
     std::fflush(stdout);
   };
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(request.batch), prompt);
-  GenerateResult result = decoder.generate(prompts, request.gen, on_token);
+  GenerateResult result = speculative ? speculative->generate(prompts, request.gen, on_token)
+                                      : decoder.generate(prompts, request.gen, on_token);
   if (stream)
     out.finish();
   else
@@ -203,6 +230,29 @@ void print_summary(const GenerateResult& result, const GenerateRequest& request)
                static_cast<long long>(result.prompt_tokens), static_cast<long long>(generated),
                static_cast<long long>(request.batch), static_cast<unsigned long long>(request.gen.seed),
                request.gen.temperature == 0.0f ? " (greedy)" : "");
+  if (request.draft.empty()) return;
+  std::fprintf(stderr,
+               "minfer: speculative (%s, k = %lld): %lld target passes for %lld tokens (%.2f per pass), "
+               "%lld of %lld drafts accepted (%.1f%%), %lld draft passes\n",
+               request.draft == "ngram" ? "prompt lookup" : "draft model",
+               static_cast<long long>(request.speculative.k), static_cast<long long>(result.decode_steps),
+               static_cast<long long>(result.decode_tokens),
+               result.decode_steps > 0 ? double(result.decode_tokens) / double(result.decode_steps) : 0.0,
+               static_cast<long long>(result.accepted_tokens), static_cast<long long>(result.drafted_tokens),
+               result.drafted_tokens > 0 ? 100.0 * double(result.accepted_tokens) / double(result.drafted_tokens) : 0.0,
+               static_cast<long long>(result.draft_passes));
+}
+
+// The draft model of --draft MODEL on the target's backend, with a decoder like the target's.
+std::unique_ptr<LlamaModel> load_draft_model(const Args& args, const GenerateRequest& request, Backend& backend,
+                                             const ModelInfo& target) {
+  LlamaOptions options = llama_options(args);
+  options.dtype = request.draft_dtype;
+  auto draft = load_model(request.draft, backend, options);
+  describe_model(*draft, backend, "draft model");
+  MINFER_CHECK(draft->info().vocab_size == target.vocab_size, "--draft: the draft model's vocabulary has ",
+               draft->info().vocab_size, " tokens and the target's ", target.vocab_size, ": they must be the same");
+  return draft;
 }
 
 }  // namespace
@@ -228,7 +278,22 @@ int cmd_generate(int argc, char** argv) {
                format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),
                static_cast<long long>(request.batch), static_cast<long long>(decoder.n_ctx()));
 
-  const GenerateResult result = generate_and_print(decoder, prompt, request, info.bos_id);
+  std::unique_ptr<LlamaModel> draft_model;
+  std::unique_ptr<Decoder> draft_decoder;
+  std::unique_ptr<SpeculativeDecoder> speculative;
+  if (!request.draft.empty()) {
+    if (request.draft != "ngram") {
+      draft_model = load_draft_model(args, request, *engine.backend, info);
+      DecoderOptions dec = decoder_options(args, request, info, static_cast<int64_t>(prompt.size()));
+      dec.logits_per_seq = 1;
+      dec.max_prefill_rows = std::max<int64_t>(dec.max_prefill_rows, 2 * request.batch);
+      dec.n_ctx = decoder.n_ctx();
+      dec.kv_dtype.reset();
+      draft_decoder = std::make_unique<Decoder>(*draft_model, dec);
+    }
+    speculative = std::make_unique<SpeculativeDecoder>(decoder, draft_decoder.get(), request.speculative);
+  }
+  const GenerateResult result = generate_and_print(decoder, speculative.get(), prompt, request, info.bos_id);
   print_summary(result, request);
   return 0;
 }

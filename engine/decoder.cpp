@@ -29,8 +29,12 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   MINFER_CHECK(n_ctx <= info.n_ctx, "context ", n_ctx, " exceeds the model's ",
                info.n_ctx, " positions");
   MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
-  max_rows_ = std::max(options.max_prefill_rows, n_seqs_);
-  logit_rows_ = options.logits_every_row ? max_rows_ : n_seqs_;
+  MINFER_CHECK(options.logits_per_seq >= 1 && options.logits_per_seq <= 64, "logits_per_seq ",
+               options.logits_per_seq, ": must be in [1, 64]");
+  logits_per_seq_ = options.logits_per_seq;
+  const int64_t seq_logit_rows = n_seqs_ * options.logits_per_seq;  // at most 4096 x 64
+  max_rows_ = std::max(options.max_prefill_rows, seq_logit_rows);
+  logit_rows_ = options.logits_every_row ? max_rows_ : seq_logit_rows;
   // On CUDA a 16-bit model keeps a 16-bit cache; a q8_0 model an f16 one (its weights' blocks are
   // no format for keys and values written a row at a time).
   const DType kv_dtype = options.kv_dtype                          ? *options.kv_dtype
@@ -188,7 +192,7 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
                  n_past_[c.seq] + c.n, " positions > context ", cache_.n_ctx());
     for (int64_t i = 0; i < c.n; ++i) check_token(c.tokens[i]);
     rows += c.n;
-    logit_rows += c.logits ? 1 : 0;
+    logit_rows += c.every_row ? c.n : c.logits ? 1 : 0;
   }
   if (rows == 0) return;
   MINFER_CHECK(rows <= max_rows_, "forward_chunks: ", rows, " rows > ", max_rows_, " per pass");
@@ -202,7 +206,10 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
       host[rows + r] = static_cast<int32_t>(c.seq);
       host[2 * rows + r] = static_cast<int32_t>(n_past_[c.seq] + i);
     }
-    if (c.logits) host[3 * rows + l++] = static_cast<int32_t>(r - 1);
+    if (c.every_row)
+      for (int64_t i = c.n; i > 0; --i) host[3 * rows + l++] = static_cast<int32_t>(r - i);
+    else if (c.logits)
+      host[3 * rows + l++] = static_cast<int32_t>(r - 1);
     n_past_[c.seq] += c.n;
   }
   run_rows(rows, 0, logit_rows);
@@ -231,6 +238,13 @@ void Decoder::argmax_rows(int64_t n, std::vector<int32_t>* out) {
 void Decoder::reset_sequence(int64_t seq) {
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "reset_sequence: no sequence ", seq);
   n_past_[seq] = 0;
+}
+
+void Decoder::rewind(int64_t seq, int64_t n_past) {
+  MINFER_CHECK(seq >= 0 && seq < n_seqs_, "rewind: no sequence ", seq);
+  MINFER_CHECK(n_past >= 0 && n_past <= n_past_[seq], "rewind: sequence ", seq, " is at ", n_past_[seq],
+               " positions, not back to ", n_past);
+  n_past_[seq] = n_past;
 }
 
 void Decoder::decode(const std::vector<int32_t>& tokens) {

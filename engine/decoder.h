@@ -33,6 +33,9 @@ struct DecoderOptions {
   // Room for the logits of every row of a prefill chunk (max_prefill_rows x vocab, on the device
   // and the host), which prefill_scored needs; otherwise one row per sequence.
   bool logits_every_row = false;
+  // Room for the logits of this many rows of each sequence in one forward_chunks() pass: a
+  // speculative verify pass (engine/speculative.h) wants k + 1 per sequence.
+  int64_t logits_per_seq = 1;
 };
 
 struct GenerateOptions {
@@ -55,6 +58,11 @@ struct GenerateResult {
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;    // tokens fed through decode steps, over all sequences
   double decode_seconds = 0.0;
+  // Speculative decoding (engine/speculative.h): the drafter's passes, the tokens it drafted and
+  // those the target accepted. decode_steps are then the target's verify passes.
+  int64_t draft_passes = 0;
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 class Decoder {
@@ -66,6 +74,10 @@ class Decoder {
 
   int64_t n_seqs() const { return n_seqs_; }
   int64_t n_ctx() const { return cache_.n_ctx(); }
+  int64_t vocab_size() const { return vocab_; }
+  int64_t max_logits_per_seq() const { return logits_per_seq_; }
+  int64_t max_rows() const { return max_rows_; }  // per forward pass
+  const std::vector<int32_t>& stop_ids() const { return model_.info().stop_ids; }
   const KvCache& cache() const { return cache_; }
   int64_t position(int64_t seq) const { return n_past_[seq]; }
   // Forgets every sequence (positions back to 0); the memory stays.
@@ -80,12 +92,14 @@ class Decoder {
   void prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
                       const std::function<void(int64_t, const float*)>& on_logits);
   // Rows of one sequence for forward_chunks(): `n` tokens appended at its current position; with
-  // `logits`, the next-token logits after the last of them are wanted.
+  // `logits`, the next-token logits after the last of them are wanted; with `every_row`, those
+  // after each of them (n logits rows, in order: a speculative verify pass).
   struct Chunk {
     int64_t seq;
     const int32_t* tokens;
     int64_t n;
     bool logits;
+    bool every_row = false;
   };
   // One forward pass over chunks of any sequences, each sequence at most once, at most
   // max_prefill_rows rows in all (continuous batching mixes decode rows and prompt chunks this
@@ -98,6 +112,10 @@ class Decoder {
   void argmax_rows(int64_t n, std::vector<int32_t>* out);
   // Forgets sequence `seq` (position back to 0); its slot of the cache is reused as is.
   void reset_sequence(int64_t seq);
+  // Takes sequence `seq` back to `n_past` positions (at most where it is): the positions after it
+  // are forgotten, nothing is copied, and the next pass overwrites their keys and values. A
+  // speculative round rolls back its rejected draft tokens this way.
+  void rewind(int64_t seq, int64_t n_past);
   // Appends tokens[s] to sequence s, one forward pass over n_seqs rows.
   void decode(const std::vector<int32_t>& tokens);
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
@@ -131,7 +149,8 @@ class Decoder {
   Model& model_;
   Backend& backend_;
   int64_t n_seqs_, vocab_, max_rows_;
-  int64_t logit_rows_;  // rows of logits_: n_seqs_, or max_rows_ with logits_every_row
+  int64_t logits_per_seq_;
+  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq, or max_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
   Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (logit_rows)

@@ -60,34 +60,42 @@ int32_t sample_mult(const float* probabilities, int64_t n, float coin) {
   return static_cast<int32_t>(n - 1);  // in case of rounding errors
 }
 
-int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch) {
+size_t nucleus(const float* probabilities, int64_t n, float top_p, ProbIndex* scratch, float* total) {
   // Tokens below the cutoff cannot be part of the nucleus: leave them out before sorting.
   const float cutoff = (1.0f - top_p) / static_cast<float>(n - 1);
   size_t count = 0;
   for (int64_t i = 0; i < n; ++i)
     if (probabilities[i] >= cutoff) scratch[count++] = {probabilities[i], static_cast<int32_t>(i)};
-  if (count == 0) return sample_argmax(probabilities, n);  // a tiny top_p over a tiny vocabulary
+  *total = 0.0f;
+  if (count == 0) return 0;  // a tiny top_p over a tiny vocabulary
   // run.c sorts with glibc's qsort, a merge sort: stable, so equal probabilities keep index
   // order. Breaking ties by index gives that order without the merge sort's buffer.
   std::sort(scratch, scratch + count, [](const ProbIndex& a, const ProbIndex& b) {
     return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
   });
   float cumulative = 0.0f;
-  size_t last = count - 1;
   for (size_t i = 0; i < count; ++i) {
     cumulative += scratch[i].prob;
     if (cumulative > top_p) {
-      last = i;
-      break;
+      *total = cumulative;
+      return i + 1;
     }
   }
+  *total = cumulative;
+  return count;
+}
+
+int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch) {
+  float cumulative = 0.0f;
+  const size_t count = nucleus(probabilities, n, top_p, scratch, &cumulative);
+  if (count == 0) return sample_argmax(probabilities, n);
   const float r = coin * cumulative;
   float cdf = 0.0f;
-  for (size_t i = 0; i <= last; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     cdf += scratch[i].prob;
     if (r < cdf) return scratch[i].index;
   }
-  return scratch[last].index;
+  return scratch[count - 1].index;
 }
 
 int32_t Sampler::sample(float* logits) {
@@ -102,6 +110,28 @@ int32_t Sampler::sample(float* logits) {
   const float coin = random_f32(&state_);
   if (top_p_ <= 0.0f || top_p_ >= 1.0f) return sample_mult(logits, vocab_size_, coin);
   return sample_topp(logits, vocab_size_, top_p_, coin, candidates_.data());
+}
+
+void Sampler::distribution(float* logits) {
+  MINFER_CHECK(temperature_ > 0.0f, "a greedy sampler has no distribution to write");
+  const int32_t best = sample_argmax(logits, vocab_size_);
+  if (!std::isfinite(logits[best] / temperature_)) {  // the greedy limit, as sample() takes it
+    std::fill(logits, logits + vocab_size_, 0.0f);
+    logits[best] = 1.0f;
+    return;
+  }
+  for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
+  softmax_in_place(logits, vocab_size_);
+  if (top_p_ <= 0.0f || top_p_ >= 1.0f) return;
+  // The nucleus exactly as sample_topp() cuts it; its probabilities over their sum.
+  float total = 0.0f;
+  const size_t count = nucleus(logits, vocab_size_, top_p_, candidates_.data(), &total);
+  std::fill(logits, logits + vocab_size_, 0.0f);
+  if (count == 0) {
+    logits[best] = 1.0f;
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) logits[candidates_[i].index] = candidates_[i].prob / total;
 }
 
 }  // namespace minfer

@@ -6,6 +6,7 @@
 // Given the same logits and seed, the same tokens as run.c come out.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -27,9 +28,12 @@ struct ProbIndex {
   float prob;
   int32_t index;
 };
-// nucleus sampling: candidates at or above (1 - top_p) / (n - 1), sorted by descending probability
-// (ties by index), cut after the first whose cumulative probability exceeds top_p; then the
-// coin, scaled by the nucleus's total, picks among them. `scratch` holds n entries.
+// The nucleus: candidates at or above run.c's cutoff (1 - top_p) / (n - 1), sorted into `scratch`
+// by descending probability (ties by index) and cut after the first whose cumulative probability
+// exceeds top_p. Returns how many (0 when none passes the cutoff); *total is their sum.
+size_t nucleus(const float* probabilities, int64_t n, float top_p, ProbIndex* scratch, float* total);
+// nucleus sampling: the coin, scaled by the nucleus's total, picks among the nucleus in its
+// sorted order (the argmax when the nucleus is empty). `scratch` holds n entries.
 int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch);
 
 class Sampler {
@@ -43,6 +47,13 @@ class Sampler {
   // probabilities when sampling. A temperature so small that logits / temperature overflows
   // float samples greedily (the limit of the distribution as the temperature goes to 0).
   int32_t sample(float* logits);
+  // The distribution sample() draws from, written over the logits (which it needs as sample()
+  // does): the temperature's softmax, and with top-p only the nucleus, renormalised to sum to 1.
+  // Not for a greedy sampler, whose distribution is a point. Speculative decoding compares the
+  // target's and the drafter's distributions this way (engine/speculative.h).
+  void distribution(float* logits);
+  // A coin from this sampler's generator, as sample() draws them.
+  float coin() { return random_f32(&state_); }
 
  private:
   int64_t vocab_size_;

@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include "core/error.h"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -103,6 +105,15 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     ids.push_back(std::stoi(part.substr(start)));
   }
   return ids;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace minfer::test

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,5 +51,7 @@ class ScratchDir {
 
 std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" (whitespace ignored)
 std::string read_file(const std::string& path);
+// The message of the minfer::Error that `fn` throws; "(no error)" when it throws none.
+std::string error_of(const std::function<void()>& fn);
 
 }  // namespace minfer::test
