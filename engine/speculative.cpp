@@ -77,6 +77,7 @@ void SpeculativeDecoder::start(const std::vector<std::vector<int32_t>>& prompts,
     seq.context.reserve(prompts[s].size() + static_cast<size_t>(options.n_new));
     seq.context = prompts[s];
     seq.rows.resize(static_cast<size_t>(options_.k + 1));
+    seq.lookup_limit = options_.k;
     if (draft_ && !greedy_) seq.q.resize(static_cast<size_t>(options_.k * vocab_));
     target_samplers_.emplace_back(vocab_, options.temperature, options.top_p, options.seed + uint64_t(s));
     // The drafter's coins come from a generator of their own (seeded apart from the target's).
@@ -158,7 +159,7 @@ void SpeculativeDecoder::draft_by_lookup() {
   for (Sequence& seq : seqs_)
     if (seq.budget > 0)
       seq.n_draft = lookup_draft(seq.context.data(), static_cast<int64_t>(seq.context.size()), options_.ngram,
-                                 options_.min_match, seq.budget, seq.rows.data() + 1);
+                                 options_.min_match, std::min(seq.budget, seq.lookup_limit), seq.rows.data() + 1);
 }
 
 // Step i feeds each drafting sequence what its draft cache lacks (step 0: the accepted tokens
@@ -245,6 +246,8 @@ void SpeculativeDecoder::verify(GenerateResult* result) {
     first_row += 1 + seq.n_draft;
     result->drafted_tokens += seq.n_draft;
     result->accepted_tokens += accepted;
+    if (!draft_ && seq.n_draft > 0)
+      seq.lookup_limit = accepted == seq.n_draft ? std::min(options_.k, 2 * seq.lookup_limit) : accepted + 1;
     const int64_t before = seq.emitted;
     for (int64_t i = 1; i <= accepted; ++i) emit(s, seq.rows[i], result);
     emit(s, next, result);

@@ -37,7 +37,10 @@
 // Drafters: a draft model (a smaller model, or the target itself in a cheaper dtype: q8_0 or
 // q4_0 weights of an f32 target, self-speculation by quantization) with its own decoder and KV
 // cache; or prompt lookup, which copies what followed the last few tokens earlier in the context
-// and costs nothing, winning where the output repeats its input (summaries, code edits).
+// and costs nothing, winning where the output repeats its input (summaries, code edits). A lookup
+// guess on free text is mostly wrong, and each wrong row costs a little, so prompt lookup knows
+// when not to draft: a sequence drafts at most as many tokens as its last round accepted plus
+// one, and twice as many after a round that accepted everything (up to k); no match, no draft.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +97,7 @@ class SpeculativeDecoder {
     std::vector<float> q;          // (k, vocab) the draft model's distributions when sampling
     int64_t n_draft = 0;           // drafts in rows[1 ..]
     int64_t budget = 0;            // drafts this round may hold
+    int64_t lookup_limit = 0;      // prompt lookup: drafts the last round earned (see above)
     int64_t emitted = 0;
     bool done = false;
   };

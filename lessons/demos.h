@@ -16,5 +16,6 @@ void launch(const Options& o);
 void batching(const Options& o);
 void bytes(const Options& o);
 void continuous(const Options& o);
+void speculative(const Options& o);
 
 }  // namespace minfer::demo
