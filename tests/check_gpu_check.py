@@ -31,13 +31,17 @@ def main() -> int:
             with tarfile.open(out / "gpu-check.tar.gz") as tar:
                 names = set(n.lstrip("./") for n in tar.getnames())
             for needed in ["tests.json", "tests.log", "bench-decode.json", "bench-decode.md", "bench-prefill.json",
-                           "progress.log", "summary.txt", "devices.txt", "demos.md", "demos/batching.json"]:
+                           "progress.log", "summary.txt", "devices.txt", "demos.md", "demos/batching.json",
+                           "speculative.md", "demos/speculative.json"]:
                 if needed not in names:
                     problems.append(f"the archive lacks {needed}")
         for needed in ["== minfer gpu-check: dry run", "build: ", " failed, ", "bench:", "| preset:stories15M",
-                       "peer", "demos:", "conclusion:", "timing:"]:
+                       "peer", "demos:", "conclusion:", "timing:", "speculative:", "q8_0-draft: ",
+                       "ids equal the plain run's"]:
             if needed not in summary:
                 problems.append(f"the summary lacks '{needed}'")
+        if "FAIL: ids differ" in summary:
+            problems.append("speculative decoding changed the greedy ids")
         if " 0 failed" not in summary:
             problems.append("the dry run reports failed tests")
     for p in problems:

@@ -153,6 +153,28 @@ else
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
 fi
 
+# --- speculative decoding: the same greedy ids with fewer target passes ---
+# The model decodes 128 tokens plainly, with its own q8_0 weights as the draft (k = 4), and with
+# prompt lookup; speculative.md has each run's decode line and whether its ids equal the plain run's.
+speculative() {
+  local limit=$(( $(left) - 60 )) model=preset:llama-1b args=(--dtype f16)
+  [ $dry -eq 1 ] && { model=preset:tiny; args=(--device cpu); }
+  if [ "$limit" -lt 20 ]; then say "skipped speculative: out of time"; echo "skipped: out of time" > "$work/speculative.md"; return; fi
+  local name draft
+  for name in plain q8_0-draft ngram; do
+    case $name in plain) draft=() ;; q8_0-draft) draft=(--draft "$model" --draft-dtype q8_0 --draft-k 4) ;; ngram) draft=(--draft ngram) ;; esac
+    timeout "$limit" "$bin" generate -m "$model" "${args[@]}" --prompt-ids 1,450,4996,17354 -n 128 --temp 0 --ignore-eos \
+      --print-ids "${draft[@]}" > "$work/speculative-$name.ids" 2> "$work/speculative-$name.log" || say "speculative $name stopped early"
+    { echo "$model, $name: $(grep -E ' eval time' "$work/speculative-$name.log" | sed 's/minfer: *//')"
+      grep -E 'speculative \(' "$work/speculative-$name.log" | sed 's/minfer: /  /'
+      [ $name = plain ] || { cmp -s "$work/speculative-plain.ids" "$work/speculative-$name.ids" && echo "  ids equal the plain run's" || echo "  FAIL: ids differ from the plain run's"; }
+    } >> "$work/speculative.md"
+  done
+  grep -q FAIL "$work/speculative.md" && status=1
+  say "speculative done"
+}
+speculative
+
 # --- the PyTorch peer on the shapes of the decode and prefill rows above ---
 if [ "$(left)" -ge 60 ]; then
   if [ $dry -eq 0 ]; then peer_args=(--preset llama-1b --dtype f16 --decode 128 --batch 1,8 --prefill 2048 --device cuda)
