@@ -158,7 +158,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
                        std::to_string(ks[best_copy]) +
                        fmt("; a verify pass of 2 rows costs %.2f decode steps", verify_costs[0]) +
                        fmt(" and one of %.0f rows ", double(ks.back() + 1)) + fmt("%.2f", verify_costs.back()) +
-                       " (the weights are read once for all the rows; what grows is the arithmetic)");
+                       ": what each round's accepted guesses must earn back");
 }
 
 }  // namespace

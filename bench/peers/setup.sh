@@ -21,10 +21,12 @@ mkdir -p "$PEERS"
 
 # run.c as llama2.c's Makefile builds its fastest OpenMP variant.
 gcc -Ofast -march=native -fopenmp -o "$PEERS/run" "$RUN_C" -lm
-# llama.cpp's tools: llama-bench, llama-quantize, llama-perplexity.
+# llama.cpp's tools: llama-bench, llama-quantize, llama-perplexity, and the speculative decoding examples
+# llama-speculative and llama-lookup (bench/peers/measure_speculative.py).
 cmake -S "$LLAMA_SRC" -B "$PEERS/llama.cpp-build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF >/dev/null
-cmake --build "$PEERS/llama.cpp-build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity
+cmake --build "$PEERS/llama.cpp-build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity \
+  llama-speculative llama-lookup
 # One seed, three files: minfer's writers draw the same weights for every format.
 "$MINFER" make-model --preset stories110M -o "$PEERS/s110.bin"
 "$MINFER" make-model --preset stories110M --format gguf -z "$TOKENIZER" -o "$PEERS/s110-f32.gguf"
