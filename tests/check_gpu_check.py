@@ -40,8 +40,8 @@ def main() -> int:
                        "ids equal the plain run's"]:
             if needed not in summary:
                 problems.append(f"the summary lacks '{needed}'")
-        if "FAIL: ids differ" in summary:
-            problems.append("speculative decoding changed the greedy ids")
+        if "FAIL: ids differ" in summary or "FAIL: generate failed" in summary:
+            problems.append("speculative decoding failed or changed the greedy ids")
         if " 0 failed" not in summary:
             problems.append("the dry run reports failed tests")
     for p in problems:

@@ -163,9 +163,12 @@ speculative() {
   local name draft
   for name in plain q8_0-draft ngram; do
     case $name in plain) draft=() ;; q8_0-draft) draft=(--draft "$model" --draft-dtype q8_0 --draft-k 4) ;; ngram) draft=(--draft ngram) ;; esac
-    timeout "$limit" "$bin" generate -m "$model" "${args[@]}" --prompt-ids 1,450,4996,17354 -n 128 --temp 0 --ignore-eos \
-      --print-ids "${draft[@]}" > "$work/speculative-$name.ids" 2> "$work/speculative-$name.log" || say "speculative $name stopped early"
-    { echo "$model, $name: $(grep -E ' eval time' "$work/speculative-$name.log" | sed 's/minfer: *//')"
+    local ok=1
+    timeout "$limit" "$bin" generate -m "$model" "${args[@]}" --prompt-ids 1,450,49,173 -n 128 --temp 0 --ignore-eos \
+      --print-ids "${draft[@]}" > "$work/speculative-$name.ids" 2> "$work/speculative-$name.log" || ok=0
+    [ -s "$work/speculative-$name.ids" ] || ok=0
+    { echo "$model, $name: $(grep -E 'minfer: +eval time' "$work/speculative-$name.log" | sed 's/minfer: *//')"
+      [ $ok -eq 1 ] || echo "  FAIL: generate failed: $(tail -1 "$work/speculative-$name.log")"
       grep -E 'speculative \(' "$work/speculative-$name.log" | sed 's/minfer: /  /'
       [ $name = plain ] || { cmp -s "$work/speculative-plain.ids" "$work/speculative-$name.ids" && echo "  ids equal the plain run's" || echo "  FAIL: ids differ from the plain run's"; }
     } >> "$work/speculative.md"
