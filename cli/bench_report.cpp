@@ -42,6 +42,12 @@ double BenchRow::roofline_fraction() const {
 
 std::string BenchRow::achieved() const {
   char text[128];
+  if (generation()) {
+    if (draft == "none") return "1 token per target pass";
+    std::snprintf(text, sizeof(text), "%.2f tokens per target pass, %.0f%% of drafts accepted", tokens_per_pass,
+                  100.0 * acceptance);
+    return text;
+  }
   const double value = decode() ? gbps : gflops;
   const double ceiling = decode() ? roofline_gbps : roofline_gflops;
   const char* unit = decode() ? "GB/s" : "GFLOP/s";
@@ -64,24 +70,25 @@ void print_markdown_row(FILE* out, const BenchRow& r) {
   if (r.device == "cuda" && r.gemm != "cublas") kernels += ", gemm " + r.gemm;
   std::fprintf(out, "| %s | %s | %s | %s | %s | %d | %s | %lld | %s | %.2f ± %.2f | %s |\n", r.model.c_str(),
                human_count(r.n_params).c_str(), human_bytes(r.model_bytes).c_str(), r.device.c_str(),
-               r.dtype.c_str(), r.threads, kernels.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
-               r.avg_ts, r.stddev_ts, r.achieved().c_str());
+               r.dtype.c_str(), r.threads, kernels.c_str(), static_cast<long long>(r.batch),
+               (r.test + (r.generation() ? " generate, draft " + r.draft : "")).c_str(), r.avg_ts, r.stddev_ts,
+               r.achieved().c_str());
   std::fflush(out);
 }
 
 void print_csv_header(FILE* out) {
   std::fprintf(out, "model,n_params,model_bytes,device,dtype,threads,kernels,gemm,graphs,batch,test,n_prompt,"
-                    "n_gen,avg_ts,stddev_ts,bytes_per_step,gbps,gflops,roofline_level,roofline_gbps,roofline_gflops,build_commit\n");
+                    "n_gen,avg_ts,stddev_ts,bytes_per_step,gbps,gflops,roofline_level,roofline_gbps,roofline_gflops,build_commit,draft,acceptance,tokens_per_pass\n");
 }
 
 void print_csv_row(FILE* out, const BenchRow& r) {
-  std::fprintf(out, "%s,%llu,%llu,%s,%s,%d,%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%llu,%.4f,%.4f,%s,%.4f,%.4f,%s\n",
+  std::fprintf(out, "%s,%llu,%llu,%s,%s,%d,%s,%s,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%llu,%.4f,%.4f,%s,%.4f,%.4f,%s,%s,%.4f,%.4f\n",
                r.model.c_str(), static_cast<unsigned long long>(r.n_params),
                static_cast<unsigned long long>(r.model_bytes), r.device.c_str(), r.dtype.c_str(), r.threads,
                r.kernels.c_str(), r.gemm.c_str(), r.graphs.c_str(), static_cast<long long>(r.batch), r.test.c_str(),
                static_cast<long long>(r.n_prompt), static_cast<long long>(r.n_gen), r.avg_ts, r.stddev_ts,
                static_cast<unsigned long long>(r.bytes_per_step), r.gbps, r.gflops, r.roofline_level.c_str(), r.roofline_gbps,
-               r.roofline_gflops, r.build_commit.c_str());
+               r.roofline_gflops, r.build_commit.c_str(), r.draft.c_str(), r.acceptance, r.tokens_per_pass);
   std::fflush(out);
 }
 
@@ -101,7 +108,8 @@ std::string to_json(const std::vector<BenchRow>& rows) {
                        {"roofline_level", r.roofline_level},
                        {"roofline_level_bytes", r.roofline_level_bytes}, {"roofline_gbps", r.roofline_gbps},
                        {"roofline_gflops", r.roofline_gflops}, {"roofline_fraction", r.roofline_fraction()},
-                       {"roofline_over", r.over_reason}, {"roofline_levels", levels}, {"build_commit", r.build_commit}});
+                       {"roofline_over", r.over_reason}, {"roofline_levels", levels}, {"build_commit", r.build_commit},
+                       {"draft", r.draft}, {"acceptance", r.acceptance}, {"tokens_per_pass", r.tokens_per_pass}});
   }
   return records.dump(1) + "\n";  // non-finite numbers are written as null
 }

@@ -41,11 +41,19 @@ struct BenchRow {
   std::vector<MemoryLevel> roofline_levels;  // every level, for the plots
   std::string over_reason;       // why the row reads over 100% of its ceiling, when it does
   std::string build_commit;
+  // A generation row of --draft (greedy generation of n_gen tokens after a fixed prompt; the
+  // rate counts the decode tokens): "none" for plain generation through the same loop,
+  // "q8_0 k=4" or "ngram k=4" with speculation; empty for the ordinary rows.
+  std::string draft;
+  double acceptance = 0.0;       // accepted / drafted tokens
+  double tokens_per_pass = 0.0;  // decode tokens per target forward pass
 
   bool decode() const { return n_gen > 0; }
+  bool generation() const { return !draft.empty(); }
   // The rate that matters for the row and, with --roofline, its fraction of the measured
   // ceiling: "71.3 GB/s = 87% of DRAM 82.0" (decode) or "245.1 GFLOP/s = 61% of 401.7" (prefill),
-  // followed by the reason where a row reads over 100%; without a roofline just the rate.
+  // followed by the reason where a row reads over 100%; without a roofline just the rate. A
+  // generation row gives its tokens per target pass and acceptance instead.
   std::string achieved() const;
   double roofline_fraction() const;  // 0 when no roofline was measured
 };

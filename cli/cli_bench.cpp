@@ -14,6 +14,11 @@
 // level and the matmul peak are measured first (engine/roofline.h): a decode row is given as a
 // fraction of the level its bytes per step fit in ("= 62% of L3 61.0"), a prefill row as a
 // fraction of the peak, and a row over 100% says why.
+//
+// With --draft (a draft model, or ngram for prompt lookup), each tgN is also timed as greedy
+// generation of N tokens after a fixed 16-token prompt (engine/speculative.h): once plainly
+// ("draft none") and once per --draft-k with speculation; these rows give decode tokens/s, tokens
+// per target pass and the acceptance rate (the model's own tokens are fed, so they are not fixed).
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "engine/decoder.h"
+#include "engine/speculative.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "engine/profiler.h"
@@ -37,6 +43,7 @@ namespace minfer::cli {
 namespace {
 
 constexpr const char* kDramBoundSpec = "preset:dram-bound";
+constexpr int64_t kGenerationPrompt = 16;  // the prompt of --draft's generation rows
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -54,6 +61,9 @@ struct Settings {
   bool profile = false;          // time every op and print where each test spent its time
   std::optional<DType> kv_dtype;  // --kv-dtype; unset: the decoder's default for the device
   BackendOptions backend;
+  std::string draft;              // --draft: empty, "ngram" or a draft model
+  std::optional<DType> draft_dtype;
+  std::vector<int64_t> draft_ks;
 };
 
 // Runs `body` once to warm up and then `reps` times; returns the seconds of each timed run.
@@ -98,6 +108,17 @@ class Bench {
     Backend& runner = profiler ? static_cast<Backend&>(*profiler) : *backend;
     const std::string model_spec = resolve_spec(spec, *backend);
     auto model = load_model(model_spec, runner, model_options);
+    std::unique_ptr<LlamaModel> draft;
+    if (!s_.draft.empty() && s_.draft != "ngram") {
+      LlamaOptions draft_options;
+      draft_options.dtype = s_.draft_dtype;
+      draft = load_model(s_.draft, runner, draft_options);
+      describe_model(*draft, *backend, "draft model");
+      draft_label_ = std::string(dtype_name(draft->info().dtype)) + " model";
+      MINFER_CHECK(draft->info().vocab_size == model->info().vocab_size, "--draft: the draft model's vocabulary has ",
+                   draft->info().vocab_size, " tokens and ", spec, "'s ", model->info().vocab_size,
+                   ": they must be the same");
+    }
     roofline_.reset();
     if (s_.roofline) {
       roofline_ = measure_roofline(*backend, model->info().dtype);
@@ -119,7 +140,8 @@ class Bench {
       MINFER_CHECK(n <= config.n_ctx, "-n ", n, " exceeds the context of ", spec, " (", config.n_ctx, ")");
     int64_t n_ctx = 1;
     for (int64_t p : prompts) n_ctx = std::max(n_ctx, p);
-    for (int64_t n : s_.gens) n_ctx = std::max(n_ctx, n);
+    for (int64_t n : s_.gens)
+      n_ctx = std::max(n_ctx, s_.draft.empty() ? n : std::min(config.n_ctx, kGenerationPrompt + n));
 
     // CUDA Graphs apply to CUDA decode only; CPU rows carry an empty "graphs".
     const std::vector<std::string> graph_modes =
@@ -142,21 +164,29 @@ class Bench {
         base.graphs = graphs;
         for (int64_t B : s_.batches) {
           base.batch = B;
-          run_batch(base, *backend, *model, prompts, n_ctx, profiler.get());
+          run_batch(base, *backend, *model, draft.get(), prompts, n_ctx, profiler.get());
         }
       }
     }
   }
 
-  void run_batch(BenchRow base, Backend& backend, LlamaModel& model, const std::vector<int64_t>& prompts,
-                 int64_t n_ctx, ProfilingBackend* profiler) {
+  void run_batch(BenchRow base, Backend& backend, LlamaModel& model, LlamaModel* draft_model,
+                 const std::vector<int64_t>& prompts, int64_t n_ctx, ProfilingBackend* profiler) {
     const int64_t B = base.batch;
     DecoderOptions dec;
     dec.n_seqs = B;
     dec.n_ctx = n_ctx;
     dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
     dec.kv_dtype = s_.kv_dtype;
+    if (!s_.draft.empty()) dec.logits_per_seq = *std::max_element(s_.draft_ks.begin(), s_.draft_ks.end()) + 1;
     Decoder decoder(model, dec);
+    std::unique_ptr<Decoder> draft;
+    if (draft_model) {
+      dec.logits_per_seq = 1;
+      dec.max_prefill_rows = std::max<int64_t>(dec.max_prefill_rows, 2 * B);
+      dec.kv_dtype.reset();
+      draft = std::make_unique<Decoder>(*draft_model, dec);
+    }
     base.kv_dtype = dtype_name(decoder.cache().dtype());
     for (int64_t p : prompts) {
       if (p <= 0) continue;
@@ -167,7 +197,42 @@ class Bench {
       if (n <= 0) continue;
       if (profiler) profiler->reset();
       finish(decode_row(base, backend, decoder, model.config(), model.info().dtype, n), profiler);
+      if (s_.draft.empty() || n < 2) continue;  // a generation row times tokens after the first
+      finish(generation_row(base, decoder, nullptr, n, 0), profiler);
+      for (int64_t k : s_.draft_ks) finish(generation_row(base, decoder, draft.get(), n, k), profiler);
     }
+  }
+
+  // Greedy generation of N tokens for each sequence after a fixed prompt: plainly (k = 0), or
+  // speculatively with k drafts per round from `draft` (nullptr: prompt lookup).
+  BenchRow generation_row(BenchRow row, Decoder& target, Decoder* draft, int64_t N, int64_t k) {
+    const int64_t B = target.n_seqs(), vocab = target.vocab_size();
+    const int64_t P = std::min(kGenerationPrompt, target.n_ctx() - N + 1);
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s)
+      for (int64_t i = 0; i < P; ++i) prompts[s].push_back(static_cast<int32_t>((s * 7919 + i * 104729 + 1) % vocab));
+    GenerateOptions gen;
+    gen.n_new = N;
+    gen.stop_at_eos = false;
+    std::unique_ptr<SpeculativeDecoder> speculative;
+    if (k > 0) {
+      SpeculativeOptions options;
+      options.k = k;
+      speculative = std::make_unique<SpeculativeDecoder>(target, draft, options);
+    }
+    GenerateResult result;
+    for (int rep = 0; rep <= s_.reps; ++rep) {  // the first is the warm-up
+      result = speculative ? speculative->generate(prompts, gen) : target.generate(prompts, gen);
+      if (rep > 0) row.samples_ts.push_back(double(result.decode_tokens) / result.decode_seconds);
+    }
+    mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
+    row.test = "tg" + std::to_string(N);
+    row.n_prompt = P;
+    row.n_gen = N;
+    row.draft = k == 0 ? "none" : (draft ? draft_label_ : "ngram") + ", k=" + std::to_string(k);
+    row.acceptance = result.drafted_tokens > 0 ? double(result.accepted_tokens) / double(result.drafted_tokens) : 0.0;
+    row.tokens_per_pass = double(result.decode_tokens) / double(std::max<int64_t>(result.decode_steps, 1));
+    return row;
   }
 
   BenchRow prefill_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaConfig& c, int64_t P) {
@@ -238,7 +303,7 @@ class Bench {
   // The ceiling each row is compared with: the memory level that holds a decode step's bytes,
   // or the matmul peak for prefill; and why, where the row reads over it.
   void judge(BenchRow& row) const {
-    if (!roofline_) return;
+    if (!roofline_ || row.generation()) return;
     row.roofline_levels = roofline_->levels;
     row.roofline_gflops = roofline_->peak_gflops;
     if (row.decode()) {
@@ -266,6 +331,7 @@ class Bench {
   Settings s_;
   std::vector<BenchRow> rows_;
   std::optional<Roofline> roofline_;  // of the model being measured, with --roofline
+  std::string draft_label_;           // "q8_0 model": the draft model's weights, for its rows
 };
 
 }  // namespace
@@ -287,6 +353,10 @@ int cmd_bench(int argc, char** argv) {
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
              {"--roofline", "", "measure each memory level's read bandwidth and the matmul peak first; rows show % of theirs"},
              {"--profile", "", "time every op (serialising the device) and print a table per test"},
+             {"--draft", "MODEL", "also time greedy generation of each -n plainly and with speculative decoding:\n"
+                                  "                              a draft model (same vocabulary), or ngram for prompt lookup"},
+             {"--draft-dtype", "TYPE", "the draft model's weights: f32, f16, bf16 or q8_0 (default: as stored)"},
+             {"--draft-k", "LIST", "tokens drafted per round, 1 to 16 each, e.g. 2,4,8 (default 4)"},
              {"-o,--output", "FMT", "md, csv or json (default md)"},
              {"--save-json", "PATH", "also write the JSON records to PATH"}});
   args.parse(argc, argv, 2);
@@ -322,6 +392,17 @@ int cmd_bench(int argc, char** argv) {
   s.explicit_prompt = args.has("-p");
   s.profile = args.has("--profile");
   s.kv_dtype = kv_dtype_option(args);
+  s.draft = args.get("--draft", "");
+  MINFER_CHECK(args.has("--draft") || !(args.has("--draft-k") || args.has("--draft-dtype")),
+               "--draft-k and --draft-dtype need --draft MODEL or --draft ngram");
+  MINFER_CHECK(!(s.draft == "ngram" && args.has("--draft-dtype")), "--draft-dtype needs a draft model, not ngram");
+  if (args.has("--draft-dtype")) {
+    s.draft_dtype = parse_dtype(args.get("--draft-dtype").c_str());
+    MINFER_CHECK(*s.draft_dtype != DType::i32, "--draft-dtype: weights are f32, f16, bf16 or q8_0");
+  }
+  s.draft_ks = parse_int_list(args.get("--draft-k", "4"), "--draft-k", 1, 16);
+  MINFER_CHECK(s.draft.empty() || std::any_of(s.gens.begin(), s.gens.end(), [](int64_t n) { return n > 1; }),
+               "--draft times generation: give an -n of at least 2");
   if (args.has("--save-json")) check_output_path(args.get("--save-json"), "--save-json");  // before the work
   Bench bench(s);
   std::vector<BenchRow> rows = bench.run();

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/backend.h"
@@ -434,6 +435,82 @@ TEST(Speculative, TheDecodeLoopAllocatesNothingOnTheDevice) {
   EXPECT_EQ(after.requests, before.requests) << "speculative generation asked the pool for memory";
   EXPECT_EQ(r.tokens[0].size(), 40u);
   EXPECT_GT(r.draft_passes, 0);
+}
+
+// ---- the command line ----
+
+TEST(Speculative, GenerateWithEveryDrafterPrintsThePlainIds) {
+  SKIP_WITHOUT_GOLDEN("stories260K.bin");
+  const std::string model = golden_path("stories260K.bin");
+  auto ids = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"generate", "-m", model, "--prompt-ids", "1,400,56", "-n", "120", "--temp", "0",
+                                     "--print-ids", "--batch", "2", "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  };
+  const CliResult plain = ids({});
+  const CliResult self = ids({"--draft", model, "--draft-dtype", "q8_0", "--draft-k", "5"});
+  const CliResult lookup = ids({"--draft", "ngram", "--ngram", "2"});
+  EXPECT_EQ(self.out, plain.out);
+  EXPECT_EQ(lookup.out, plain.out);
+  EXPECT_NE(self.err.find("speculative (draft model, k = 5)"), std::string::npos) << self.err;
+  EXPECT_NE(lookup.err.find("speculative (prompt lookup, k = 4)"), std::string::npos) << lookup.err;
+}
+
+TEST(Speculative, BadDraftOptionsAreRefusedWithOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"generate", "-m", "preset:tiny", "--draft-k", "3"}, "--draft-k, --draft-dtype and --ngram need --draft"},
+      {{"generate", "-m", "preset:tiny", "--draft", "ngram", "--draft-dtype", "q8_0"}, "--draft-dtype needs a draft model"},
+      {{"generate", "-m", "preset:tiny", "--draft", "preset:tiny", "--ngram", "2"}, "--ngram goes with --draft ngram"},
+      {{"generate", "-m", "preset:tiny", "--draft", "ngram", "--draft-k", "17"}, "--draft-k: 17 is outside [1, 16]"},
+      {{"generate", "-m", "preset:tiny", "--draft", "preset:stories15M", "-n", "4"},
+       "the draft model's vocabulary has 32000 tokens and the target's 512"},
+      {{"bench", "-m", "preset:tiny", "--draft-k", "2"}, "--draft-k and --draft-dtype need --draft"},
+      {{"bench", "-m", "preset:tiny", "--draft", "ngram", "-n", "1"}, "give an -n of at least 2"},
+  };
+  for (const Case& c : cases) {
+    CliResult r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    size_t errors = 0;
+    for (size_t at = r.err.find("error:"); at != std::string::npos; at = r.err.find("error:", at + 1)) ++errors;
+    EXPECT_EQ(errors, 1u) << r.err;
+  }
+}
+
+TEST(Speculative, BenchTimesPlainAndSpeculativeGeneration) {
+  CliResult r = run_cli({"bench", "-m", "preset:tiny", "-p", "0", "-n", "24", "-B", "1,2", "-r", "1", "--device", "cpu",
+                         "--draft", "preset:tiny", "--draft-dtype", "q8_0", "--draft-k", "2,4", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  // Per batch size: the fixed-id tg24 row, generation without a draft, and one row per k.
+  ASSERT_EQ(rows.size(), 8u) << r.out;
+  std::map<std::string, int> drafts;
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["test"], "tg24");
+    EXPECT_GT(row["avg_ts"].get<double>(), 0.0);
+    const std::string draft = row["draft"];
+    ++drafts[draft];
+    if (draft.empty() || draft == "none") {
+      EXPECT_EQ(row["acceptance"].get<double>(), 0.0);
+      continue;
+    }
+    EXPECT_GE(row["acceptance"].get<double>(), 0.0);
+    EXPECT_LE(row["acceptance"].get<double>(), 1.0);
+    EXPECT_GE(row["tokens_per_pass"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(drafts, (std::map<std::string, int>{{"", 2}, {"none", 2}, {"q8_0 model, k=2", 2}, {"q8_0 model, k=4", 2}}));
+  CliResult md = run_cli({"bench", "-m", "preset:tiny", "-p", "0", "-n", "16", "-r", "1", "--device", "cpu", "--draft",
+                          "ngram", "--draft-k", "3"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_NE(md.out.find("tg16 generate, draft ngram, k=3"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("tokens per target pass"), std::string::npos) << md.out;
 }
 
 }  // namespace
