@@ -46,6 +46,7 @@ def main():
         "minfer plain, free text": lambda: minfer_rate(minfer, free),
         "minfer q8_0 draft k=3, free text": lambda: minfer_rate(minfer, free + ["--draft", draft, "--draft-k", "3"]),
         "minfer q8_0 draft k=4, free text": lambda: minfer_rate(minfer, free + ["--draft", draft, "--draft-k", "4"]),
+        "minfer q8_0 draft k=6, free text": lambda: minfer_rate(minfer, free + ["--draft", draft, "--draft-k", "6"]),
         "llama.cpp q8_0 draft k=3, free text": lambda: llama_rate(spec, ["-m", target, "-md", draft, "-p", FREE, "-n", "128",
                                                                          "--ignore-eos", "-td", "2", "--spec-draft-n-max", "3"]),
         "llama.cpp q8_0 draft k=4, free text": lambda: llama_rate(spec, ["-m", target, "-md", draft, "-p", FREE, "-n", "128",
@@ -74,6 +75,7 @@ def main():
     print("| --- | --- |")
     for a, b in [("minfer q8_0 draft k=3, free text", "minfer plain, free text"),
                  ("minfer q8_0 draft k=4, free text", "minfer plain, free text"),
+                 ("minfer q8_0 draft k=6, free text", "minfer plain, free text"),
                  ("minfer prompt lookup k=4, free text", "minfer plain, free text"),
                  ("minfer prompt lookup k=8, copying", "minfer plain, copying"),
                  ("minfer q8_0 draft k=3, free text", "llama.cpp q8_0 draft k=3, free text"),
