@@ -80,9 +80,10 @@ void SpeculativeDecoder::start(const std::vector<std::vector<int32_t>>& prompts,
     seq.lookup_limit = options_.k;
     if (draft_ && !greedy_) seq.q.resize(static_cast<size_t>(options_.k * vocab_));
     target_samplers_.emplace_back(vocab_, options.temperature, options.top_p, options.seed + uint64_t(s));
-    // The drafter's coins come from a generator of their own (seeded apart from the target's).
-    draft_samplers_.emplace_back(vocab_, options.temperature, options.top_p,
-                                 (options.seed + uint64_t(s)) ^ 0x9E3779B97F4A7C15ull);
+    // The drafter's coins come from a generator of their own (seeded apart from the target's;
+    // xorshift's state must not be 0).
+    const uint64_t draft_seed = (options.seed + uint64_t(s)) ^ 0x9E3779B97F4A7C15ull;
+    draft_samplers_.emplace_back(vocab_, options.temperature, options.top_p, draft_seed != 0 ? draft_seed : 1);
   }
   chunks_.reserve(static_cast<size_t>(n));
   chunk_seq_.reserve(static_cast<size_t>(n));

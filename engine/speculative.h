@@ -19,6 +19,12 @@
 //
 // Exactness. Greedy: a token is emitted only where it is the target's argmax given everything
 // before it, so the output is the target's greedy output, id for id, whatever the drafter.
+// note: "the target's argmax" as the verify pass computes it. The matrix products choose their
+// kernel by the number of rows (kernels/cpu/matmul.cpp: one row, 2-7, 8 and more for f32), and
+// kernels that sum in another order can round the last bit of a logit differently, so a near-tie
+// that plain decoding (one row per sequence) breaks one way could break the other way in a pass of
+// k + 1 rows; llama.cpp's speculative decoding has the same property. No prompt tested here
+// (random models, stories260K, SmolLM2-135M, k = 1 to 8, batches) has met one.
 // Sampled: the rule of Leviathan et al. (2023) and Chen et al. (2023), accept_or_resample()
 // below, makes each emitted token distributed as the target's distribution p, whatever the
 // drafter's q: accept the drafted d with probability min(1, p(d) / q(d)); on a rejection draw
