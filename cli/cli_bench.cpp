@@ -112,12 +112,8 @@ class Bench {
     if (!s_.draft.empty() && s_.draft != "ngram") {
       LlamaOptions draft_options;
       draft_options.dtype = s_.draft_dtype;
-      draft = load_model(s_.draft, runner, draft_options);
-      describe_model(*draft, *backend, "draft model");
+      draft = load_draft_model(s_.draft, draft_options, runner, model->info());
       draft_label_ = std::string(dtype_name(draft->info().dtype)) + " model";
-      MINFER_CHECK(draft->info().vocab_size == model->info().vocab_size, "--draft: the draft model's vocabulary has ",
-                   draft->info().vocab_size, " tokens and ", spec, "'s ", model->info().vocab_size,
-                   ": they must be the same");
     }
     roofline_.reset();
     if (s_.roofline) {
@@ -181,12 +177,7 @@ class Bench {
     if (!s_.draft.empty()) dec.logits_per_seq = *std::max_element(s_.draft_ks.begin(), s_.draft_ks.end()) + 1;
     Decoder decoder(model, dec);
     std::unique_ptr<Decoder> draft;
-    if (draft_model) {
-      dec.logits_per_seq = 1;
-      dec.max_prefill_rows = std::max<int64_t>(dec.max_prefill_rows, 2 * B);
-      dec.kv_dtype.reset();
-      draft = std::make_unique<Decoder>(*draft_model, dec);
-    }
+    if (draft_model) draft = std::make_unique<Decoder>(*draft_model, draft_decoder_options(dec));
     base.kv_dtype = dtype_name(decoder.cache().dtype());
     for (int64_t p : prompts) {
       if (p <= 0) continue;
@@ -396,10 +387,7 @@ int cmd_bench(int argc, char** argv) {
   MINFER_CHECK(args.has("--draft") || !(args.has("--draft-k") || args.has("--draft-dtype")),
                "--draft-k and --draft-dtype need --draft MODEL or --draft ngram");
   MINFER_CHECK(!(s.draft == "ngram" && args.has("--draft-dtype")), "--draft-dtype needs a draft model, not ngram");
-  if (args.has("--draft-dtype")) {
-    s.draft_dtype = parse_dtype(args.get("--draft-dtype").c_str());
-    MINFER_CHECK(*s.draft_dtype != DType::i32, "--draft-dtype: weights are f32, f16, bf16 or q8_0");
-  }
+  s.draft_dtype = weights_dtype_option(args, "--draft-dtype");
   s.draft_ks = parse_int_list(args.get("--draft-k", "4"), "--draft-k", 1, 16);
   MINFER_CHECK(s.draft.empty() || std::any_of(s.gens.begin(), s.gens.end(), [](int64_t n) { return n > 1; }),
                "--draft times generation: give an -n of at least 2");

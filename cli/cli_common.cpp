@@ -55,12 +55,16 @@ std::optional<DType> kv_dtype_option(const Args& args) {
   return parse_dtype(name.c_str());
 }
 
+std::optional<DType> weights_dtype_option(const Args& args, const char* option) {
+  if (!args.has(option)) return std::nullopt;
+  const DType dtype = parse_dtype(args.get(option).c_str());
+  MINFER_CHECK(dtype != DType::i32, option, ": weights are f32, f16, bf16 or q8_0");
+  return dtype;
+}
+
 LlamaOptions llama_options(const Args& args) {
   LlamaOptions options;
-  if (args.has("--dtype")) {
-    options.dtype = parse_dtype(args.get("--dtype").c_str());
-    MINFER_CHECK(*options.dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
-  }
+  options.dtype = weights_dtype_option(args, "--dtype");
   std::string kernels = args.get("--kernels", "fused");
   MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
                "' is not fused or unfused");
@@ -126,6 +130,15 @@ Engine load_engine(const Args& args, const std::string& model_spec, const LlamaO
   engine.model = load_model(model_spec, *engine.backend, options);
   describe_model(*engine.model, *engine.backend, "model");
   return engine;
+}
+
+std::unique_ptr<LlamaModel> load_draft_model(const std::string& spec, const LlamaOptions& options, Backend& backend,
+                                             const ModelInfo& target) {
+  auto draft = load_model(spec, backend, options);
+  describe_model(*draft, backend, "draft model");
+  MINFER_CHECK(draft->info().vocab_size == target.vocab_size, "--draft: the draft model's vocabulary has ",
+               draft->info().vocab_size, " tokens and the target's ", target.vocab_size, ": they must be the same");
+  return draft;
 }
 
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what) {

@@ -30,6 +30,8 @@ BackendOptions backend_options(const Args& args);
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
+// A weights type option (--dtype, --draft-dtype): unset when not given; f32, f16, bf16 or q8_0.
+std::optional<DType> weights_dtype_option(const Args& args, const char* option);
 // --kv-dtype: unset when not given (the decoder's default for the device).
 std::optional<DType> kv_dtype_option(const Args& args);
 
@@ -40,6 +42,10 @@ struct Engine {
 };
 Engine load_engine(const Args& args, const std::string& model_spec);
 Engine load_engine(const Args& args, const std::string& model_spec, const LlamaOptions& options);
+// The draft model of `--draft SPEC` (speculative decoding) on the target's backend, described on
+// stderr; a vocabulary other than the target's is an error naming both sizes.
+std::unique_ptr<LlamaModel> load_draft_model(const std::string& spec, const LlamaOptions& options, Backend& backend,
+                                             const ModelInfo& target);
 // The line load_engine prints: "minfer: WHAT NAME (shape), params, bytes of DTYPE weights on DEVICE".
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what);
 

@@ -111,10 +111,7 @@ GenerateRequest parse_request(const Args& args) {
                "--draft-k, --draft-dtype and --ngram need --draft MODEL or --draft ngram");
   MINFER_CHECK(!(request.draft == "ngram" && args.has("--draft-dtype")), "--draft-dtype needs a draft model, not ngram");
   MINFER_CHECK(!(request.draft != "ngram" && args.has("--ngram")), "--ngram goes with --draft ngram");
-  if (args.has("--draft-dtype")) {
-    request.draft_dtype = parse_dtype(args.get("--draft-dtype").c_str());
-    MINFER_CHECK(*request.draft_dtype != DType::i32, "--draft-dtype: weights are f32, f16, bf16 or q8_0");
-  }
+  request.draft_dtype = weights_dtype_option(args, "--draft-dtype");
   request.speculative.k = args.get_int("--draft-k", 4, 1, 16);
   request.speculative.ngram = args.get_int("--ngram", 3, 1, 16);
   MINFER_CHECK(request.draft.empty() || !request.gen.prefill_one_by_one,
@@ -243,18 +240,6 @@ void print_summary(const GenerateResult& result, const GenerateRequest& request)
                static_cast<long long>(result.draft_passes));
 }
 
-// The draft model of --draft MODEL on the target's backend, with a decoder like the target's.
-std::unique_ptr<LlamaModel> load_draft_model(const Args& args, const GenerateRequest& request, Backend& backend,
-                                             const ModelInfo& target) {
-  LlamaOptions options = llama_options(args);
-  options.dtype = request.draft_dtype;
-  auto draft = load_model(request.draft, backend, options);
-  describe_model(*draft, backend, "draft model");
-  MINFER_CHECK(draft->info().vocab_size == target.vocab_size, "--draft: the draft model's vocabulary has ",
-               draft->info().vocab_size, " tokens and the target's ", target.vocab_size, ": they must be the same");
-  return draft;
-}
-
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -273,7 +258,8 @@ int cmd_generate(int argc, char** argv) {
   if (request.tokenizer)
     check_tokenizer_fits(*request.tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
   start_empty_prompt(&prompt, request, info);
-  Decoder decoder(*engine.model, decoder_options(args, request, info, static_cast<int64_t>(prompt.size())));
+  const DecoderOptions target_options = decoder_options(args, request, info, static_cast<int64_t>(prompt.size()));
+  Decoder decoder(*engine.model, target_options);
   std::fprintf(stderr, "minfer: KV cache %s (%s, %lld sequences x %lld positions)\n",
                format_bytes(decoder.cache().bytes()).c_str(), dtype_name(decoder.cache().dtype()),
                static_cast<long long>(request.batch), static_cast<long long>(decoder.n_ctx()));
@@ -283,13 +269,10 @@ int cmd_generate(int argc, char** argv) {
   std::unique_ptr<SpeculativeDecoder> speculative;
   if (!request.draft.empty()) {
     if (request.draft != "ngram") {
-      draft_model = load_draft_model(args, request, *engine.backend, info);
-      DecoderOptions dec = decoder_options(args, request, info, static_cast<int64_t>(prompt.size()));
-      dec.logits_per_seq = 1;
-      dec.max_prefill_rows = std::max<int64_t>(dec.max_prefill_rows, 2 * request.batch);
-      dec.n_ctx = decoder.n_ctx();
-      dec.kv_dtype.reset();
-      draft_decoder = std::make_unique<Decoder>(*draft_model, dec);
+      LlamaOptions options = llama_options(args);
+      options.dtype = request.draft_dtype;
+      draft_model = load_draft_model(request.draft, options, *engine.backend, info);
+      draft_decoder = std::make_unique<Decoder>(*draft_model, draft_decoder_options(target_options));
     }
     speculative = std::make_unique<SpeculativeDecoder>(decoder, draft_decoder.get(), request.speculative);
   }

@@ -42,6 +42,15 @@ double expected_speedup(double a, int64_t k, double c, double v) {
   return tokens / (double(k) * c + v);
 }
 
+DecoderOptions draft_decoder_options(const DecoderOptions& target) {
+  DecoderOptions draft = target;
+  draft.logits_per_seq = 1;
+  draft.logits_every_row = false;
+  draft.max_prefill_rows = std::max<int64_t>(target.max_prefill_rows, 2 * target.n_seqs);
+  draft.kv_dtype.reset();
+  return draft;
+}
+
 SpeculativeDecoder::SpeculativeDecoder(Decoder& target, Decoder* draft, const SpeculativeOptions& options)
     : target_(target), draft_(draft), options_(options), vocab_(target.vocab_size()) {
   MINFER_CHECK(options.k >= 1 && options.k <= 16, "speculative decoding drafts 1 to 16 tokens per round, not ",
@@ -192,7 +201,8 @@ void SpeculativeDecoder::draft_with_model(GenerateResult* result) {
         token = ids_[r];
       } else {
         float* q = seq.q.data() + i * vocab_;
-        std::copy(draft_->logits_row(static_cast<int64_t>(r)), draft_->logits_row(static_cast<int64_t>(r)) + vocab_, q);
+        const float* logits = draft_->logits_row(static_cast<int64_t>(r));
+        std::copy(logits, logits + vocab_, q);
         draft_samplers_[s].distribution(q);
         token = sample_mult(q, vocab_, draft_samplers_[s].coin());
       }

@@ -83,6 +83,11 @@ struct SpeculativeOptions {
   int64_t min_match = 1;  // prompt lookup: the shortest suffix whose match is drafted from
 };
 
+// The options of a draft model's decoder beside a target decoder made with `target`: the same
+// sequences and context, one logits row per sequence, and room for the two rows per sequence a
+// round's first draft step may feed; the KV cache in the draft's default type.
+DecoderOptions draft_decoder_options(const DecoderOptions& target);
+
 // Generation with a drafter. `target` verifies (made with logits_per_seq >= k + 1); `draft` is
 // the draft model's decoder over the same sequences and vocabulary, or nullptr for prompt lookup.
 // Both decoders belong to the caller and must outlive this object.

@@ -108,9 +108,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   options.n_ctx = int64_t(std::max(prompts.copy.size(), prompts.free.size())) + n_new + k_max;
   options.logits_per_seq = k_max + 1;
   Decoder target_decoder(*target, options);
-  options.logits_per_seq = 1;
-  options.max_prefill_rows = std::max<int64_t>(int64_t(prompts.copy.size()), 2);
-  Decoder draft_decoder(*draft, options);
+  Decoder draft_decoder(*draft, draft_decoder_options(options));
 
   const double step = pass_seconds(target_decoder, backend, prompts.free, 1, reps * 4);
   const double draft_cost = pass_seconds(draft_decoder, backend, prompts.free, 1, reps * 4) / step;

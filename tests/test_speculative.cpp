@@ -195,11 +195,7 @@ GenerateResult speculative_run(Model& target, Model* draft, const std::vector<st
   options.logits_per_seq = k + 1;
   Decoder target_decoder(target, options);
   std::unique_ptr<Decoder> draft_decoder;
-  if (draft) {
-    options.logits_per_seq = 1;
-    options.max_prefill_rows = std::max<int64_t>(2 * options.n_seqs, 64);
-    draft_decoder = std::make_unique<Decoder>(*draft, options);
-  }
+  if (draft) draft_decoder = std::make_unique<Decoder>(*draft, draft_decoder_options(options));
   SpeculativeOptions spec;
   spec.k = k;
   SpeculativeDecoder decoder(target_decoder, draft_decoder.get(), spec);
