@@ -32,6 +32,7 @@ const Lesson kLessons[] = {
     {"bytes", demo::bytes, "decode tokens/s against bytes per weight: f32, f16, bf16, q8_0"},
     {"continuous", demo::continuous, "static batches against continuous batching on one request trace"},
     {"speculative", demo::speculative, "speculative decoding: a q8_0 self-draft and prompt lookup against k"},
+    {"prompt-cache", demo::prompt_cache, "time to first token by turn of a conversation, with and without prompt caching"},
 };
 
 }  // namespace
@@ -41,8 +42,8 @@ int cmd_demo(int argc, char** argv) {
             {{"--list", "", "name the demos and which halves can run here"},
              {"--quick", "", "smaller sizes: every CPU half in seconds"},
              {"--out", "DIR", "where NAME.json goes (default ./results)"},
-             {"-m,--model", "MODEL", "the model of sequential, launch, batching, bytes, continuous and speculative\n"
-                                       "                              (default: their presets)"},
+             {"-m,--model", "MODEL", "the model of sequential, launch, batching, bytes, continuous, speculative\n"
+                                       "                              and prompt-cache (default: their presets)"},
              {"-t,--threads", "N", "CPU threads (default: every core)"}});
   std::string name;
   if (argc >= 3 && argv[2][0] != '-') name = argv[2];

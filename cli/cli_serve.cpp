@@ -162,6 +162,7 @@ ServeHttpOptions http_options(const Args& args) {
   http.head_timeout_ms = static_cast<int>(1000 * args.get_double("--header-timeout", 10.0, 0.1, 3600.0));
   http.body_timeout_ms = static_cast<int>(1000 * args.get_double("--body-timeout", 30.0, 0.1, 3600.0));
   http.model_name = model_name(args.get("-m"));
+  http.chat_template = args.get("--chat-template", "");
   MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")),
                "--api-key and --api-key-file: one or the other");
   const std::string api_key =
@@ -188,6 +189,7 @@ ServeConfig serve_config(const Args& args) {
   config.http.max_connections =
       args.get_int("--max-connections", scheduler.slots + scheduler.max_queue + kSpareConnections, 1, 1 << 16);
   scheduler.kv_dtype = kv_dtype_option(args);
+  scheduler.prompt_cache = !args.has("--no-prompt-cache");
   config.grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
   return config;
 }
@@ -310,6 +312,11 @@ int serve(const Args& args) {
                tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
 
   ServeHttp http(scheduler, info, tokenizer.get(), config.http);
+  if (http.chat_template_name().empty())
+    std::fprintf(stderr, "minfer: /v1/chat/completions answers 400: %s\n", http.chat_refusal().c_str());
+  else
+    std::fprintf(stderr, "minfer: chat template %s; prompt caching %s\n", http.chat_template_name().c_str(),
+                 config.scheduler.prompt_cache ? "on" : "off (--no-prompt-cache)");
   run_server(http, scheduler, events, signals, config.http.host, config.grace);
   return 0;
 }
@@ -340,10 +347,15 @@ int cmd_serve(int argc, char** argv) {
       {"--header-timeout", "S", "seconds a request's line and headers have to arrive whole, or 408 (default 10)"},
       {"--body-timeout", "S", "seconds its body has to arrive after them, or 408 (default 30)"},
       {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},
+      {"--chat-template", "NAME", "the chat template of /v1/chat/completions: chatml, llama2, llama3, mistral,\n"
+                                  "                              zephyr, gemma or phi3 (default: the model's own)"},
+      {"--no-prompt-cache", "", "prefill every prompt whole, instead of reusing a free slot's cache for the\n"
+                                "                              prefix they share (a conversation's history)"},
   });
   Args args("serve",
-            "Serves a model over HTTP: OpenAI's completions API (POST /v1/completions), with\n"
-            "continuous batching; GET /v1/models, /health and /metrics (Prometheus).",
+            "Serves a model over HTTP: OpenAI's completions and chat API (POST /v1/completions,\n"
+            "/v1/chat/completions), with continuous batching and prompt caching; GET /v1/models,\n"
+            "/health and /metrics (Prometheus).",
             options);
   args.parse(argc, argv, 2);
   if (args.help_requested()) {

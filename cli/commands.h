@@ -13,6 +13,7 @@ int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 int cmd_bench_serve(int argc, char** argv);
 
 }  // namespace minfer::cli

@@ -24,7 +24,8 @@ struct Command {
 const Command kCommands[] = {
     {"generate", minfer::cli::cmd_generate, "text from a prompt, for one sequence or a batch"},
     {"naive", minfer::cli::cmd_naive, "text from the one-page forward pass (model/naive_llama.h), run.c's loop"},
-    {"serve", minfer::cli::cmd_serve, "an OpenAI-style HTTP server (completions), continuously batched"},
+    {"chat", minfer::cli::cmd_chat, "a conversation with an instruct model, in its chat template"},
+    {"serve", minfer::cli::cmd_serve, "an OpenAI-style HTTP server (completions, chat), continuously batched"},
     {"bench", minfer::cli::cmd_bench, "prefill and decode throughput against the roofline"},
     {"bench-serve", minfer::cli::cmd_bench_serve, "serving throughput and latency on a synthetic trace, continuous and static"},
     {"demo", minfer::cli::cmd_demo, "the GPU lessons as measured experiments (minfer demo --list)"},

@@ -50,6 +50,9 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
   slots_.resize(static_cast<size_t>(options_.slots));
   padding_.assign(static_cast<size_t>(options_.slots), 0);
   samplers_.reserve(static_cast<size_t>(options_.slots));
+  cached_.resize(static_cast<size_t>(options_.slots));
+  for (auto& tokens : cached_) tokens.reserve(static_cast<size_t>(decoder_.n_ctx()));
+  last_used_.assign(static_cast<size_t>(options_.slots), 0);
   for (int64_t s = 0; s < options_.slots; ++s) samplers_.emplace_back(vocab_, 0.0f, 1.0f, 1);
   chunks_.reserve(static_cast<size_t>(options_.slots));
   logit_slots_.reserve(static_cast<size_t>(options_.slots));
@@ -149,7 +152,8 @@ void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   std::unique_ptr<Live> live = std::move(slots_[slot]);
   // A static batch's finished sequence goes on decoding where it was (see step()).
   if (options_.policy == SchedulerOptions::Policy::static_batches) padding_[slot] = 1;
-  else decoder_.reset_sequence(slot);
+  else if (!caching()) decoder_.reset_sequence(slot);
+  last_used_[slot] = metrics_.steps;
   live->stats.reason = reason;
   live->stats.finished = now;
   if (live->stats.first_token == 0) live->stats.first_token = now;
@@ -169,17 +173,48 @@ void Scheduler::admit_locked() {
     std::fill(padding_.begin(), padding_.end(), 0);  // the batch is over
   }
   const double now = now_seconds();
-  for (int64_t s = 0; s < options_.slots && !queue_.empty(); ++s) {
-    if (slots_[s] != nullptr) continue;
+  while (!queue_.empty()) {
+    int64_t reuse = 0;
+    const int64_t s = choose_free_slot(queue_.front()->request.prompt, &reuse);
+    if (s < 0) break;
     std::unique_ptr<Live> live = std::move(queue_.front());
     queue_.pop_front();
     live->stats.admitted = now;
     const ServeRequest& r = live->request;
     samplers_[s].restart(r.temperature, r.top_p, r.seed);
-    decoder_.reset_sequence(s);
+    decoder_.rewind(s, reuse);
+    cached_[s].resize(static_cast<size_t>(reuse));
+    live->prompt_done = reuse;
+    live->stats.cached_tokens = reuse;
+    metrics_.prompt_tokens_cached += uint64_t(reuse);
     slots_[s] = std::move(live);
   }
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+}
+
+bool Scheduler::caching() const {
+  return options_.prompt_cache && options_.policy == SchedulerOptions::Policy::continuous;
+}
+
+// The free slot for `prompt` (-1 when none is free) and how many of its cached positions it keeps
+// (*reuse): the longest shared prefix, short of the prompt's last token; without a shared prefix,
+// the slot used least recently, whose cache is the least likely to be wanted again.
+int64_t Scheduler::choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const {
+  int64_t best = -1, best_shared = -1;
+  for (int64_t s = 0; s < options_.slots; ++s) {
+    if (slots_[s] != nullptr) continue;
+    const std::vector<int32_t>& held = cached_[s];
+    const size_t limit = caching() ? std::min(held.size(), prompt.size() - 1) : 0;
+    const int64_t shared = std::mismatch(held.begin(), held.begin() + limit, prompt.begin()).first - held.begin();
+    const bool better = shared > best_shared ||
+                        (shared == best_shared && shared == 0 && last_used_[s] < last_used_[best]);
+    if (best < 0 || better) {
+      best = s;
+      best_shared = shared;
+    }
+  }
+  *reuse = std::max<int64_t>(best_shared, 0);
+  return best;
 }
 
 // Cancellations first: queued requests leave the queue and finish at once, running ones retire.
@@ -234,6 +269,7 @@ bool Scheduler::build_rows() {
     Live* l = slots_[s].get();
     if (l == nullptr || l->prompt_done < static_cast<int64_t>(l->request.prompt.size())) continue;
     chunks_.push_back({s, &l->last, 1, true});
+    cached_[s].push_back(l->last);
     --budget;
     ++last_decode_rows_;
   }
@@ -252,6 +288,8 @@ bool Scheduler::build_rows() {
     const int64_t left = static_cast<int64_t>(l->request.prompt.size()) - l->prompt_done;
     const int64_t n = std::min(left, budget);
     chunks_.push_back({s, l->request.prompt.data() + l->prompt_done, n, n == left});
+    cached_[s].insert(cached_[s].end(), l->request.prompt.begin() + l->prompt_done,
+                      l->request.prompt.begin() + l->prompt_done + n);
     l->prompt_done += n;
     budget -= n;
     last_prompt_rows_ += n;

@@ -23,6 +23,14 @@
 // when the scheduler is made, and an admitted request restarts its slot's sampler (the request
 // itself was allocated by submit(), on the caller's thread).
 //
+// Prompt caching (SchedulerOptions::prompt_cache, on by default, as llama-server's cache_prompt):
+// a finished request leaves its keys and values in its slot, and the scheduler remembers which
+// tokens they are. A new request goes to the free slot whose tokens share the longest prefix with
+// its prompt (else to the one used least recently), which rewinds to the first position where
+// they differ (Decoder::rewind; nothing is copied) and prefills only the rest. A conversation that
+// sends its whole history every turn thus prefills only the new turn. At least the prompt's last
+// token is always computed again, since its logits give the first new token.
+//
 // Determinism: each request samples with its own generator seeded by its seed, so the tokens it
 // gets do not depend on what else runs. Its logits can differ in the last bits between a step of
 // one row and a step of many (the CPU and GPU kernels choose their summation order by the number
@@ -55,6 +63,7 @@ struct RequestStats {
   FinishReason reason = FinishReason::stop;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens delivered (a stop token is not delivered)
+  int64_t cached_tokens = 0;      // prompt tokens whose keys and values a slot held already
   double submitted = 0, admitted = 0, first_token = 0, finished = 0;
   double ttft() const { return first_token - submitted; }  // time to first token
   // Time per output token after the first (0 with fewer than two tokens).
@@ -91,12 +100,14 @@ struct SchedulerOptions {
   int64_t max_queue = 256;    // requests waiting for a slot; submit() refuses more (serve --max-queue)
   std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default
   Policy policy = Policy::continuous;
+  bool prompt_cache = true;  // reuse a free slot's cache for a shared prefix (continuous policy only)
 };
 
 // Counters and gauges for /metrics and the benches (a consistent snapshot).
 struct SchedulerMetrics {
   uint64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0, requests_refused = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  uint64_t prompt_tokens_cached = 0;  // prompt tokens served from a slot's cache, not prefilled
   int64_t queue_depth = 0, busy_slots = 0;
   // Histograms: counts per upper bound (seconds), cumulative as Prometheus wants them, and sums.
   static constexpr int kBuckets = 14;
@@ -151,6 +162,8 @@ class Scheduler {
  private:
   struct Live;  // a request with its slot, sampler and progress
   void admit_locked();
+  int64_t choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const;
+  bool caching() const;
   void take_cancellations();
   bool build_rows();
   int64_t oldest_prefilling() const;
@@ -175,6 +188,10 @@ class Scheduler {
   std::vector<std::unique_ptr<Live>> slots_;  // engine thread only; nullptr = free
   std::vector<char> padding_;                 // static batches: a finished slot still computing
   std::vector<Sampler> samplers_;             // one per slot, reseeded at admission
+  // The tokens whose keys and values each slot's cache holds (prompt caching), reserved for the
+  // whole context once, and the step at which each slot last finished a request.
+  std::vector<std::vector<int32_t>> cached_;
+  std::vector<uint64_t> last_used_;
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;

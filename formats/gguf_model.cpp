@@ -130,6 +130,7 @@ GgufVocab read_gguf_vocab(const GgufFile& f) {
     v.token_types.push_back(static_cast<int32_t>(t));
   }
   v.merges = strings(f, "tokenizer.ggml.merges", false);
+  v.chat_template = f.text("tokenizer.chat_template", false, "");
   v.bos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.bos_token_id", false, -1));
   v.eos_id = static_cast<int32_t>(f.integer("tokenizer.ggml.eos_token_id", false, -1));
   v.unknown_id = static_cast<int32_t>(f.integer("tokenizer.ggml.unknown_token_id", false, -1));

@@ -17,5 +17,6 @@ void batching(const Options& o);
 void bytes(const Options& o);
 void continuous(const Options& o);
 void speculative(const Options& o);
+void prompt_cache(const Options& o);
 
 }  // namespace minfer::demo

@@ -169,8 +169,9 @@ void parse_stream_options(const json& v, CompletionRequest& r) {
 }
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
-                                           const ApiLimits& limits) {
+namespace {
+
+json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
@@ -181,58 +182,191 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     refuse("", "malformed JSON: " + one_line(at == std::string::npos ? what : what.substr(at + 2)));
   }
   if (!j.is_object()) refuse("", "the body must be a JSON object, not " + type_of(j));
+  return j;
+}
+
+int64_t parse_max_tokens(const std::string& key, const json& v, const ApiLimits& limits) {
+  const int64_t n = integer(key, v);
+  if (n < 1) refuse(key, key + " = " + std::to_string(n) + ": at least 1");
+  if (n > limits.max_tokens_limit)
+    refuse(key, key + " = " + std::to_string(n) + " is over this server's limit of " +
+                    std::to_string(limits.max_tokens_limit) + " (--max-tokens-limit)");
+  return n;
+}
+
+// The fields both routes share; false for a field that is not one of them.
+bool parse_shared_field(const std::string& key, const json& v, bool has_tokenizer, const ApiLimits& limits,
+                        CompletionRequest& r) {
+  if (key == "model") {
+    if (!v.is_null() && !v.is_string()) wrong_type("model", "a string", v);
+    if (v.is_string()) r.model = v.get<std::string>();
+  } else if (key == "max_tokens") {
+    if (!v.is_null()) r.max_tokens = parse_max_tokens(key, v, limits);
+  } else if (key == "temperature") {
+    if (v.is_null()) return true;
+    const double t = number("temperature", v);
+    if (!(t >= 0.0 && t <= 1e6)) refuse("temperature", "temperature = " + format_number(t) + " is outside [0, 1e6]");
+    r.temperature = static_cast<float>(t);
+  } else if (key == "top_p") {
+    if (v.is_null()) return true;
+    const double p = number("top_p", v);
+    if (!(p > 0.0 && p <= 1.0)) refuse("top_p", "top_p = " + format_number(p) + " is outside (0, 1]");
+    r.top_p = static_cast<float>(p);
+  } else if (key == "seed") {
+    if (v.is_null()) return true;
+    if (!v.is_number_integer()) wrong_type("seed", "a 64-bit integer", v);
+    r.seed = sampler_seed(v);
+  } else if (key == "stop") {
+    parse_stop(v, has_tokenizer, r);
+  } else if (key == "stream") {
+    if (!v.is_null() && !v.is_boolean()) wrong_type("stream", "a boolean", v);
+    r.stream = v.is_boolean() && v.get<bool>();
+  } else if (key == "ignore_eos") {
+    if (!v.is_null() && !v.is_boolean()) wrong_type("ignore_eos", "a boolean", v);
+    r.ignore_eos = v.is_boolean() && v.get<bool>();
+  } else if (key == "n" || key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
+    check_unimplemented(key, v);
+  } else if (key == "stream_options") {
+    parse_stream_options(v, r);
+  } else if (key != "user") {  // `user` identifies the caller to OpenAI and changes nothing
+    return false;
+  }
+  return true;
+}
+
+void check_stream_usage(const CompletionRequest& r) {
+  if (r.include_usage && !r.stream)
+    refuse("stream_options", "stream_options.include_usage is only for streams (\"stream\": true)");
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts, joined.
+std::string message_content(const json& v, const std::string& name) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) wrong_type(name, "a string or an array of text parts", v);
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string part = name + "[" + std::to_string(i) + "]";
+    if (!v[i].is_object()) wrong_type(part, "an object", v[i]);
+    const auto type = v[i].find("type");
+    if (type == v[i].end() || !type->is_string()) refuse("messages", part + ".type must be a string");
+    if (*type != "text")
+      refuse("messages", part + ": content of type '" + one_line(type->get<std::string>(), 32) +
+                             "' is not supported (only text)");
+    const auto t = v[i].find("text");
+    if (t == v[i].end() || !t->is_string()) refuse("messages", part + ".text must be a string");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& v) {
+  if (!v.is_array()) wrong_type("messages", "an array of messages", v);
+  if (v.empty()) refuse("messages", "messages is empty: a chat needs at least one message");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string name = "messages[" + std::to_string(i) + "]";
+    if (!v[i].is_object()) wrong_type(name, "an object", v[i]);
+    ChatMessage m;
+    bool has_content = false;
+    for (const auto& [key, field] : v[i].items()) {
+      if (key == "role") {
+        if (!field.is_string()) wrong_type(name + ".role", "a string", field);
+        m.role = field.get<std::string>();
+      } else if (key == "content") {
+        if (field.is_null()) continue;
+        m.content = message_content(field, name + ".content");
+        has_content = true;
+      } else if (key == "name") {
+        if (!field.is_null()) refuse("messages", name + ".name is not supported (the chat templates have no place for it)");
+      } else if (key == "tool_calls" || key == "tool_call_id" || key == "function_call") {
+        if (!field.is_null() && !(field.is_array() && field.empty()))
+          refuse("messages", name + "." + key + ": tool calls are not supported");
+      } else if (key != "refusal") {
+        refuse("messages", name + ": unknown field '" + one_line(key, 64) + "'");
+      }
+    }
+    if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system message
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      refuse("messages", name + ".role '" + one_line(m.role, 32) + "' is not supported (system, user, assistant)");
+    if (!has_content) refuse("messages", name + " has no content");
+    messages.push_back(std::move(m));
+  }
+  return messages;
+}
+
+// Chat fields of OpenAI's API that ask for what minfer does not do: accepted only at the value
+// that asks for nothing.
+void check_chat_unimplemented(const std::string& key, const json& v) {
+  auto only = [&](bool ok, const char* what) {
+    if (!ok) refuse(key, key + " is not supported (only " + what + ")");
+  };
+  const bool empty = v.is_null() || (v.is_array() && v.empty());
+  if (key == "tools" || key == "functions") only(empty, "none");
+  else if (key == "tool_choice" || key == "function_call") only(v.is_null() || v == "none" || v == "auto", "\"none\"");
+  else if (key == "logprobs") only(v.is_null() || v == false, "false");
+  else if (key == "top_logprobs") only(v.is_null() || v == 0, "0");
+  else if (key == "response_format")
+    only(v.is_null() || (v.is_object() && v.value("type", json()) == "text" && v.size() == 1), "{\"type\": \"text\"}");
+  else if (key == "store") only(v.is_null() || v == false, "false");
+  else if (key == "modalities") only(v.is_null() || v == json::array({"text"}), "[\"text\"]");
+  else if (key == "parallel_tool_calls") only(v.is_null() || v.is_boolean(), "a boolean, with no tools");
+  else only(false, "its absence");  // audio, prediction, reasoning_effort, web_search_options, ...
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
+                                           const ApiLimits& limits) {
+  const json j = parse_body(body);
   CompletionRequest r;
   bool has_prompt = false;
   for (const auto& [key, v] : j.items()) {
-    if (key == "model") {
-      if (!v.is_null() && !v.is_string()) wrong_type("model", "a string", v);
-      if (v.is_string()) r.model = v.get<std::string>();
-    } else if (key == "prompt") {
+    if (parse_shared_field(key, v, has_tokenizer, limits, r)) continue;
+    if (key == "prompt") {
       parse_prompt(v, vocab_size, has_tokenizer, r);
       has_prompt = true;
-    } else if (key == "max_tokens") {
-      if (v.is_null()) continue;
-      r.max_tokens = integer("max_tokens", v);
-      if (r.max_tokens < 1) refuse("max_tokens", "max_tokens = " + std::to_string(r.max_tokens) + ": at least 1");
-      if (r.max_tokens > limits.max_tokens_limit)
-        refuse("max_tokens", "max_tokens = " + std::to_string(r.max_tokens) + " is over this server's limit of " +
-                                 std::to_string(limits.max_tokens_limit) + " (--max-tokens-limit)");
-    } else if (key == "temperature") {
-      if (v.is_null()) continue;
-      const double t = number("temperature", v);
-      if (!(t >= 0.0 && t <= 1e6)) refuse("temperature", "temperature = " + format_number(t) + " is outside [0, 1e6]");
-      r.temperature = static_cast<float>(t);
-    } else if (key == "top_p") {
-      if (v.is_null()) continue;
-      const double p = number("top_p", v);
-      if (!(p > 0.0 && p <= 1.0)) refuse("top_p", "top_p = " + format_number(p) + " is outside (0, 1]");
-      r.top_p = static_cast<float>(p);
-    } else if (key == "seed") {
-      if (v.is_null()) continue;
-      if (!v.is_number_integer()) wrong_type("seed", "a 64-bit integer", v);
-      r.seed = sampler_seed(v);
-    } else if (key == "stop") {
-      parse_stop(v, has_tokenizer, r);
-    } else if (key == "stream") {
-      if (!v.is_null() && !v.is_boolean()) wrong_type("stream", "a boolean", v);
-      r.stream = v.is_boolean() && v.get<bool>();
-    } else if (key == "ignore_eos") {
-      if (!v.is_null() && !v.is_boolean()) wrong_type("ignore_eos", "a boolean", v);
-      r.ignore_eos = v.is_boolean() && v.get<bool>();
-    } else if (key == "n" || key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix" ||
-               key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
+    } else if (key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix") {
       check_unimplemented(key, v);
-    } else if (key == "stream_options") {
-      parse_stream_options(v, r);
-    } else if (key == "user") {
-      continue;
     } else {
       refuse(key, "unknown field '" + one_line(key, 64) + "'");
     }
   }
   if (!has_prompt) refuse("prompt", "prompt is required");
-  if (r.include_usage && !r.stream)
-    refuse("stream_options", "stream_options.include_usage is only for streams (\"stream\": true)");
+  check_stream_usage(r);
+  return r;
+}
+
+CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& limits) {
+  const json j = parse_body(body);
+  CompletionRequest r;
+  r.chat = true;
+  bool has_messages = false;
+  std::optional<int64_t> max_completion_tokens;
+  for (const auto& [key, v] : j.items()) {
+    if (parse_shared_field(key, v, true, limits, r)) continue;
+    if (key == "messages") {
+      r.messages = parse_messages(v);
+      has_messages = true;
+    } else if (key == "max_completion_tokens") {
+      if (!v.is_null()) max_completion_tokens = parse_max_tokens(key, v, limits);
+    } else if (key == "metadata" || key == "service_tier") {
+      continue;  // labels for OpenAI's dashboard and billing: they change no answer
+    } else if (key == "tools" || key == "functions" || key == "tool_choice" || key == "function_call" ||
+               key == "logprobs" || key == "top_logprobs" || key == "response_format" || key == "store" ||
+               key == "modalities" || key == "parallel_tool_calls" || key == "audio" || key == "prediction" ||
+               key == "reasoning_effort" || key == "web_search_options") {
+      check_chat_unimplemented(key, v);
+    } else {
+      refuse(key, "unknown field '" + one_line(key, 64) + "'");
+    }
+  }
+  if (!has_messages) refuse("messages", "messages is required");
+  if (max_completion_tokens) {
+    if (j.contains("max_tokens") && !j["max_tokens"].is_null() && r.max_tokens != *max_completion_tokens)
+      refuse("max_completion_tokens", "max_tokens and max_completion_tokens disagree; give one");
+    r.max_tokens = *max_completion_tokens;
+  }
+  check_stream_usage(r);
   return r;
 }
 
@@ -352,38 +486,64 @@ std::string CompletionText::finish() {
   return out;
 }
 
-ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
-ordered_json choice_json(const std::string& text, const std::vector<int32_t>& ids, const char* finish_reason) {
-  return {{"index", 0},
-          {"text", text},
-          {"token_ids", ids},
-          {"finish_reason", finish_reason ? ordered_json(finish_reason) : ordered_json(nullptr)},
-          {"logprobs", nullptr}};
+
+ordered_json finish_json(const char* finish_reason) {
+  return finish_reason ? ordered_json(finish_reason) : ordered_json(nullptr);
 }
+
+// A text completion's choice carries the text and its token ids (minfer's addition, as vLLM's
+// return_token_ids); a chat's carries a message, or in a stream a delta.
+ordered_json choice_json(const CompletionHeader& header, const std::string& text, const std::vector<int32_t>& ids,
+                         const char* finish_reason, bool whole) {
+  if (!header.chat)
+    return {{"index", 0}, {"text", text}, {"token_ids", ids}, {"finish_reason", finish_json(finish_reason)},
+            {"logprobs", nullptr}};
+  ordered_json message = whole ? ordered_json{{"role", "assistant"}, {"content", text}}
+                               : (text.empty() && finish_reason ? ordered_json::object() : ordered_json{{"content", text}});
+  return {{"index", 0}, {whole ? "message" : "delta", message}, {"logprobs", nullptr},
+          {"finish_reason", finish_json(finish_reason)}};
+}
+
+ordered_json object_json(const CompletionHeader& header, ordered_json choice, bool whole) {
+  const char* object = header.chat ? (whole ? "chat.completion" : "chat.completion.chunk") : "text_completion";
+  ordered_json out = {{"id", header.id},
+                      {"object", object},
+                      {"created", header.created},
+                      {"model", header.model},
+                      {"choices", ordered_json::array({std::move(choice)})}};
+  if (header.include_usage && !whole) out["usage"] = nullptr;
+  return out;
+}
+
 }  // namespace
 
 ordered_json completion_json(const CompletionHeader& header, const std::string& text,
-                             const std::vector<int32_t>& ids, const char* finish_reason, int64_t prompt_tokens) {
-  ordered_json out = stream_chunk_json(header, text, ids, finish_reason);
-  out["usage"] = usage_json(prompt_tokens, static_cast<int64_t>(ids.size()));
+                             const std::vector<int32_t>& ids, const char* finish_reason, int64_t prompt_tokens,
+                             int64_t cached_tokens) {
+  ordered_json out = object_json(header, choice_json(header, text, ids, finish_reason, true), true);
+  out["usage"] = usage_json(prompt_tokens, static_cast<int64_t>(ids.size()), cached_tokens);
   return out;
 }
 
 ordered_json stream_chunk_json(const CompletionHeader& header, const std::string& text,
                                const std::vector<int32_t>& ids, const char* finish_reason) {
-  ordered_json chunk = {{"id", header.id},
-                        {"object", "text_completion"},
-                        {"created", header.created},
-                        {"model", header.model},
-                        {"choices", ordered_json::array({choice_json(text, ids, finish_reason)})}};
-  if (header.include_usage) chunk["usage"] = nullptr;
-  return chunk;
+  return object_json(header, choice_json(header, text, ids, finish_reason, false), false);
+}
+
+ordered_json chat_role_chunk_json(const CompletionHeader& header) {
+  ordered_json choice = {{"index", 0},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}};
+  return object_json(header, std::move(choice), false);
 }
 
 std::string dump_json(const ordered_json& value) {
@@ -422,6 +582,9 @@ std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& fi
   out << "minfer_requests_refused_total " << m.requests_refused << "\n";
   metric_header(out, "minfer_prompt_tokens_total", "counter", "Prompt tokens run through the model.");
   out << "minfer_prompt_tokens_total " << m.prompt_tokens << "\n";
+  metric_header(out, "minfer_prompt_tokens_cached_total", "counter",
+                "Prompt tokens served from a slot's cache (prompt caching), not run through the model.");
+  out << "minfer_prompt_tokens_cached_total " << m.prompt_tokens_cached << "\n";
   metric_header(out, "minfer_generation_tokens_total", "counter", "Tokens generated.");
   out << "minfer_generation_tokens_total " << m.generated_tokens << "\n";
   metric_header(out, "minfer_queue_depth", "gauge", "Requests waiting for a slot.");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/scheduler.h"
+#include "tokenizers/chat_template.h"
 #include "tokenizers/text_tokenizer.h"
 
 namespace minfer::serve {
@@ -34,13 +35,17 @@ struct ApiLimits {
   int64_t max_tokens_limit = 0;   // --max-tokens-limit
 };
 
-// POST /v1/completions, as parsed: OpenAI's fields that minfer implements. Anything else that
-// would change the answer (n, best_of, echo, logprobs, suffix, penalties, logit_bias) is refused
-// rather than ignored; `user`, which changes nothing, is ignored.
+// POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
+// implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix,
+// penalties, logit_bias; for chats tools, response formats other than text, audio, ...) is
+// refused rather than ignored; `user` (and a chat's metadata and service_tier), which change
+// nothing, are accepted.
 struct CompletionRequest {
   std::optional<std::string> model;    // echoed in the answer
   std::optional<std::string> text;     // the prompt as text ...
   std::vector<int32_t> prompt_ids;     // ... or as token ids
+  bool chat = false;                   // /v1/chat/completions: the prompt is ...
+  std::vector<ChatMessage> messages;   // ... these messages in the model's chat template
   int64_t max_tokens = 16;
   float temperature = 1.0f;            // 0: greedy
   float top_p = 1.0f;
@@ -60,6 +65,9 @@ uint64_t sampler_seed(const nlohmann::json& seed);
 // be served. Does not encode the text (the caller does, then calls check_prompt_length).
 CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
                                            const ApiLimits& limits);
+// POST /v1/chat/completions: `messages` (roles system, developer as system, user, assistant; the
+// content a string or text parts) instead of a prompt; max_completion_tokens as max_tokens.
+CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
 void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits);
 
 // Stop strings found in the bytes of tokens as they come, on the engine's thread. Allocates only
@@ -146,14 +154,19 @@ std::string one_line(const std::string& text, size_t max_bytes = 160);
 
 // The JSON of answers, fields in OpenAI's order. `created` is a Unix time; `model` the name echoed.
 struct CompletionHeader {
-  std::string id;  // "cmpl-N"
+  std::string id;  // "cmpl-N", "chatcmpl-N"
+  bool chat = false;  // chat.completion objects: a message (a delta in a stream), not a text
   int64_t created = 0;
   std::string model;
   bool include_usage = false;  // streams: usage null in every event, then one event with usage only
 };
-nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// prompt_tokens_details.cached_tokens: the prompt tokens a slot's cache held (prompt caching).
+nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 nlohmann::ordered_json completion_json(const CompletionHeader& header, const std::string& text,
-                               const std::vector<int32_t>& ids, const char* finish_reason, int64_t prompt_tokens);
+                                       const std::vector<int32_t>& ids, const char* finish_reason,
+                                       int64_t prompt_tokens, int64_t cached_tokens);
+// A chat stream's first event: the assistant's role, no text yet (as OpenAI's API sends it).
+nlohmann::ordered_json chat_role_chunk_json(const CompletionHeader& header);
 // One server-sent event's JSON: a token (finish_reason null), or the last one (with usage).
 nlohmann::ordered_json stream_chunk_json(const CompletionHeader& header, const std::string& text,
                                  const std::vector<int32_t>& ids, const char* finish_reason);

@@ -30,6 +30,7 @@ struct Channel {
   std::vector<int32_t> ids;  // reserved to max_tokens at submission: pushes allocate nothing
   bool finished = false;
   FinishReason reason = FinishReason::stop;
+  int64_t cached_tokens = 0;  // prompt tokens a slot's cache held (RequestStats::cached_tokens)
   bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
   // The engine's thread only: stop strings found as the tokens come, so that the request ends at
   // the token that completes one.
@@ -117,10 +118,37 @@ struct ServeHttp::Impl {
                }),
         started(static_cast<int64_t>(std::time(nullptr))) {
     if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
+    load_chat_format();
+  }
+
+  // The chat template of /v1/chat/completions. One the model lacks or that minfer does not know
+  // leaves the route answering 400 with the reason (completions go on); a --chat-template name
+  // that does not exist is an error at start-up.
+  void load_chat_format() {
+    if (tokenizer == nullptr) {
+      chat_refusal = "this model carries no tokenizer, so it cannot chat (start minfer serve with -z TOKENIZER)";
+      return;
+    }
+    try {
+      chat = std::make_unique<ChatFormat>(*tokenizer, options.chat_template);
+    } catch (const Error& e) {
+      if (!options.chat_template.empty()) throw;
+      chat_refusal = e.what();
+    }
+  }
+  // Its prompt: the messages in the template, ending in the assistant's header.
+  std::vector<int32_t> prompt_of(const CompletionRequest& request) const {
+    if (!request.chat) return request.text ? tokenizer->encode(*request.text, true) : request.prompt_ids;
+    if (!chat) throw ApiError{400, chat_refusal, "messages", "no_chat_template"};
+    try {
+      return chat->encode(request.messages, true);
+    } catch (const Error& e) {
+      throw ApiError{400, one_line(e.what(), 400), "messages", ""};  // a conversation the template refuses
+    }
   }
 
   void routes();
-  void completions(Response& res, const httplib::ContentReader& read, bool http11);
+  void completions(Response& res, const httplib::ContentReader& read, bool http11, bool chat_route);
   void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                     uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
                     bool http11);
@@ -143,6 +171,8 @@ struct ServeHttp::Impl {
   const TextTokenizer* tokenizer;
   ServeHttpOptions options;
   std::unique_ptr<TokenPieces> pieces;
+  std::unique_ptr<ChatFormat> chat;  // null: chat_refusal says why
+  std::string chat_refusal;
   ConnectionServer server;
   const int64_t started;
   std::atomic<bool> draining{false};
@@ -183,7 +213,7 @@ ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool 
   }
 }
 
-void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11) {
+void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11, bool chat_route) {
   auto flight = std::make_shared<InFlight>(in_flight);
   try {
     std::string body;
@@ -206,8 +236,10 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
       throw ApiError{400, "the request body could not be read", "", ""};
     }
     if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
-    CompletionRequest request = parse_completion_request(body, info.vocab_size, tokenizer != nullptr, options.limits);
-    std::vector<int32_t> prompt = request.text ? tokenizer->encode(*request.text, true) : request.prompt_ids;
+    CompletionRequest request = chat_route ? parse_chat_request(body, options.limits)
+                                           : parse_completion_request(body, info.vocab_size, tokenizer != nullptr,
+                                                                      options.limits);
+    std::vector<int32_t> prompt = prompt_of(request);
     check_prompt_length(static_cast<int64_t>(prompt.size()), options.limits);
 
     auto channel = std::make_shared<Channel>();
@@ -224,6 +256,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     job.temperature = request.temperature;
     job.top_p = request.top_p;
     job.stop_at_eos = !request.ignore_eos;
+    if (request.chat) job.stop_tokens = chat->end_of_turn_ids();  // the end of the assistant's turn
     job.seed = request.seed ? *request.seed : random_seed();
     job.on_token = [channel](int32_t token) {
       Channel& c = *channel;
@@ -248,6 +281,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
         std::lock_guard<std::mutex> lock(channel->mutex);
         channel->finished = true;
         channel->reason = stats.reason;
+        channel->cached_tokens = stats.cached_tokens;
       }
       channel->changed.notify_one();
     };
@@ -262,7 +296,8 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     // A request submitted after the shutdown's last cancel_all() is cancelled here (the flag is set
     // before that call), so that nothing outlives the grace period.
     if (cancelling) scheduler.cancel(id);
-    CompletionHeader header{"cmpl-" + std::to_string(id), static_cast<int64_t>(std::time(nullptr)),
+    CompletionHeader header{(request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id), request.chat,
+                            static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage};
     if (request.stream)
       answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight));
@@ -286,10 +321,12 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
   if (w == Wait::engine_down) throw ApiError{500, "the engine stopped: " + engine_failure(), "", "engine_failed"};
   std::vector<int32_t> ids;
   FinishReason reason;
+  int64_t cached;
   {
     std::lock_guard<std::mutex> lock(channel->mutex);
     ids = channel->ids;
     reason = channel->reason;
+    cached = channel->cached_tokens;
   }
   if (reason == FinishReason::cancelled)
     throw ApiError{503, "the server shut down before the completion finished (" + std::to_string(ids.size()) +
@@ -302,7 +339,8 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
   for (size_t i = 0; i < ids.size() && !completion.stopped(); ++i) text += completion.push(ids[i]);
   text += completion.finish();
   const char* finish = reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
-  send_json(res, 200, dump_json(completion_json(header, text, ids, finish, static_cast<int64_t>(prompt.size()))));
+  send_json(res, 200,
+            dump_json(completion_json(header, text, ids, finish, static_cast<int64_t>(prompt.size()), cached)));
 }
 
 void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
@@ -318,6 +356,7 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     int64_t prompt_tokens;
     size_t sent = 0;  // tokens written as events
     int socket;
+    bool role_sent = false;  // a chat stream opens with the assistant's role
   };
   auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header,
                                            CompletionText(pieces.get(), prompt.back(), std::move(stops)), id,
@@ -343,11 +382,18 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     std::vector<int32_t> fresh;
     bool finished;
     FinishReason reason;
+    int64_t cached;
     {
       std::lock_guard<std::mutex> lock(s->channel->mutex);
       fresh.assign(s->channel->ids.begin() + static_cast<std::ptrdiff_t>(s->sent), s->channel->ids.end());
       finished = s->channel->finished;
       reason = s->channel->reason;
+      cached = s->channel->cached_tokens;
+    }
+    if (s->header.chat && !s->role_sent && (!fresh.empty() || finished) && reason != FinishReason::cancelled) {
+      const std::string event = sse_event(chat_role_chunk_json(s->header));
+      if (!sink.write(event.data(), event.size())) return gone();
+      s->role_sent = true;
     }
     for (int32_t token : fresh) {
       if (s->text.stopped()) break;
@@ -365,7 +411,7 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
                              "", "shutting_down"});
     json last = stream_chunk_json(s->header, s->text.finish(), {},
                                   s->text.stopped() || reason == FinishReason::stop ? "stop" : "length");
-    const json usage = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent));
+    const json usage = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent), cached);
     std::string tail;
     if (s->header.include_usage) {
       // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
@@ -390,7 +436,11 @@ struct Route {
   const char* path;
   const char* method;
 };
-const Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"}};
+const Route kRoutes[] = {{"/v1/completions", "POST"},
+                         {"/v1/chat/completions", "POST"},
+                         {"/v1/models", "GET"},
+                         {"/health", "GET"},
+                         {"/metrics", "GET"}};
 
 const Route* find_route(const std::string& path) {
   for (const auto& r : kRoutes)
@@ -440,7 +490,8 @@ bool refuse_route(const Request& req, Response& res, const Route* route) {
   if (route == nullptr)
     return refuse(res, {404,
                         "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
-                            " (the routes: POST /v1/completions, GET /v1/models, /health, /metrics)",
+                            " (the routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, "
+                            "/metrics)",
                         "", "not_found"});
   if (req.method == route->method || (req.method == "HEAD" && std::string(route->method) == "GET")) return false;
   res.set_header("Allow", route->method);
@@ -476,7 +527,10 @@ void ServeHttp::Impl::routes() {
     return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
-    completions(res, read, req.version == "HTTP/1.1");
+    completions(res, read, req.version == "HTTP/1.1", false);
+  });
+  server.Post("/v1/chat/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
+    completions(res, read, req.version == "HTTP/1.1", true);
   });
   server.Get("/health", [this](const Request&, Response& res) {
     if (draining) send_json(res, 503, R"({"status":"shutting down"})");
@@ -565,6 +619,9 @@ void ServeHttp::engine_failed(const std::string& message) {
 }
 
 int64_t ServeHttp::in_flight() const { return impl_->in_flight; }
+
+std::string ServeHttp::chat_template_name() const { return impl_->chat ? impl_->chat->chat_template().name() : ""; }
+std::string ServeHttp::chat_refusal() const { return impl_->chat_refusal; }
 
 FinishCounts ServeHttp::finished() const { return impl_->finished_counts(); }
 

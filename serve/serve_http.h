@@ -1,4 +1,4 @@
-// The HTTP server of `minfer serve`: OpenAI's completions API over the continuous-batching
+// The HTTP server of `minfer serve`: OpenAI's completions and chat completions API over the continuous-batching
 // scheduler (engine/scheduler.h), on cpp-httplib.
 //
 // Threads: the engine's thread runs Scheduler::run (cli_serve.cpp); httplib's acceptor thread
@@ -19,6 +19,7 @@
 #include <string>
 
 #include "engine/scheduler.h"
+#include "tokenizers/chat_format.h"
 #include "tokenizers/text_tokenizer.h"
 #include "serve/serve_access.h"
 #include "serve/serve_api.h"
@@ -36,6 +37,7 @@ struct ServeHttpOptions {
   ApiLimits limits;
   AccessOptions access;             // the API key, and the Host and Origin headers served
   std::string model_name;           // the id /v1/models lists and answers echo by default
+  std::string chat_template;        // --chat-template NAME; "" for the model's own
 };
 
 class ServeHttp {
@@ -57,6 +59,9 @@ class ServeHttp {
   void engine_failed(const std::string& message);
 
   int64_t in_flight() const;    // completion requests being answered
+  // The chat template /v1/chat/completions uses ("" when the route refuses chats), and why not.
+  std::string chat_template_name() const;
+  std::string chat_refusal() const;
   FinishCounts finished() const;
 
  private:

@@ -130,6 +130,53 @@ TEST(Scheduler, MixedStepsGiveEachRequestItsTokensAlone) {
   EXPECT_EQ(m.generated_tokens, uint64_t(total));
 }
 
+// A conversation's next turn: its prompt is the last prompt, the answer and new tokens. The slot
+// that served the last turn holds all but the answer's last token, so only the rest is prefilled;
+// the tokens are those of the whole prompt run alone (exact on the reference backend).
+TEST(Scheduler, PromptCachingPrefillsOnlyWhatASlotDoesNotHold) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(11);
+  for (const bool caching : {true, false}) {
+    SchedulerOptions o;
+    o.slots = 2;
+    o.prompt_cache = caching;
+    Scheduler scheduler(*f.model, o);
+    Collected c;
+    const std::vector<int32_t> first = random_prompt(rng, 12);
+    uint64_t a = 0;
+    a = scheduler.submit(request(c, &a, first, 5));
+    run_to_end(scheduler);
+    ASSERT_EQ(c.tokens[a].size(), 5u);
+    EXPECT_EQ(c.stats[a].cached_tokens, 0);
+
+    // Another conversation meanwhile takes the other slot (the one used least recently), not this one.
+    uint64_t other = 0;
+    other = scheduler.submit(request(c, &other, {40, 41, 42}, 2));
+    run_to_end(scheduler);
+    EXPECT_EQ(c.stats[other].cached_tokens, 0);
+
+    std::vector<int32_t> second = first;
+    second.insert(second.end(), c.tokens[a].begin(), c.tokens[a].end());
+    for (int i = 0; i < 6; ++i) second.push_back(static_cast<int32_t>(3 + rng() % 58));
+    const uint64_t before = scheduler.metrics().prompt_tokens;
+    uint64_t b = 0;
+    b = scheduler.submit(request(c, &b, second, 4));
+    run_to_end(scheduler);
+    const int64_t held = caching ? 12 + 4 : 0;  // the prompt and the answer's tokens fed back
+    EXPECT_EQ(c.stats[b].cached_tokens, held) << (caching ? "cache on" : "cache off");
+    EXPECT_EQ(scheduler.metrics().prompt_tokens - before, uint64_t(int64_t(second.size()) - held));
+    EXPECT_EQ(scheduler.metrics().prompt_tokens_cached, uint64_t(held));
+    EXPECT_EQ(c.tokens[b], alone(*f.model, second, 4, 0.0f, 1));
+
+    // The same prompt again: everything but its last token comes from the cache.
+    uint64_t again = 0;
+    again = scheduler.submit(request(c, &again, second, 4));
+    run_to_end(scheduler);
+    EXPECT_EQ(c.stats[again].cached_tokens, caching ? int64_t(second.size()) - 1 : 0);
+    EXPECT_EQ(c.tokens[again], c.tokens[b]);
+  }
+}
+
 TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
   Fixture f = make(BackendKind::cpu);
   std::mt19937 rng(4);
@@ -154,7 +201,9 @@ TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
   // a's 20-token prompt takes four steps (6 + 6 + 6 + 2); b's 4 tokens fill the rest of the last.
   int64_t prompt_rows = 0;
   for (const auto& r : rows) prompt_rows += r.second;
-  EXPECT_EQ(prompt_rows, 20 + 4 + 3);
+  // (Less what d found in its slot's cache: b's prompt also began with BOS.)
+  EXPECT_EQ(prompt_rows, 20 + 4 + 3 - c.stats[d].cached_tokens);
+  EXPECT_EQ(c.stats[a].cached_tokens + c.stats[b].cached_tokens, 0);
   EXPECT_EQ(c.tokens[a].size(), 3u);
   EXPECT_EQ(c.tokens[b].size(), 2u);
   EXPECT_EQ(c.tokens[d].size(), 2u);

@@ -75,6 +75,20 @@ struct Segment {
   std::string text;
   int32_t token;  // an added token, or -1 for text
   bool at_start;
+  size_t offset = 0;  // where the text starts in the text given to encode (before normalizing)
+};
+
+// Where special tokens may be cut out of a text: everywhere (encode), or only inside the bytes a
+// mask marks (encode_spans: a chat template's own text, never a message's).
+struct SpecialScope {
+  const std::vector<char>* mask = nullptr;  // one flag per byte of the text; nullptr: `all` says
+  bool all = true;
+  bool allows(size_t begin, size_t end) const {
+    if (mask == nullptr) return all;
+    for (size_t i = begin; i < end; ++i)
+      if (!(*mask)[i]) return false;
+    return true;
+  }
 };
 
 // Splits `text` at the [begin, end) ranges of `matches` (sorted, disjoint) by `behavior`, as the
@@ -176,6 +190,8 @@ class BpeTokenizer : public TextTokenizer {
 
   int64_t vocab_size() const override { return static_cast<int64_t>(spec_.tokens.size()); }
   std::vector<int32_t> encode(const std::string& text, bool add_special) const override;
+  std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans) const override;
+  std::string chat_template() const override { return spec_.chat_template; }
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string token_bytes(int32_t prev, int32_t id) const override;
   bool byte_fallback(int32_t id) const override;
@@ -184,9 +200,11 @@ class BpeTokenizer : public TextTokenizer {
   std::string describe() const override { return spec_.description; }
 
  private:
-  std::vector<Segment> split_added(const std::string& text) const;
-  std::vector<Segment> split_leftmost_longest(const Segment& segment, bool normalized_tokens) const;
-  std::vector<Segment> split_longest_first(const std::string& text) const;
+  std::vector<Segment> split_added(const std::string& text, const SpecialScope& scope) const;
+  std::vector<Segment> split_leftmost_longest(const Segment& segment, bool normalized_tokens,
+                                              const SpecialScope& scope) const;
+  std::vector<Segment> split_longest_first(const std::string& text, const SpecialScope& scope) const;
+  std::vector<int32_t> encode_segments(const std::string& text, const SpecialScope& scope) const;
   std::string normalize(const std::string& text) const;
   std::vector<Piece> pre_tokenize(const Segment& segment) const;
   void encode_piece(const std::string& piece, std::vector<int32_t>& ids) const;
@@ -283,7 +301,9 @@ std::string BpeTokenizer::normalize(const std::string& text) const {
 
 // The tokenizers library's AddedVocabulary::find_matches on one segment: at each position the
 // longest token that starts there, leftmost first; lstrip/rstrip swallow adjacent white space.
-std::vector<Segment> BpeTokenizer::split_leftmost_longest(const Segment& segment, bool normalized_tokens) const {
+// `scope` is over segment.text's bytes.
+std::vector<Segment> BpeTokenizer::split_leftmost_longest(const Segment& segment, bool normalized_tokens,
+                                                          const SpecialScope& scope) const {
   const auto& buckets = normalized_tokens ? added_normalized_ : added_raw_;
   const std::string& text = segment.text;
   std::vector<Segment> out;
@@ -292,7 +312,8 @@ std::vector<Segment> BpeTokenizer::split_leftmost_longest(const Segment& segment
     const AddedToken* found = nullptr;
     for (const AddedToken* t : buckets[static_cast<unsigned char>(text[pos])]) {
       const std::string& content = added_normalized_content_[static_cast<size_t>(t - spec_.added.data())];
-      if (text.compare(pos, content.size(), content) == 0) {
+      if (text.compare(pos, content.size(), content) == 0 &&
+          (!t->special || scope.allows(pos, pos + content.size()))) {
         found = t;
         break;
       }
@@ -306,21 +327,22 @@ std::vector<Segment> BpeTokenizer::split_leftmost_longest(const Segment& segment
     if (found->lstrip) begin = std::max(trailing_space_begin(text, begin), start_offset);
     if (found->rstrip) end = leading_space_end(text, end);
     if (begin > start_offset)
-      out.push_back({text.substr(start_offset, begin - start_offset), -1, segment.at_start && start_offset == 0});
+      out.push_back({text.substr(start_offset, begin - start_offset), -1, segment.at_start && start_offset == 0,
+                     segment.offset + start_offset});
     out.push_back({std::string(), found->id, false});
     start_offset = end;
     pos = end;
   }
   if (start_offset < text.size() || text.empty())
-    out.push_back({text.substr(start_offset), -1, segment.at_start && start_offset == 0});
+    out.push_back({text.substr(start_offset), -1, segment.at_start && start_offset == 0, segment.offset + start_offset});
   return out;
 }
 
 // llama.cpp's tokenizer_st_partition: each token, longest first, is cut out of every text
 // fragment where it occurs.
-std::vector<Segment> BpeTokenizer::split_longest_first(const std::string& text) const {
+std::vector<Segment> BpeTokenizer::split_longest_first(const std::string& text, const SpecialScope& scope) const {
   std::vector<Segment> fragments;
-  if (!text.empty()) fragments.push_back({text, -1, true});
+  if (!text.empty()) fragments.push_back({text, -1, true, 0});
   for (const AddedToken* t : added_by_length_) {
     std::vector<Segment> next;
     next.reserve(fragments.size());
@@ -330,32 +352,40 @@ std::vector<Segment> BpeTokenizer::split_longest_first(const std::string& text) 
         continue;
       }
       size_t pos = 0;
-      for (size_t hit; (hit = f.text.find(t->content, pos)) != std::string::npos; pos = hit + t->content.size()) {
-        if (hit > pos) next.push_back({f.text.substr(pos, hit - pos), -1, f.at_start && pos == 0});
+      for (size_t hit = 0; (hit = f.text.find(t->content, hit)) != std::string::npos;) {
+        if (t->special && !scope.allows(f.offset + hit, f.offset + hit + t->content.size())) {
+          ++hit;  // written where special tokens are text: not this token
+          continue;
+        }
+        if (hit > pos) next.push_back({f.text.substr(pos, hit - pos), -1, f.at_start && pos == 0, f.offset + pos});
         next.push_back({std::string(), t->id, false});
+        pos = hit = hit + t->content.size();
       }
-      if (pos < f.text.size()) next.push_back({f.text.substr(pos), -1, false});
+      if (pos < f.text.size()) next.push_back({f.text.substr(pos), -1, false, f.offset + pos});
     }
     fragments = std::move(next);
   }
   return fragments;
 }
 
-std::vector<Segment> BpeTokenizer::split_added(const std::string& text) const {
+std::vector<Segment> BpeTokenizer::split_added(const std::string& text, const SpecialScope& scope) const {
   if (spec_.match == AddedTokenMatch::longest_first) {
-    std::vector<Segment> segments = split_longest_first(text);
+    std::vector<Segment> segments = split_longest_first(text, scope);
     for (Segment& s : segments)
       if (s.token < 0) s.text = normalize(s.text);
     return segments;
   }
   std::vector<Segment> out;
-  for (Segment& first : split_leftmost_longest({text, -1, true}, false)) {
+  for (Segment& first : split_leftmost_longest({text, -1, true, 0}, false, scope)) {
     if (first.token >= 0) {
       out.push_back(std::move(first));
       continue;
     }
+    // note: tokens matched after normalizing are looked for in normalized text, whose bytes no
+    // longer line up with the mask: special ones count only where the whole raw segment allows them.
+    const SpecialScope normalized_scope{nullptr, scope.allows(first.offset, first.offset + first.text.size())};
     first.text = normalize(first.text);
-    for (Segment& second : split_leftmost_longest(first, true)) out.push_back(std::move(second));
+    for (Segment& second : split_leftmost_longest(first, true, normalized_scope)) out.push_back(std::move(second));
   }
   return out;
 }
@@ -498,10 +528,9 @@ void BpeTokenizer::encode_piece(const std::string& raw, std::vector<int32_t>& id
   }
 }
 
-std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special) const {
+std::vector<int32_t> BpeTokenizer::encode_segments(const std::string& text, const SpecialScope& scope) const {
   std::vector<int32_t> ids;
-  if (add_special) ids = spec_.prefix;
-  for (const Segment& segment : split_added(text)) {
+  for (const Segment& segment : split_added(text, scope)) {
     if (segment.token >= 0) {
       ids.push_back(segment.token);
       continue;
@@ -509,8 +538,26 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_spec
     if (segment.text.empty()) continue;  // an empty text has no pieces (Metaspace adds no "▁" to it)
     for (const Piece& piece : pre_tokenize(segment)) encode_piece(piece.text, ids);
   }
-  if (add_special) ids.insert(ids.end(), spec_.suffix.begin(), spec_.suffix.end());
   return ids;
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special) const {
+  std::vector<int32_t> ids = encode_segments(text, SpecialScope{});
+  if (add_special) {
+    ids.insert(ids.begin(), spec_.prefix.begin(), spec_.prefix.end());
+    ids.insert(ids.end(), spec_.suffix.begin(), spec_.suffix.end());
+  }
+  return ids;
+}
+
+std::vector<int32_t> BpeTokenizer::encode_spans(const std::vector<TextSpan>& spans) const {
+  std::string text;
+  std::vector<char> mask;
+  for (const TextSpan& span : spans) {
+    text += span.text;
+    mask.insert(mask.end(), span.text.size(), span.special ? 1 : 0);
+  }
+  return encode_segments(text, SpecialScope{&mask, false});
 }
 
 std::string BpeTokenizer::run_decoder(std::vector<std::string> tokens, bool first, bool lossy) const {

@@ -101,6 +101,7 @@ struct BpeSpec {
   std::vector<bool> decode_verbatim;  // tokens decoded as their text, bypassing the decoder
   int32_t bos = -1;
   std::vector<int32_t> eos;
+  std::string chat_template;  // the model's Jinja chat template, "" when it has none
 };
 
 // Checks the spec's ids and builds its lookup tables; throws Error naming spec.source.

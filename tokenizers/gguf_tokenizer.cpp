@@ -87,6 +87,7 @@ BpeSpec special_tokens_spec(const GgufVocab& vocab, const std::string& source) {
   spec.match = AddedTokenMatch::longest_first;
   spec.unk_id = vocab.unknown_id;
   spec.bos = vocab.bos_id;
+  spec.chat_template = vocab.chat_template;
   if (vocab.eos_id >= 0) spec.eos.push_back(vocab.eos_id);
   for (int32_t id : vocab.eot_ids)
     if (id >= 0 && std::find(spec.eos.begin(), spec.eos.end(), id) == spec.eos.end()) spec.eos.push_back(id);

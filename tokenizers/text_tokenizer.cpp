@@ -7,6 +7,12 @@
 
 namespace minfer {
 
+std::vector<int32_t> TextTokenizer::encode_spans(const std::vector<TextSpan>& spans) const {
+  std::string text;
+  for (const TextSpan& span : spans) text += span.text;
+  return encode(text, false);  // a tokenizer without special tokens in text (llama2.c's)
+}
+
 std::string Utf8Stream::push(const std::string& bytes) {
   pending_ += bytes;
   const size_t hold = utf8::unfinished_tail(pending_);

@@ -18,6 +18,12 @@
 
 namespace minfer {
 
+// A piece of a text that says whether special tokens written in it are recognised.
+struct TextSpan {
+  std::string text;
+  bool special = false;
+};
+
 class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;
@@ -26,6 +32,15 @@ class TextTokenizer {
   // puts around a text: BOS for Llama 2 and Llama 3 (tokenizer_config.json's add_bos_token, a
   // TemplateProcessing post-processor, GGUF's tokenizer.ggml.add_bos_token).
   virtual std::vector<int32_t> encode(const std::string& text, bool add_special) const = 0;
+  // The ids of the spans' text, one text, as encode(text, false) gives them, except that special
+  // tokens are recognised only inside spans marked special: in the others "<|im_end|>" is the
+  // ordinary tokens of its characters (llama.cpp's parse_special = false). A chat's messages are
+  // encoded this way inside their template (tokenizers/chat_format.h), so that a user cannot end
+  // a turn or forge another role; added tokens that are not special are still matched anywhere.
+  virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans) const;
+  // The model's chat template (Jinja text: GGUF's tokenizer.chat_template, tokenizer_config.json's
+  // chat_template or chat_template.jinja beside it); "" when the files carry none.
+  virtual std::string chat_template() const { return {}; }
   // The text of `ids`, as the tokenizers library decodes them with special tokens kept.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The bytes token `id` adds when it follows `prev` in a stream of generated tokens (-1: the
@@ -74,6 +89,7 @@ struct GgufVocab {
   std::vector<int32_t> eot_ids;      // tokenizer.ggml.eot_token_id, eom_token_id: also end generation
   bool add_bos = true, add_eos = false;
   bool add_space_prefix = true;      // tokenizer.ggml.add_space_prefix (llama model)
+  std::string chat_template;         // tokenizer.chat_template
 };
 std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufVocab& vocab, const std::string& source);
 

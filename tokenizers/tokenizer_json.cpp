@@ -120,6 +120,7 @@ class Builder {
   void post_processor(const json& p, int depth);
   void decoder(const json& d, int depth);
   void special_tokens(const std::filesystem::path& dir);
+  void chat_template_file(const std::filesystem::path& dir);
   int32_t id_of(const std::string& token, const std::string& where) const {
     auto it = ids_.find(token);
     if (it == ids_.end()) r_.refuse(where, "names '" + token + "', which is not a token");
@@ -463,6 +464,31 @@ const json* token_text(const json& config, const char* key) {
   return nullptr;
 }
 
+// tokenizer_config.json's chat_template: the text, or a list of {"name", "template"} of which the
+// one named "default" (else the first) counts, as transformers picks it.
+std::string chat_template_of(const json& config, const JsonReader& r) {
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array() || it->empty()) r.refuse("chat_template", "must be a string or a list of {name, template}");
+  const json* chosen = nullptr;
+  for (const json& entry : *it) {
+    r.expect_object(entry, "chat_template[]");
+    if (chosen == nullptr || r.string(entry, "name", "chat_template[]") == "default") chosen = &entry;
+  }
+  return r.string(*chosen, "template", "chat_template[]");
+}
+
+// Newer transformers write the template to chat_template.jinja beside tokenizer_config.json; it
+// takes precedence, as there.
+void Builder::chat_template_file(const std::filesystem::path& dir) {
+  if (dir.empty()) return;
+  const std::filesystem::path path = dir / "chat_template.jinja";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  spec_.chat_template = read_file(path.string());
+}
+
 void Builder::special_tokens(const std::filesystem::path& dir) {
   std::string bos, eos;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
@@ -478,7 +504,9 @@ void Builder::special_tokens(const std::filesystem::path& dir) {
     const json* e = token_text(config, "eos_token");
     if (bos.empty() && b) bos = b->get<std::string>();
     if (eos.empty() && e) eos = e->get<std::string>();
+    if (spec_.chat_template.empty()) spec_.chat_template = chat_template_of(config, r);
   }
+  chat_template_file(dir);
   if (!bos.empty()) {
     auto it = ids_.find(bos);
     if (it == ids_.end()) fail(r_.file(), ": the BOS token '", bos, "' of tokenizer_config.json is not a token");
