@@ -48,7 +48,7 @@ test-asan: deps
 
 # libFuzzer (clang, -fsanitize=fuzzer,address,undefined): each target runs FUZZ_SECONDS from the
 # seeds in tests/fuzz/corpus/, then replays everything in its corpus once. Any crash fails.
-FUZZ_TARGETS = checkpoint tokenizer tokenizer_json safetensors gguf
+FUZZ_TARGETS = checkpoint tokenizer tokenizer_json safetensors gguf chat_template
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_FUZZ=ON \
 	  -DMINFER_CUDA=OFF -DMINFER_TESTS=OFF -DMINFER_BENCH=OFF >/dev/null
@@ -62,7 +62,7 @@ fuzz: deps
 	  grep -E "stat::number_of_executed_units|stat::new_units_added" $(FUZZ_BUILD)/fuzz_$$t.log; \
 	  $(FUZZ_BUILD)/fuzz_$$t -runs=0 $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t 2>$(FUZZ_BUILD)/replay_$$t.log \
 	    || { tail -40 $(FUZZ_BUILD)/replay_$$t.log; exit 1; }; \
-	  echo "fuzz_$$t: replayed $$(find $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t -type f | wc -l) corpus files"; \
+	  echo "fuzz_$$t: replayed $$(find -L $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t -type f | wc -l) corpus files"; \
 	done
 
 clean:

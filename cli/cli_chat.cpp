@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,19 +89,43 @@ bool read_line(std::string* line, bool* interrupted) {
   }
 }
 
+// The options, read (and checked) before the model loads.
+struct ChatSettings {
+  float temperature, top_p;
+  uint64_t seed;
+  int64_t max_answer;  // 0: until the context is full
+  std::optional<int64_t> n_ctx;
+  bool verbose;
+  std::string system;
+};
+
+ChatSettings chat_settings(const Args& args) {
+  ChatSettings s;
+  s.temperature = static_cast<float>(args.get_double("--temp", 0.8, 0.0, 1e6));
+  s.top_p = static_cast<float>(args.get_double("--top-p", 0.95, 0.0, 1.0));
+  MINFER_CHECK(s.top_p > 0.0f, "--top-p: ", s.top_p, " is outside (0, 1]");
+  s.seed = args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
+                              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  s.max_answer = args.has("-n") ? args.get_int("-n", 0, 1, 1 << 20) : 0;
+  if (args.has("--ctx")) s.n_ctx = args.get_int("--ctx", 0, 2, 1 << 20);
+  s.verbose = args.has("--verbose");
+  s.system = args.get("--system", "");
+  return s;
+}
+
 class ChatSession {
  public:
-  ChatSession(LlamaModel& model, const TextTokenizer& tokenizer, const ChatFormat& format, const Args& args)
-      : tokenizer_(tokenizer), format_(format),
-        decoder_(model, decoder_options(model.info(), args)),
-        sampler_(model.info().vocab_size, static_cast<float>(args.get_double("--temp", 0.8, 0.0, 1e6)),
-                 static_cast<float>(args.get_double("--top-p", 0.95, 1e-6, 1.0)), seed_of(args)),
-        stop_ids_(model.info().stop_ids), max_answer_(args.get_int("-n", 0, 1, 1 << 20)),
-        verbose_(args.has("--verbose")) {
+  ChatSession(LlamaModel& model, const TextTokenizer& tokenizer, const ChatFormat& format, const ChatSettings& s)
+      : tokenizer_(tokenizer), format_(format), decoder_(model, decoder_options(model.info(), s)),
+        sampler_(model.info().vocab_size, s.temperature, s.top_p, s.seed), stop_ids_(model.info().stop_ids),
+        max_answer_(s.max_answer), verbose_(s.verbose), system_(s.system) {
     for (int32_t id : format_.end_of_turn_ids()) stop_ids_.push_back(id);
-    if (args.has("--system")) system_ = args.get("--system");
     history_.reserve(static_cast<size_t>(decoder_.n_ctx()));
     reset();
+    // A template that refuses a system message (gemma-it, Mistral v0.1 and v0.2) says so now, once.
+    std::vector<ChatMessage> first_turn = messages_;
+    first_turn.push_back({"user", "hello"});
+    format_.encode(first_turn, true);
   }
 
   const Decoder& decoder() const { return decoder_; }
@@ -110,11 +135,20 @@ class ChatSession {
     if (!system_.empty()) messages_.push_back({"system", system_});
   }
 
-  // The user's message, the assistant's answer streamed to stdout; false when the conversation
-  // no longer fits the context (nothing is added then).
+  // The user's message, the assistant's answer streamed to stdout; false (and the message not
+  // kept) when the template refuses the conversation, it no longer fits the context, or Ctrl-C
+  // came before the answer began.
   bool turn(const std::string& text) {
+    g_interrupted = 0;
     messages_.push_back({"user", text});
-    const std::vector<int32_t> prompt = format_.encode(messages_, true);
+    std::vector<int32_t> prompt;
+    try {
+      prompt = format_.encode(messages_, true);
+    } catch (const Error& e) {
+      messages_.pop_back();
+      std::fprintf(stderr, "minfer: %s\n", e.what());
+      return false;
+    }
     const int64_t room = decoder_.n_ctx() - static_cast<int64_t>(prompt.size());
     if (room < 1) {
       messages_.pop_back();
@@ -126,6 +160,13 @@ class ChatSession {
     const int64_t cached = reuse_cache(prompt);
     decoder_.prefill({std::vector<int32_t>(prompt.begin() + cached, prompt.end())});
     history_.insert(history_.end(), prompt.begin() + cached, prompt.end());
+    if (g_interrupted) {  // Ctrl-C while the prompt was read: no answer, and no message
+      g_interrupted = 0;
+      messages_.pop_back();
+      std::printf("[stopped]\n");
+      std::fflush(stdout);
+      return false;
+    }
     std::vector<int32_t> answer = generate(room, start, static_cast<int64_t>(prompt.size()) - cached, cached);
     answer.erase(std::remove_if(answer.begin(), answer.end(), [&](int32_t t) { return t >= tokenizer_.vocab_size(); }),
                  answer.end());
@@ -134,15 +175,13 @@ class ChatSession {
   }
 
  private:
-  static DecoderOptions decoder_options(const ModelInfo& info, const Args& args) {
+  static DecoderOptions decoder_options(const ModelInfo& info, const ChatSettings& s) {
     DecoderOptions d;
-    d.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 2, info.n_ctx) : std::min<int64_t>(info.n_ctx, 4096);
+    MINFER_CHECK(!s.n_ctx || *s.n_ctx <= info.n_ctx, "--ctx: ", s.n_ctx.value_or(0), " is more than the model's context of ",
+                 info.n_ctx);
+    d.n_ctx = s.n_ctx ? *s.n_ctx : std::min<int64_t>(info.n_ctx, 4096);
     d.max_prefill_rows = std::min<int64_t>(d.n_ctx, 512);
     return d;
-  }
-  static uint64_t seed_of(const Args& args) {
-    return args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
-                              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
   }
 
   // Rewinds the cache to the longest prefix of `prompt` it holds (short of the prompt's last
@@ -162,7 +201,6 @@ class ChatSession {
     std::vector<int32_t> answer;
     TextStream out(tokenizer_);
     const int64_t limit = max_answer_ > 0 ? std::min(max_answer_, room) : room;
-    g_interrupted = 0;
     double first = 0;
     const char* ended = "";
     for (;;) {
@@ -252,13 +290,14 @@ int cmd_chat(int argc, char** argv) {
     return 0;
   }
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a Hugging Face folder or GGUF file of an instruct model)");
+  const ChatSettings settings = chat_settings(args);
   std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
   MINFER_CHECK(tokenizer != nullptr, "chat needs a tokenizer: this model carries none, give one with -z");
   const ChatFormat format(*tokenizer, args.get("--chat-template", ""));
   Engine engine = load_engine(args, args.get("-m"));
   check_tokenizer_fits(*tokenizer, engine.model->info(), args.has("-z") ? args.get("-z") : args.get("-m"));
   catch_sigint();
-  ChatSession session(*engine.model, *tokenizer, format, args);
+  ChatSession session(*engine.model, *tokenizer, format, settings);
   const KvCache& cache = session.decoder().cache();
   std::fprintf(stderr, "minfer: chat template %s; KV cache %s (%s, %lld positions)\n",
                format.chat_template().name().c_str(), format_bytes(cache.bytes()).c_str(),

@@ -74,6 +74,7 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx) {
   check_fits_context(P, request.max_tokens, n_ctx);
   MINFER_CHECK(request.temperature >= 0.0f, "temperature ", request.temperature, " must be >= 0");
   MINFER_CHECK(request.top_p > 0.0f && request.top_p <= 1.0f, "top_p ", request.top_p, " must be in (0, 1]");
+  MINFER_CHECK(request.seed != 0, "seed 0: the sampler's xorshift state must not be 0");
 }
 }  // namespace
 
@@ -153,7 +154,7 @@ void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   // A static batch's finished sequence goes on decoding where it was (see step()).
   if (options_.policy == SchedulerOptions::Policy::static_batches) padding_[slot] = 1;
   else if (!caching()) decoder_.reset_sequence(slot);
-  last_used_[slot] = metrics_.steps;
+  last_used_[slot] = metrics_.steps + 1;  // 0: never used
   live->stats.reason = reason;
   live->stats.finished = now;
   if (live->stats.first_token == 0) live->stats.first_token = now;
@@ -187,6 +188,7 @@ void Scheduler::admit_locked() {
     live->prompt_done = reuse;
     live->stats.cached_tokens = reuse;
     metrics_.prompt_tokens_cached += uint64_t(reuse);
+    if (live->request.on_admit) live->request.on_admit(live->stats);
     slots_[s] = std::move(live);
   }
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
@@ -197,24 +199,40 @@ bool Scheduler::caching() const {
 }
 
 // The free slot for `prompt` (-1 when none is free) and how many of its cached positions it keeps
-// (*reuse): the longest shared prefix, short of the prompt's last token; without a shared prefix,
-// the slot used least recently, whose cache is the least likely to be wanted again.
+// (*reuse). The prompt continues a slot when it begins with at least three quarters of what the
+// slot holds (the conversation that slot served, sent again with a new turn; the last answer's
+// final tokens may tokenize otherwise once the turn is closed), or when three quarters of the
+// prompt are in the slot (the same prompt again, a regenerated answer). Otherwise it goes to the slot used
+// least recently (never-used ones first), whose cache is the least likely to be wanted again, and
+// reuses whatever prefix it shares with it.
+// note: choosing by the longest shared prefix alone would send every new conversation (all open
+// with the same BOS and system message) to a slot that holds another one, evicting that history
+// while other slots stay empty, and two conversations taking turns would evict each other.
 int64_t Scheduler::choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const {
-  int64_t best = -1, best_shared = -1;
+  int64_t continued = -1, continued_shared = 0, oldest = -1;
   for (int64_t s = 0; s < options_.slots; ++s) {
     if (slots_[s] != nullptr) continue;
-    const std::vector<int32_t>& held = cached_[s];
-    const size_t limit = caching() ? std::min(held.size(), prompt.size() - 1) : 0;
-    const int64_t shared = std::mismatch(held.begin(), held.begin() + limit, prompt.begin()).first - held.begin();
-    const bool better = shared > best_shared ||
-                        (shared == best_shared && shared == 0 && last_used_[s] < last_used_[best]);
-    if (best < 0 || better) {
-      best = s;
-      best_shared = shared;
+    if (oldest < 0 || last_used_[s] < last_used_[oldest]) oldest = s;
+    const int64_t shared = shared_prefix(s, prompt);
+    const bool continues = 4 * shared >= 3 * static_cast<int64_t>(cached_[s].size()) ||
+                           4 * shared >= 3 * (static_cast<int64_t>(prompt.size()) - 1);
+    if (shared > continued_shared && continues) {
+      continued = s;
+      continued_shared = shared;
     }
   }
-  *reuse = std::max<int64_t>(best_shared, 0);
-  return best;
+  const int64_t chosen = continued >= 0 ? continued : oldest;
+  *reuse = chosen >= 0 ? shared_prefix(chosen, prompt) : 0;
+  return chosen;
+}
+
+// The tokens slot `s` holds that begin `prompt`, short of its last token (whose logits are
+// wanted); 0 without prompt caching.
+int64_t Scheduler::shared_prefix(int64_t s, const std::vector<int32_t>& prompt) const {
+  if (!caching()) return 0;
+  const std::vector<int32_t>& held = cached_[s];
+  const auto limit = static_cast<std::ptrdiff_t>(std::min(held.size(), prompt.size() - 1));
+  return std::mismatch(held.begin(), held.begin() + limit, prompt.begin()).first - held.begin();
 }
 
 // Cancellations first: queued requests leave the queue and finish at once, running ones retire.

@@ -25,9 +25,10 @@
 //
 // Prompt caching (SchedulerOptions::prompt_cache, on by default, as llama-server's cache_prompt):
 // a finished request leaves its keys and values in its slot, and the scheduler remembers which
-// tokens they are. A new request goes to the free slot whose tokens share the longest prefix with
-// its prompt (else to the one used least recently), which rewinds to the first position where
-// they differ (Decoder::rewind; nothing is copied) and prefills only the rest. A conversation that
+// tokens they are. A new request goes to the free slot it continues (its prompt begins with three
+// quarters of the slot's tokens, or three quarters of it are there; else to the slot used least
+// recently), which rewinds to the first
+// position where they differ (Decoder::rewind; nothing is copied) and prefills only the rest. A conversation that
 // sends its whole history every turn thus prefills only the new turn. At least the prompt's last
 // token is always computed again, since its logits give the first new token.
 //
@@ -83,6 +84,9 @@ struct ServeRequest {
   std::function<bool(int32_t token)> on_token;
   // Once, on the engine's thread, when the request ends for any reason.
   std::function<void(const RequestStats&)> on_finish;
+  // Once, when the request gets its slot (stats.cached_tokens is known then), on the engine's
+  // thread with the scheduler's lock held: it must be quick and must not call the scheduler.
+  std::function<void(const RequestStats&)> on_admit;
 };
 
 // What submit() throws when the queue is full: a refusal that a later retry can get past (an HTTP
@@ -163,6 +167,7 @@ class Scheduler {
   struct Live;  // a request with its slot, sampler and progress
   void admit_locked();
   int64_t choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const;
+  int64_t shared_prefix(int64_t slot, const std::vector<int32_t>& prompt) const;
   bool caching() const;
   void take_cancellations();
   bool build_rows();

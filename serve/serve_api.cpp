@@ -202,6 +202,7 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
     if (v.is_string()) r.model = v.get<std::string>();
   } else if (key == "max_tokens") {
     if (!v.is_null()) r.max_tokens = parse_max_tokens(key, v, limits);
+    r.max_tokens_given = r.max_tokens_given || !v.is_null();
   } else if (key == "temperature") {
     if (v.is_null()) return true;
     const double t = number("temperature", v);
@@ -281,7 +282,11 @@ std::vector<ChatMessage> parse_messages(const json& v) {
       } else if (key == "tool_calls" || key == "tool_call_id" || key == "function_call") {
         if (!field.is_null() && !(field.is_array() && field.empty()))
           refuse("messages", name + "." + key + ": tool calls are not supported");
-      } else if (key != "refusal") {
+      } else if (key == "refusal" || key == "audio" || key == "annotations") {
+        // An answer's message sent back as it came (the SDKs' model_dump) carries these empty.
+        if (!field.is_null() && !(field.is_array() && field.empty()))
+          refuse("messages", name + "." + key + " is not supported (only null)");
+      } else {
         refuse("messages", name + ": unknown field '" + one_line(key, 64) + "'");
       }
     }
@@ -365,9 +370,15 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
     if (j.contains("max_tokens") && !j["max_tokens"].is_null() && r.max_tokens != *max_completion_tokens)
       refuse("max_completion_tokens", "max_tokens and max_completion_tokens disagree; give one");
     r.max_tokens = *max_completion_tokens;
+    r.max_tokens_given = true;
   }
   check_stream_usage(r);
   return r;
+}
+
+int64_t chat_max_tokens(int64_t prompt_tokens, int64_t n_ctx, const ApiLimits& limits) {
+  // At least 1: a prompt that fills the context is then refused by the scheduler, with the numbers.
+  return std::max<int64_t>(1, std::min(limits.max_tokens_limit, n_ctx - prompt_tokens));
 }
 
 void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits) {

@@ -46,7 +46,8 @@ struct CompletionRequest {
   std::vector<int32_t> prompt_ids;     // ... or as token ids
   bool chat = false;                   // /v1/chat/completions: the prompt is ...
   std::vector<ChatMessage> messages;   // ... these messages in the model's chat template
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 16;            // a chat without it: until the end of the turn (see chat_max_tokens)
+  bool max_tokens_given = false;
   float temperature = 1.0f;            // 0: greedy
   float top_p = 1.0f;
   std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
@@ -68,6 +69,9 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
 // POST /v1/chat/completions: `messages` (roles system, developer as system, user, assistant; the
 // content a string or text parts) instead of a prompt; max_completion_tokens as max_tokens.
 CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
+// A chat's max_tokens when the request gives none: as OpenAI's API, the answer runs to the end of
+// its turn, so as far as the context (n_ctx positions) and the server's --max-tokens-limit allow.
+int64_t chat_max_tokens(int64_t prompt_tokens, int64_t n_ctx, const ApiLimits& limits);
 void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits);
 
 // Stop strings found in the bytes of tokens as they come, on the engine's thread. Allocates only

@@ -241,6 +241,8 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
                                                                       options.limits);
     std::vector<int32_t> prompt = prompt_of(request);
     check_prompt_length(static_cast<int64_t>(prompt.size()), options.limits);
+    if (request.chat && !request.max_tokens_given)
+      request.max_tokens = chat_max_tokens(static_cast<int64_t>(prompt.size()), scheduler.n_ctx(), options.limits);
 
     auto channel = std::make_shared<Channel>();
     channel->ids.reserve(static_cast<size_t>(request.max_tokens));
@@ -272,6 +274,12 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
       if (c.wake_per_token) c.changed.notify_one();
       return more;
     };
+    // (A stream that ends at a stop string may answer before the request has finished: the cached
+    // tokens of its usage are known from the admission on.)
+    job.on_admit = [channel](const RequestStats& stats) {
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      channel->cached_tokens = stats.cached_tokens;
+    };
     // note: `this` outlives every request: cli_serve joins the engine's thread before the server goes.
     job.on_finish = [channel, this](const RequestStats& stats) {
       (stats.reason == FinishReason::stop ? finished_stop
@@ -281,7 +289,6 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
         std::lock_guard<std::mutex> lock(channel->mutex);
         channel->finished = true;
         channel->reason = stats.reason;
-        channel->cached_tokens = stats.cached_tokens;
       }
       channel->changed.notify_one();
     };

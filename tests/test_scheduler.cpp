@@ -177,6 +177,35 @@ TEST(Scheduler, PromptCachingPrefillsOnlyWhatASlotDoesNotHold) {
   }
 }
 
+// Two conversations that open alike (BOS and the same system message) take turns: each turn goes
+// back to the slot of its own conversation, not to the first slot that shares the opening.
+TEST(Scheduler, InterleavedConversationsKeepTheirOwnSlots) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(12);
+  SchedulerOptions o;
+  o.slots = 2;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  const std::vector<int32_t> system = random_prompt(rng, 8);
+  std::vector<std::vector<int32_t>> history(2, system);
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int conversation = 0; conversation < 2; ++conversation) {
+      std::vector<int32_t>& prompt = history[conversation];
+      const size_t before = prompt.size();
+      for (int i = 0; i < 5; ++i) prompt.push_back(static_cast<int32_t>(3 + rng() % 58));
+      uint64_t id = 0;
+      id = scheduler.submit(request(c, &id, prompt, 3));
+      run_to_end(scheduler);
+      SCOPED_TRACE("conversation " + std::to_string(conversation) + ", turn " + std::to_string(turn));
+      // Turn 0 of the second conversation shares the system message only, with the slot the
+      // first one holds; it takes the empty slot. Later turns find their own history.
+      const int64_t expected = turn == 0 ? 0 : int64_t(before) - 1;
+      EXPECT_EQ(c.stats[id].cached_tokens, expected);
+      prompt.insert(prompt.end(), c.tokens[id].begin(), c.tokens[id].end());
+    }
+  }
+}
+
 TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
   Fixture f = make(BackendKind::cpu);
   std::mt19937 rng(4);

@@ -93,7 +93,10 @@ TEST_F(ServeChat, TheNextTurnIsServedFromTheCache) {
   Answer first = post(port(), body.dump(), "/v1/chat/completions");
   ASSERT_EQ(first.status, 200) << first.raw;
   const int64_t first_prompt = first.body["usage"]["prompt_tokens"];
-  body["messages"].push_back(first.body["choices"][0]["message"]);
+  json answer = first.body["choices"][0]["message"];
+  answer["refusal"] = nullptr;  // as the openai SDK's model_dump() sends an answer back
+  answer["tool_calls"] = nullptr;
+  body["messages"].push_back(answer);
   body["messages"].push_back({{"role", "user"}, {"content", "And of Italy?"}});
   Answer second = post(port(), body.dump(), "/v1/chat/completions");
   ASSERT_EQ(second.status, 200) << second.raw;
@@ -126,6 +129,18 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   ASSERT_EQ(a.status, 200) << a.raw;
   EXPECT_LE(a.body["usage"]["completion_tokens"].get<int>(), 3);
 
+  // Without max_tokens the answer runs to the end of its turn (here within --max-tokens-limit 64).
+  json open = chat_body({{"user", "Go on and on"}}, 1);
+  open.erase("max_tokens");
+  Answer whole_turn = post(port(), open.dump(), route);
+  ASSERT_EQ(whole_turn.status, 200) << whole_turn.raw;
+  const std::vector<int32_t> prompt = chat_ids({{"user", "Go on and on"}});
+  Answer plain = post(port(), json{{"prompt", prompt}, {"max_tokens", 64}, {"temperature", 0}}.dump());
+  ASSERT_EQ(plain.status, 200) << plain.raw;
+  EXPECT_EQ(whole_turn.body["usage"]["completion_tokens"], plain.body["usage"]["completion_tokens"]);
+  EXPECT_GT(whole_turn.body["usage"]["completion_tokens"].get<int>(), 16);  // not /v1/completions' default
+  EXPECT_EQ(whole_turn.body["choices"][0]["finish_reason"], plain.body["choices"][0]["finish_reason"]);
+
   auto refused = [&](const std::function<void(json&)>& change, const std::string& fragment) {
     json body = chat_body({{"user", "hi"}}, 4);
     change(body);
@@ -136,6 +151,9 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   refused([](json& b) { b["messages"][0]["role"] = "tool"; }, "role 'tool' is not supported");
   refused([](json& b) { b["messages"][0].erase("content"); }, "has no content");
   refused([](json& b) { b["messages"][0]["content"] = json::array({{{"type", "image_url"}}}); }, "only text");
+  refused([](json& b) { b["messages"][0]["refusal"] = "no"; }, "refusal is not supported");
+  refused([](json& b) { b["messages"][0]["name"] = "bob"; }, "name is not supported");
+  refused([](json& b) { b["messages"][0]["colour"] = "red"; }, "unknown field 'colour'");
   refused([](json& b) { b["tools"] = json::array({{{"type", "function"}}}); }, "tools is not supported");
   refused([](json& b) { b["response_format"] = {{"type", "json_object"}}; }, "response_format is not supported");
   refused([](json& b) { b["n"] = 2; }, "n is not supported");

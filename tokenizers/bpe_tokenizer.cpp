@@ -79,10 +79,16 @@ struct Segment {
 };
 
 // Where special tokens may be cut out of a text: everywhere (encode), or only inside the bytes a
-// mask marks (encode_spans: a chat template's own text, never a message's).
+// mask marks (encode_spans: a chat template's own text, never a message's). `markers` are added
+// tokens held to the mask as well though the tokenizer does not call them special (a template's
+// markers that a fine-tune added as ordinary tokens).
 struct SpecialScope {
   const std::vector<char>* mask = nullptr;  // one flag per byte of the text; nullptr: `all` says
   bool all = true;
+  const std::vector<int32_t>* markers = nullptr;  // sorted
+  bool guarded(const AddedToken& t) const {
+    return t.special || (markers != nullptr && std::binary_search(markers->begin(), markers->end(), t.id));
+  }
   bool allows(size_t begin, size_t end) const {
     if (mask == nullptr) return all;
     for (size_t i = begin; i < end; ++i)
@@ -190,7 +196,8 @@ class BpeTokenizer : public TextTokenizer {
 
   int64_t vocab_size() const override { return static_cast<int64_t>(spec_.tokens.size()); }
   std::vector<int32_t> encode(const std::string& text, bool add_special) const override;
-  std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans) const override;
+  std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
+                                    const std::vector<int32_t>& markers) const override;
   std::string chat_template() const override { return spec_.chat_template; }
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string token_bytes(int32_t prev, int32_t id) const override;
@@ -205,6 +212,7 @@ class BpeTokenizer : public TextTokenizer {
                                               const SpecialScope& scope) const;
   std::vector<Segment> split_longest_first(const std::string& text, const SpecialScope& scope) const;
   std::vector<int32_t> encode_segments(const std::string& text, const SpecialScope& scope) const;
+  SpecialScope normalize_segment(Segment* segment, const SpecialScope& scope, std::vector<char>* mask) const;
   std::string normalize(const std::string& text) const;
   std::vector<Piece> pre_tokenize(const Segment& segment) const;
   void encode_piece(const std::string& piece, std::vector<int32_t>& ids) const;
@@ -313,7 +321,7 @@ std::vector<Segment> BpeTokenizer::split_leftmost_longest(const Segment& segment
     for (const AddedToken* t : buckets[static_cast<unsigned char>(text[pos])]) {
       const std::string& content = added_normalized_content_[static_cast<size_t>(t - spec_.added.data())];
       if (text.compare(pos, content.size(), content) == 0 &&
-          (!t->special || scope.allows(pos, pos + content.size()))) {
+          (!scope.guarded(*t) || scope.allows(pos, pos + content.size()))) {
         found = t;
         break;
       }
@@ -353,7 +361,7 @@ std::vector<Segment> BpeTokenizer::split_longest_first(const std::string& text, 
       }
       size_t pos = 0;
       for (size_t hit = 0; (hit = f.text.find(t->content, hit)) != std::string::npos;) {
-        if (t->special && !scope.allows(f.offset + hit, f.offset + hit + t->content.size())) {
+        if (scope.guarded(*t) && !scope.allows(f.offset + hit, f.offset + hit + t->content.size())) {
           ++hit;  // written where special tokens are text: not this token
           continue;
         }
@@ -381,12 +389,41 @@ std::vector<Segment> BpeTokenizer::split_added(const std::string& text, const Sp
       out.push_back(std::move(first));
       continue;
     }
-    // note: tokens matched after normalizing are looked for in normalized text, whose bytes no
-    // longer line up with the mask: special ones count only where the whole raw segment allows them.
-    const SpecialScope normalized_scope{nullptr, scope.allows(first.offset, first.offset + first.text.size())};
-    first.text = normalize(first.text);
+    std::vector<char> normalized_mask;
+    const SpecialScope normalized_scope = normalize_segment(&first, scope, &normalized_mask);
     for (Segment& second : split_leftmost_longest(first, true, normalized_scope)) out.push_back(std::move(second));
   }
+  return out;
+}
+
+// Normalizes a first-pass segment, and carries `scope` over to the normalized text: each run of
+// bytes with one flag is normalized on its own (the prepended text with the first), which gives
+// the normalized text's mask wherever that equals normalizing the whole (the normalizers' patterns
+// do not reach across runs). Otherwise special tokens count only if the whole segment allows them.
+SpecialScope BpeTokenizer::normalize_segment(Segment* segment, const SpecialScope& scope,
+                                             std::vector<char>* mask) const {
+  const std::string raw = segment->text;
+  segment->text = normalize(raw);
+  SpecialScope out{nullptr, scope.allows(segment->offset, segment->offset + raw.size()), scope.markers};
+  if (scope.mask == nullptr || out.all) return out;
+  std::string pieces;
+  for (size_t begin = 0; begin < raw.size();) {
+    const char flag = (*scope.mask)[segment->offset + begin];
+    size_t end = begin;
+    while (end < raw.size() && (*scope.mask)[segment->offset + end] == flag) ++end;
+    std::string piece = raw.substr(begin, end - begin);
+    for (const NormalizeStep& step : spec_.normalizer) {
+      if (step.kind == NormalizeStep::Kind::prepend) {
+        if (begin == 0) piece = step.text + piece;
+      } else {
+        piece = replace_all(piece, step.text, step.replacement);
+      }
+    }
+    pieces += piece;
+    mask->insert(mask->end(), piece.size(), flag);
+    begin = end;
+  }
+  if (pieces == segment->text) out.mask = mask;
   return out;
 }
 
@@ -550,14 +587,17 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_spec
   return ids;
 }
 
-std::vector<int32_t> BpeTokenizer::encode_spans(const std::vector<TextSpan>& spans) const {
+std::vector<int32_t> BpeTokenizer::encode_spans(const std::vector<TextSpan>& spans,
+                                               const std::vector<int32_t>& markers) const {
   std::string text;
   std::vector<char> mask;
   for (const TextSpan& span : spans) {
     text += span.text;
     mask.insert(mask.end(), span.text.size(), span.special ? 1 : 0);
   }
-  return encode_segments(text, SpecialScope{&mask, false});
+  std::vector<int32_t> sorted = markers;
+  std::sort(sorted.begin(), sorted.end());
+  return encode_segments(text, SpecialScope{&mask, false, &sorted});
 }
 
 std::string BpeTokenizer::run_decoder(std::vector<std::string> tokens, bool first, bool lossy) const {

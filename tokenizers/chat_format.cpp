@@ -30,6 +30,26 @@ ChatTemplate choose_template(const TextTokenizer& tokenizer, const std::string& 
   return ChatTemplate::from_text(text, bos_text, eos_text);
 }
 
+// The ids of what the template writes itself, in conversations with every role (those it accepts).
+std::vector<int32_t> template_ids(const TextTokenizer& tokenizer, const ChatTemplate& chat) {
+  const std::vector<std::vector<ChatMessage>> samples = {
+      {{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u"}},
+      {{"user", "u"}, {"assistant", "a"}, {"user", "u"}},
+  };
+  std::vector<int32_t> ids;
+  for (const auto& messages : samples) {
+    try {
+      for (const ChatPiece& piece : chat.render(messages, true))
+        if (piece.special)
+          for (int32_t id : tokenizer.encode(piece.text, false)) ids.push_back(id);
+    } catch (const Error&) {  // a template that refuses system messages
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 }  // namespace
 
 ChatFormat::ChatFormat(const TextTokenizer& tokenizer, const std::string& name)
@@ -42,13 +62,17 @@ ChatFormat::ChatFormat(const TextTokenizer& tokenizer, const std::string& name)
     if (std::find(end_of_turn_.begin(), end_of_turn_.end(), ids[0]) == end_of_turn_.end())
       end_of_turn_.push_back(ids[0]);
   }
+  markers_ = template_ids(tokenizer_, template_);
+  markers_.insert(markers_.end(), end_of_turn_.begin(), end_of_turn_.end());
+  if (tokenizer_.bos_id() >= 0) markers_.push_back(tokenizer_.bos_id());
+  for (int32_t id : tokenizer_.eos_ids()) markers_.push_back(id);
 }
 
 std::vector<int32_t> ChatFormat::encode(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   std::vector<TextSpan> spans;
   for (ChatPiece& piece : template_.render(messages, add_generation_prompt))
     spans.push_back({std::move(piece.text), piece.special});
-  return tokenizer_.encode_spans(spans);
+  return tokenizer_.encode_spans(spans, markers_);
 }
 
 }  // namespace minfer

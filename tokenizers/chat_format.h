@@ -36,6 +36,9 @@ class ChatFormat {
   const TextTokenizer& tokenizer_;
   ChatTemplate template_;
   std::vector<int32_t> end_of_turn_;
+  // The tokens of the template's own text (its markers among them), BOS and EOS: a message may
+  // not produce them as added tokens, special or not (TextTokenizer::encode_spans).
+  std::vector<int32_t> markers_;
 };
 
 }  // namespace minfer

@@ -769,7 +769,7 @@ ChatTemplate::ChatTemplate(const Variant& variant, std::string bos, std::string 
       bos_(std::move(bos)),
       eos_(std::move(eos)),
       default_system_(std::move(default_system)),
-      today_(today_local()) {}
+      today_() {}
 
 ChatTemplate ChatTemplate::from_text(const std::string& template_text, const std::string& bos_token,
                                      const std::string& eos_token) {
@@ -813,7 +813,9 @@ std::vector<ChatPiece> ChatTemplate::render(const std::vector<ChatMessage>& mess
     MINFER_CHECK(role == "system" || role == "user" || role == "assistant", "chat message ", i + 1, " has role \"",
                  role, "\"; minfer's chat templates take system, user and assistant messages");
   }
-  const Conversation c{messages, add_generation_prompt, bos_, eos_, default_system_, today_, variant_};
+  // strftime_now is read at every rendering, as jinja2 calls it (a server runs for days).
+  const std::string today = today_.empty() ? today_local() : today_;
+  const Conversation c{messages, add_generation_prompt, bos_, eos_, default_system_, today, variant_};
   Pieces out;
   published_->render(c, out);
   return out.take();

@@ -71,8 +71,8 @@ class ChatTemplate {
   // generating there.
   std::vector<std::string> end_of_turn() const;
 
-  // What strftime_now("%d %b %Y") gives the templates that write today's date (Llama 3.2):
-  // the local date when the template was made, unless set here ("05 Mar 2025").
+  // What strftime_now("%d %b %Y") gives the templates that write today's date (Llama 3.2): the
+  // local date at each rendering, unless set here ("05 Mar 2025").
   void set_today(const std::string& date) { today_ = date; }
 
   struct Variant;  // one published template and its renderer (chat_template.cpp)

@@ -7,7 +7,8 @@
 
 namespace minfer {
 
-std::vector<int32_t> TextTokenizer::encode_spans(const std::vector<TextSpan>& spans) const {
+std::vector<int32_t> TextTokenizer::encode_spans(const std::vector<TextSpan>& spans,
+                                                const std::vector<int32_t>&) const {
   std::string text;
   for (const TextSpan& span : spans) text += span.text;
   return encode(text, false);  // a tokenizer without special tokens in text (llama2.c's)

@@ -36,8 +36,11 @@ class TextTokenizer {
   // tokens are recognised only inside spans marked special: in the others "<|im_end|>" is the
   // ordinary tokens of its characters (llama.cpp's parse_special = false). A chat's messages are
   // encoded this way inside their template (tokenizers/chat_format.h), so that a user cannot end
-  // a turn or forge another role; added tokens that are not special are still matched anywhere.
-  virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans) const;
+  // a turn or forge another role. Added tokens that are not special are still matched anywhere,
+  // but for `markers`, which are held to the spans as special ones are (a template's markers that
+  // a fine-tune added as ordinary tokens).
+  virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
+                                            const std::vector<int32_t>& markers) const;
   // The model's chat template (Jinja text: GGUF's tokenizer.chat_template, tokenizer_config.json's
   // chat_template or chat_template.jinja beside it); "" when the files carry none.
   virtual std::string chat_template() const { return {}; }
