@@ -4,7 +4,8 @@
 // first token grows with the conversation; with prompt caching (engine/scheduler.h) the slot that
 // served turn N-1 still holds its keys and values, and only the answer's last token and the new
 // message are prefilled: the time grows only as far as those few rows attend over a longer history.
-// Same model, same messages, the two settings in turn (A B A B), each figure the median of its rounds.
+// Same model, same messages, the two settings in turn (A B B A, four rounds), each figure the median
+// of its rounds.
 #include <algorithm>
 #include <random>
 
@@ -73,12 +74,14 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   auto model = load_model(spec, backend, lo);
   MINFER_CHECK(model->info().n_ctx >= c.context(), spec, ": a context of ", model->info().n_ctx,
                " positions is shorter than the conversation's ", c.context());
-  // note: rounds alternate the settings (on, off, on, off, ...) so that a machine whose speed
-  // drifts moves both alike; every TTFT is the median of its turn's rounds.
+  // note: the settings alternate, in the order on, off, off, on, on, off, ... (ABBA), so that a
+  // machine whose speed drifts moves both alike and neither is always the run that follows the
+  // other (the first conversation after a long one ran measurably slower); every TTFT is the
+  // median of its turn's rounds.
   std::vector<std::vector<Turn>> on, off;
   for (int round = 0; round < rounds; ++round) {
-    on.push_back(converse(*model, c, true));
-    off.push_back(converse(*model, c, false));
+    for (const bool caching : {round % 2 == 0, round % 2 != 0})
+      (caching ? on : off).push_back(converse(*model, c, caching));
   }
   auto median_ttft = [&](const std::vector<std::vector<Turn>>& runs, int64_t t) {
     std::vector<double> v;
@@ -123,7 +126,7 @@ void prompt_cache(const Options& o) {
   c.message_tokens = o.quick ? 16 : 48;
   c.answer_tokens = o.quick ? 8 : 32;
   auto cpu = cpu_backend(o);
-  const int rounds = o.quick ? 1 : 3;
+  const int rounds = o.quick ? 1 : 4;
   run_half(r, "cpu", *cpu, o.model_or(o.quick ? "preset:tiny" : "preset:stories15M"), DType::f32, c, rounds);
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
