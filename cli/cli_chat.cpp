@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -104,8 +103,7 @@ ChatSettings chat_settings(const Args& args) {
   s.temperature = static_cast<float>(args.get_double("--temp", 0.8, 0.0, 1e6));
   s.top_p = static_cast<float>(args.get_double("--top-p", 0.95, 0.0, 1.0));
   MINFER_CHECK(s.top_p > 0.0f, "--top-p: ", s.top_p, " is outside (0, 1]");
-  s.seed = args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
-                              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  s.seed = seed_option(args);
   s.max_answer = args.has("-n") ? args.get_int("-n", 0, 1, 1 << 20) : 0;
   if (args.has("--ctx")) s.n_ctx = args.get_int("--ctx", 0, 2, 1 << 20);
   s.verbose = args.has("--verbose");

@@ -1,5 +1,6 @@
 #include "cli/cli_common.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
@@ -46,6 +47,11 @@ BackendOptions backend_options(const Args& args) {
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
   return options;
+}
+
+uint64_t seed_option(const Args& args) {
+  return args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
+                            : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
 }
 
 std::optional<DType> kv_dtype_option(const Args& args) {

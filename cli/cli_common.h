@@ -32,6 +32,8 @@ bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
 // A weights type option (--dtype, --draft-dtype): unset when not given; f32, f16, bf16 or q8_0.
 std::optional<DType> weights_dtype_option(const Args& args, const char* option);
+// --seed S (at least 1), or one from the clock when not given (odd, so never 0).
+uint64_t seed_option(const Args& args);
 // --kv-dtype: unset when not given (the decoder's default for the device).
 std::optional<DType> kv_dtype_option(const Args& args);
 

@@ -1,5 +1,4 @@
 // `minfer generate`: text (or token ids) from a prompt, for one sequence or a batch of them.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -80,9 +79,7 @@ GenerateOptions sampling_options(const Args& args) {
   gen.temperature = static_cast<float>(args.get_double("--temp", 1.0, 0.0, 1e6));
   gen.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
   MINFER_CHECK(gen.top_p > 0.0f, "--top-p: ", gen.top_p, " is outside (0, 1]");
-  gen.seed = args.has("--seed")
-                 ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
-                 : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  gen.seed = seed_option(args);
   const std::string prefill = args.get("--prefill", "batched");
   MINFER_CHECK(prefill == "batched" || prefill == "one-by-one", "--prefill: '", prefill,
                "' is not batched or one-by-one");

@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/test_support.h"
 #include "tokenizers/chat_template.h"
-#include "test_support.h"
 
 namespace minfer {
 namespace {
 
 using json = nlohmann::json;
 using test::error_of;
+using test::printable;
 
 const json& fixtures() {
   static const json j =
@@ -55,30 +56,14 @@ ChatTemplate from_fixture(const json& entry) {
   return t;
 }
 
-std::string show(const std::string& text) {  // on one line, control characters escaped
-  std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02X", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return "\"" + out + "\"";
-}
-
 // Where two renderings part, for a failure message that can be read.
 std::string difference(const std::string& expected, const std::string& actual) {
   size_t at = 0;
   while (at < expected.size() && at < actual.size() && expected[at] == actual[at]) ++at;
   const size_t from = at > 20 ? at - 20 : 0;
-  return "they differ at byte " + std::to_string(at) + ":\n  jinja2: ..." + show(expected.substr(from, 60)) +
-         "\n  minfer: ..." + show(actual.substr(from, 60)) + "\n  jinja2 (all): " + show(expected) +
-         "\n  minfer (all): " + show(actual);
+  return "they differ at byte " + std::to_string(at) + ":\n  jinja2: ..." + printable(expected.substr(from, 60)) +
+         "\n  minfer: ..." + printable(actual.substr(from, 60)) + "\n  jinja2 (all): " + printable(expected) +
+         "\n  minfer (all): " + printable(actual);
 }
 
 std::string joined(const std::vector<ChatPiece>& pieces, bool special) {
@@ -313,7 +298,7 @@ TEST(ChatTemplate, Llama32WritesTodaysDate) {
   const std::string date = text.substr(at + label.size(), 11);
   EXPECT_TRUE(isdigit(date[0]) && isdigit(date[1]) && date[2] == ' ' && isupper(date[3]) && date[6] == ' ' &&
               isdigit(date[7]) && isdigit(date[10]))
-      << show(date);
+      << printable(date);
 }
 
 }  // namespace

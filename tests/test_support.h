@@ -51,6 +51,8 @@ class ScratchDir {
 
 std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" (whitespace ignored)
 std::string read_file(const std::string& path);
+// `text` quoted on one line for a failure message: "\n" for a newline, \xNN for other control bytes.
+std::string printable(const std::string& text);
 // The message of the minfer::Error that `fn` throws; "(no error)" when it throws none.
 std::string error_of(const std::function<void()>& fn);
 

@@ -18,7 +18,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "tests/test_support.h"
 #include "tokenizers/text_tokenizer.h"
 #include "tokenizers/utf8.h"
 #include "test_support.h"
@@ -28,6 +27,7 @@ namespace {
 
 using json = nlohmann::json;
 using test::golden_path;
+using test::printable;
 
 std::string fixture(const std::string& name, const std::string& file) {
   return std::string(MINFER_SOURCE_DIR) + "/tests/data/tokenizers/" + name + "/" + file;
@@ -67,20 +67,6 @@ GgufVocab gguf_vocab(const json& j) {
   return v;
 }
 
-std::string show(const std::string& text) {  // the test string, printable in a failure message
-  std::string out;
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02X", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return "\"" + out + "\"";
-}
-
 // What a stream of token_bytes prints, through Utf8Stream.
 std::string streamed(const TextTokenizer& t, const std::vector<int32_t>& ids) {
   Utf8Stream stream;
@@ -98,7 +84,7 @@ void check_json_cases(const std::string& name) {
   size_t strings = 0;
   for (const json& c : cases["cases"]) {
     const std::string text = c["text"];
-    SCOPED_TRACE(name + " " + show(text));
+    SCOPED_TRACE(name + " " + printable(text));
     const std::vector<int32_t> ids = ids_of(c["ids"]), ids_special = ids_or(c, "ids_special", ids);
     const std::string decoded = text_or(c, "decoded", text), decoded_special = text_or(c, "decoded_special", decoded);
     EXPECT_EQ(t->encode(text, false), ids);
@@ -128,7 +114,7 @@ void check_gguf_cases(const std::string& name, const std::string& ids_key = "ids
   size_t strings = 0;
   for (const json& c : cases["cases"]) {
     const std::string text = c["text"];
-    SCOPED_TRACE(name + " (GGUF " + v.model + ", pre " + v.pre + ") " + show(text));
+    SCOPED_TRACE(name + " (GGUF " + v.model + ", pre " + v.pre + ") " + printable(text));
     const std::vector<int32_t> ids = ids_or(c, ids_key.c_str(), ids_of(c["ids"]));
     EXPECT_EQ(t->encode(text, false), ids);
     std::vector<int32_t> special = ids;
@@ -160,7 +146,7 @@ TEST(TextTokenizer, AddedTokensLstripRstripNormalized) {
   const json cases = read_json(fixture("added-tokens", "cases.json"));
   for (const json& c : cases["cases"]) {
     const std::string text = c["text"];
-    SCOPED_TRACE(show(text));
+    SCOPED_TRACE(printable(text));
     EXPECT_EQ(t->encode(text, false), ids_of(c["ids"]));
     EXPECT_EQ(t->encode(text, true), ids_or(c, "ids_special", ids_of(c["ids"])));
     EXPECT_EQ(t->decode(ids_of(c["ids"])), text_or(c, "decoded", text));
@@ -174,7 +160,7 @@ TEST(TextTokenizer, ConfigAddEosFollowsTransformers) {
   const json cases = read_json(fixture("llama3-bpe-eos", "cases.json"));
   ASSERT_GE(cases["cases"].size(), 20u);
   for (const json& c : cases["cases"]) {
-    SCOPED_TRACE(show(c["text"]));
+    SCOPED_TRACE(printable(c["text"]));
     EXPECT_EQ(t->encode(c["text"], true), ids_of(c["ids_special"]));
   }
 }
@@ -383,7 +369,7 @@ TEST(TextTokenizer, Llama2GgufFromGoldenTokenizerMatchesSentencePiece) {
   size_t strings = 0;
   for (const json& c : cases["cases"]) {
     const std::string text = c["text"];
-    SCOPED_TRACE(show(text));
+    SCOPED_TRACE(printable(text));
     std::vector<int32_t> ids = ids_of(c["ids_gguf"]);
     EXPECT_EQ(t->encode(text, false), ids);
     ids.insert(ids.begin(), 1);

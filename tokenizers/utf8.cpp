@@ -134,4 +134,38 @@ bool is_whitespace(uint32_t cp) {
          cp == 0x3000;
 }
 
+bool is_python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+size_t python_leading_space(const std::string& s) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t length = 0;
+    if (!is_python_space(decode_at(s, pos, &length))) break;
+    pos += length;
+  }
+  return pos;
+}
+
+size_t python_trailing_space_start(const std::string& s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && end - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    size_t length = 0;
+    const uint32_t c = decode_at(s, start, &length);
+    if (start + length != end || !is_python_space(c)) break;
+    end = start;
+  }
+  return end;
+}
+
+std::string python_strip(const std::string& s) {
+  const size_t begin = python_leading_space(s), end = python_trailing_space_start(s);
+  return begin < end ? s.substr(begin, end - begin) : std::string();
+}
+
 }  // namespace minfer::utf8

@@ -35,4 +35,11 @@ std::string lossy(const std::string& bytes);
 // Unicode's White_Space property (Rust's char::is_whitespace).
 bool is_whitespace(uint32_t code_point);
 
+// Python's str.isspace() and str.strip(), as jinja2's templates use them (trim, .strip()):
+// U+200B, zero width space, is not white space there; invalid UTF-8 is not white space.
+bool is_python_space(uint32_t code_point);
+size_t python_leading_space(const std::string& s);        // the length of the white space that starts s
+size_t python_trailing_space_start(const std::string& s);  // where the white space that ends s begins
+std::string python_strip(const std::string& s);
+
 }  // namespace minfer::utf8
