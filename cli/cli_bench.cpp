@@ -182,12 +182,12 @@ class Bench {
     for (int64_t p : prompts) {
       if (p <= 0) continue;
       if (profiler) profiler->reset();
-      finish(prefill_row(base, backend, decoder, model.config(), p), profiler);
+      finish(prefill_row(base, backend, decoder, model, p), profiler);
     }
     for (int64_t n : s_.gens) {
       if (n <= 0) continue;
       if (profiler) profiler->reset();
-      finish(decode_row(base, backend, decoder, model.config(), model.info().dtype, n), profiler);
+      finish(decode_row(base, backend, decoder, model, n), profiler);
       if (s_.draft.empty() || n < 2) continue;  // a generation row times tokens after the first
       finish(generation_row(base, decoder, nullptr, n, 0), profiler);
       for (int64_t k : s_.draft_ks) finish(generation_row(base, decoder, draft.get(), n, k), profiler);
@@ -226,7 +226,8 @@ class Bench {
     return row;
   }
 
-  BenchRow prefill_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaConfig& c, int64_t P) {
+  BenchRow prefill_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaModel& model, int64_t P) {
+    const LlamaConfig& c = model.config();
     const int64_t B = decoder.n_seqs();
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s)
@@ -241,14 +242,14 @@ class Bench {
     for (double t : seconds) row.samples_ts.push_back(double(B * P) / t);
     mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
     const double passes_per_second = row.avg_ts / double(B * P);
-    row.bytes_per_step = decode_step_bytes(c, parse_dtype(row.dtype.c_str()), decoder.cache().dtype(), B, P - 1);
+    row.bytes_per_step = decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, P - 1);
     row.gbps = double(row.bytes_per_step) * passes_per_second / 1e9;
     row.gflops = double(prefill_flops(c, B, P)) * passes_per_second / 1e9;
     return row;
   }
 
-  BenchRow decode_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaConfig& c, DType dtype,
-                      int64_t N) {
+  BenchRow decode_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaModel& model, int64_t N) {
+    const LlamaConfig& c = model.config();
     const int64_t B = decoder.n_seqs();
     std::vector<int32_t> tokens(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>((3 + s * 31) % c.vocab_size);
@@ -262,7 +263,7 @@ class Bench {
     mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
     uint64_t bytes = 0, flops = 0;
     for (int64_t pos = 0; pos < N; ++pos) {
-      bytes += decode_step_bytes(c, dtype, decoder.cache().dtype(), B, pos);
+      bytes += decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, pos);
       flops += decode_step_flops(c, B, pos);
     }
     row.bytes_per_step = bytes / uint64_t(N);
@@ -336,7 +337,7 @@ int cmd_bench(int argc, char** argv) {
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
              {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
-             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0 (default auto)"},
+             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (default auto)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU, the weights' type on CUDA)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
@@ -370,7 +371,8 @@ int cmd_bench(int argc, char** argv) {
   check_backend_options(args, s.device);
   s.dtypes = parse_list(args.get("--dtype", "auto"), "--dtype");
   for (const auto& d : s.dtypes)
-    MINFER_CHECK(d == "auto" || parse_dtype(d.c_str()) != DType::i32, "--dtype: weights are auto, f32, f16, bf16 or q8_0");
+    MINFER_CHECK(d == "auto" || (parse_dtype(d.c_str()) != DType::i32 && !is_k_quant(parse_dtype(d.c_str()))),
+                 "--dtype: weights are auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
   s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
   for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
   s.output = args.get("-o", "md");

@@ -14,7 +14,8 @@ std::vector<Option> engine_options() {
       {"-m,--model", "MODEL", "a model: a Hugging Face folder, a .safetensors or .gguf file, a llama2.c\n"
                               "                              checkpoint, or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
-      {"--dtype", "TYPE", "weights as f32, f16, bf16 or q8_0 (default: as the model stores them; f32 for\n"
+      {"--dtype", "TYPE", "weights as f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1, quantized at load (default:\n"
+                          "                              as the model stores them, e.g. a GGUF file's Q4_K_M mix; f32 for\n"
                           "                              llama2.c files and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
@@ -64,7 +65,9 @@ std::optional<DType> kv_dtype_option(const Args& args) {
 std::optional<DType> weights_dtype_option(const Args& args, const char* option) {
   if (!args.has(option)) return std::nullopt;
   const DType dtype = parse_dtype(args.get(option).c_str());
-  MINFER_CHECK(dtype != DType::i32, option, ": weights are f32, f16, bf16 or q8_0");
+  MINFER_CHECK(dtype != DType::i32, option, ": weights are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
+  MINFER_CHECK(!is_k_quant(dtype), option, ": ", dtype_name(dtype),
+               " weights are read from GGUF files, not made at load (quantize with llama.cpp's llama-quantize)");
   return dtype;
 }
 
@@ -149,9 +152,10 @@ std::unique_ptr<LlamaModel> load_draft_model(const std::string& spec, const Llam
 
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what) {
   const ModelInfo& info = model.info();
+  const std::string types = info.weight_types.empty() ? dtype_name(info.dtype) : "mixed (" + info.weight_types + ")";
   std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights on %s\n", what, info.name.c_str(),
-               info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(),
-               dtype_name(info.dtype), backend.name().c_str());
+               info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(), types.c_str(),
+               backend.name().c_str());
 }
 
 }  // namespace minfer::cli

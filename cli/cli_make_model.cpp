@@ -71,7 +71,7 @@ std::vector<Option> make_model_options() {
   return {{"-o,--output", "PATH", "the file (or, for hf, the folder) to write (required)"},
           {"--preset", "NAME", "start from a preset's shape (default tiny)"},
           {"--format", "F", "v0 (llama2.c legacy, what run.c reads; default), v1, hf or gguf"},
-          {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices; gguf also q8_0"},
+          {"--dtype", "TYPE", "hf and gguf: f32 (default), f16 or bf16 matrices; gguf also q8_0, q4_0, q4_1, q5_0, q5_1"},
           {"-z,--tokenizer", "PATH", "gguf: a llama2.c tokenizer.bin to store as the file's vocabulary"},
           {"--dim", "N", "width of the residual stream"},
           {"--hidden-dim", "N", "width of the feed-forward layer"},
@@ -210,7 +210,7 @@ int cmd_make_model(int argc, char** argv) {
   check_output(out, format);
   check_format_options(args, format);
   const DType dtype = parse_dtype(args.get("--dtype", "f32").c_str());
-  MINFER_CHECK(dtype != DType::i32, "--dtype: weights are f32, f16, bf16 or q8_0");
+  MINFER_CHECK(dtype != DType::i32 && !is_k_quant(dtype), "--dtype: weights are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
   const LlamaConfig c = model_config(args);
   const std::unique_ptr<GgufVocab> vocab = vocab_option(args, c);
   const uint64_t seed = static_cast<uint64_t>(args.get_int("--seed", int64_t(kDefaultModelSeed), 0, INT64_MAX));

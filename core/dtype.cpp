@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/quants.h"
 
 namespace minfer {
 
@@ -20,39 +21,29 @@ const char* dtype_name(DType t) {
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
     case DType::q8_0: return "q8_0";
+    case DType::q4_0: return "q4_0";
+    case DType::q4_1: return "q4_1";
+    case DType::q5_0: return "q5_0";
+    case DType::q5_1: return "q5_1";
+    case DType::q2_k: return "q2_k";
+    case DType::q3_k: return "q3_k";
+    case DType::q4_k: return "q4_k";
+    case DType::q5_k: return "q5_k";
+    case DType::q6_k: return "q6_k";
   }
   return "?";
 }
 
 DType parse_dtype(const char* name) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::q8_0})
-    if (std::strcmp(name, dtype_name(t)) == 0) return t;
-  fail("unknown dtype '", name, "' (expected f32, f16, bf16, q8_0 or i32)");
+  for (int i = 0; i <= int(DType::q6_k); ++i)
+    if (std::strcmp(name, dtype_name(DType(i))) == 0) return DType(i);
+  fail("unknown dtype '", name, "' (expected f32, f16, bf16, i32, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k)");
 }
 
 uint64_t dtype_bytes(DType t, uint64_t count) {
   const uint64_t block = uint64_t(dtype_block(t));
   if (count % block != 0) fail(count, " elements are not whole ", dtype_name(t), " blocks of ", block);
   return checked_mul(count / block, uint64_t(dtype_block_bytes(t)), "tensor bytes");
-}
-
-void quantize_q8_0(BlockQ8* dst, const float* src, size_t n) {
-  for (size_t b = 0; b < n / 32; ++b) {
-    const float* x = src + b * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    dst[b].d = f32_to_f16(d);
-    for (int j = 0; j < 32; ++j) dst[b].q[j] = static_cast<int8_t>(std::roundf(x[j] * id));
-  }
-}
-
-void dequantize_q8_0(float* dst, const BlockQ8* src, size_t n) {
-  for (size_t b = 0; b < n / 32; ++b) {
-    const float d = f16_to_f32(src[b].d);
-    for (int j = 0; j < 32; ++j) dst[b * 32 + j] = d * static_cast<float>(src[b].q[j]);
-  }
 }
 
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
@@ -75,10 +66,11 @@ void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    case DType::q8_0:
-      MINFER_CHECK(n % 32 == 0, "q8_0: ", n, " elements are not whole blocks of 32");
-      quantize_q8_0(static_cast<BlockQ8*>(dst), src, n);
+    case DType::q8_0: case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1:
+      quantize_row(dst_type, dst, src, n);
       return;
+    case DType::q2_k: case DType::q3_k: case DType::q4_k: case DType::q5_k: case DType::q6_k:
+      fail("cannot convert f32 to ", dtype_name(dst_type), ": K-quants are read from GGUF files, not made");
     case DType::i32: break;
   }
   fail("cannot convert f32 to ", dtype_name(dst_type));
@@ -97,13 +89,9 @@ void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
-    case DType::q8_0:
-      MINFER_CHECK(n % 32 == 0, "q8_0: ", n, " elements are not whole blocks of 32");
-      dequantize_q8_0(dst, static_cast<const BlockQ8*>(src), n);
-      return;
-    case DType::i32: break;
+    case DType::i32: fail("cannot convert i32 to f32");
+    default: dequantize_row(src_type, dst, src, n); return;
   }
-  fail("cannot convert ", dtype_name(src_type), " to f32");
 }
 
 }  // namespace minfer

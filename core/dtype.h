@@ -7,11 +7,8 @@
 // keep +-Inf. These are the host versions: the CUDA kernels use the hardware intrinsics, and the
 // CPU kernels use F16C / AVX-512 instructions where the build enables them.
 //
-// q8_0 (ggml's Q8_0): blocks of 32 weights along a row, each an f16 scale d and 32 int8 values q,
-// weight = d * q: 34 bytes per 32 weights, 3.76 times fewer than f32. Quantizing is llama.cpp's
-// rule exactly (bit for bit what GGUF Q8_0 holds): d = max|x| / 127 rounded to f16, and
-// q = round(x * 127 / max|x|) with the reciprocal of the unrounded d, halves away from zero. A
-// q8_0 tensor's rows are whole blocks: its last dimension is a multiple of 32.
+// The quantized types (q8_0, q4_0, ..., q6_k) are ggml's blocks: core/quants.h says what each holds.
+// A quantized tensor's rows are whole blocks: its last dimension is a multiple of the block size.
 #pragma once
 
 #include <cstdint>
@@ -19,31 +16,46 @@
 
 namespace minfer {
 
-enum class DType : uint8_t { f32, f16, bf16, i32, q8_0 };
+enum class DType : uint8_t { f32, f16, bf16, i32, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k };
 
-// Elements per block and bytes per block: (1, size) for plain types, (32, 34) for q8_0.
-constexpr int64_t dtype_block(DType t) { return t == DType::q8_0 ? 32 : 1; }
+constexpr bool is_quantized(DType t) { return t >= DType::q8_0; }
+constexpr bool is_k_quant(DType t) { return t >= DType::q2_k; }
+// Elements per block: 1 for plain types, 32 for the legacy quantized types, 256 for K-quants.
+constexpr int64_t dtype_block(DType t) { return !is_quantized(t) ? 1 : is_k_quant(t) ? 256 : 32; }
+// Bytes per block (per element for plain types).
 constexpr int64_t dtype_block_bytes(DType t) {
-  return t == DType::q8_0 ? 34 : (t == DType::f16 || t == DType::bf16) ? 2 : 4;
+  switch (t) {
+    case DType::f16: case DType::bf16: return 2;
+    case DType::f32: case DType::i32: return 4;
+    case DType::q8_0: return 34;
+    case DType::q4_0: return 18;
+    case DType::q4_1: return 20;
+    case DType::q5_0: return 22;
+    case DType::q5_1: return 24;
+    case DType::q2_k: return 84;
+    case DType::q3_k: return 110;
+    case DType::q4_k: return 144;
+    case DType::q5_k: return 176;
+    case DType::q6_k: return 210;
+  }
+  return 0;
 }
-// Bytes per element of a plain type (not q8_0, whose elements have no whole size).
+// Bytes per element of a plain type (not a quantized one, whose elements have no whole size).
 constexpr int dtype_size(DType t) { return static_cast<int>(dtype_block_bytes(t)); }
-// Bytes per element of any type, as a fraction: 4, 2, or 34 / 32 = 1.0625 for q8_0.
+// Bytes per element of any type, as a fraction: 4, 2, 34 / 32 = 1.0625 for q8_0, ...
 constexpr double dtype_bytes_per_element(DType t) { return double(dtype_block_bytes(t)) / double(dtype_block(t)); }
 // The bytes of `count` elements (a whole number of blocks; Error otherwise).
 uint64_t dtype_bytes(DType t, uint64_t count);
 
-// One block of ggml's Q8_0.
+// One block of ggml's Q8_0 (the other blocks are in core/quants.h).
 struct BlockQ8 {
   uint16_t d;     // f16 scale
   int8_t q[32];
 };
 static_assert(sizeof(BlockQ8) == 34, "a Q8_0 block is 34 bytes");
-// llama.cpp's quantize_row_q8_0 and dequantize_row_q8_0 (n a multiple of 32).
-void quantize_q8_0(BlockQ8* dst, const float* src, size_t n);
-void dequantize_q8_0(float* dst, const BlockQ8* src, size_t n);
 const char* dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "i32"; throws Error naming the accepted values otherwise.
+// Parses "f32", "f16", "bf16", "i32", "q8_0", "q4_0", ..., "q6_k"; throws Error naming the
+// accepted values otherwise.
 DType parse_dtype(const char* name);
 
 inline uint32_t float_bits(float f) {
@@ -105,7 +117,8 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-// Converts n elements between f32 and {f32, f16, bf16, q8_0} (n a multiple of 32 for q8_0).
+// Converts n elements from f32 to f32, f16, bf16 or a legacy quantized type, and from any type
+// but i32 to f32 (n whole blocks for a quantized type).
 void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 void convert_to_f32(float* dst, const void* src, DType src_type, size_t n);
 

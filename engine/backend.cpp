@@ -26,6 +26,10 @@ GemmKind parse_gemm(const std::string& name) {
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend_cuda.cu
 #endif
 
+void Backend::check_weights(DType t, const std::string& model) const {
+  if (t == DType::i32) fail(model, ": weights must be of a float or quantized type, not i32");
+}
+
 void check_memory_fits(Backend& backend, uint64_t bytes, const std::string& what) {
   size_t free_bytes = 0, total_bytes = 0;
   if (backend.pool().upstream().memory_info(&free_bytes, &total_bytes) && bytes > free_bytes)

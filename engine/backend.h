@@ -10,7 +10,7 @@
 //   - activations are f32, 2-D, [rows, features]; rows may be spaced apart (a column slice of a
 //     wider tensor, e.g. q, k and v as slices of one fused QKV product), the last stride is 1;
 //   - weights are [out_features, in_features] as llama2.c stores them, dense f32/f16/bf16 or
-//     q8_0 blocks (core/dtype.h);
+//     quantized blocks (core/quants.h);
 //   - outputs come first in every op's arguments, then tensors updated in place, then inputs;
 //   - the KV cache of one layer is (n_seqs, n_kv_heads, n_ctx, head_dim), head-major (why: the
 //     note atop engine/kv_cache.h);
@@ -62,6 +62,10 @@ class Backend {
   // Host memory for transfers to and from this device (pinned on CUDA, so copies are DMA).
   virtual CachingPool& host_pool() = 0;
   virtual void synchronize() {}
+
+  // Throws Error naming `model` and the type when this backend cannot multiply or look up
+  // weights of type t (the CUDA backend has no kernels for the 4- to 6-bit GGUF types yet).
+  virtual void check_weights(DType t, const std::string& model) const;
 
   // Uninitialised memory on this backend's device.
   Tensor empty(const std::vector<int64_t>& shape, DType dtype) {

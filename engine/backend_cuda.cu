@@ -86,6 +86,12 @@ class CudaBackend final : public Backend, private Recorder {
 
   DeviceKind device() const override { return kCuda; }
   BackendKind kind() const override { return BackendKind::cuda; }
+  void check_weights(DType t, const std::string& model) const override {
+    Backend::check_weights(t, model);
+    if (is_quantized(t) && t != DType::q8_0)
+      fail(model, ": the CUDA backend has no kernels for ", dtype_name(t),
+           " weights yet (run it with --device cpu, or convert at load with --dtype f16 or q8_0)");
+  }
   std::string name() const override {
     return detail::concat("cuda (", device_name_, ", gemm ", gemm_name(options_.gemm),
                           options_.graphs ? ", graphs" : "", ")");

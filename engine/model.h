@@ -33,7 +33,10 @@ struct ModelInfo {
   int64_t head_dim = 0;
   uint64_t n_params = 0;
   uint64_t weight_bytes = 0;   // every weight as stored on the device
-  DType dtype = DType::f32;    // of the matrices and the embedding table
+  uint64_t step_weight_bytes = 0;    // of them, those a decode step reads: matrices, classifier, norms
+  uint64_t embedding_row_bytes = 0;  // one row of the embedding table (a step reads one per sequence)
+  DType dtype = DType::f32;    // of the matrices and the embedding table (of most weights, if mixed)
+  std::string weight_types;    // a mix: each type's share of the weights ("q4_k 80%, q6_k 20%"); empty if one
   int32_t bos_id = 1;          // -1: none
   std::vector<int32_t> stop_ids;  // tokens that end a generation
 };

@@ -36,13 +36,10 @@ struct BlockSize {
   uint64_t elements, bytes;
 };
 bool block_size(uint32_t type, BlockSize* out) {
-  switch (type) {
-    case 0: *out = {1, 4}; return true;    // F32
-    case 1: *out = {1, 2}; return true;    // F16
-    case 8: *out = {32, 34}; return true;  // Q8_0: an f16 scale and 32 int8
-    case 30: *out = {1, 2}; return true;   // BF16
-    default: return false;
-  }
+  DType dtype;
+  if (!dtype_of_ggml_type(type, &dtype)) return false;
+  *out = {uint64_t(dtype_block(dtype)), uint64_t(dtype_block_bytes(dtype))};
+  return true;
 }
 
 class Reader {
@@ -134,6 +131,21 @@ class Reader {
 };
 
 }  // namespace
+
+bool dtype_of_ggml_type(uint32_t type, DType* out) {
+  for (const auto& [ggml, dtype] : kGgmlTypes)
+    if (uint32_t(ggml) == type) {
+      *out = dtype;
+      return true;
+    }
+  return false;
+}
+
+uint32_t ggml_type_of(DType dtype) {
+  for (const auto& [ggml, d] : kGgmlTypes)
+    if (d == dtype) return uint32_t(ggml);
+  fail("GGUF has no type for ", dtype_name(dtype));
+}
 
 const char* ggml_type_name(uint32_t type) {
   static const char* names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",    "Q5_1",    "Q8_0",
@@ -260,16 +272,11 @@ Tensor GgufFile::view(const std::string& name) const {
   MINFER_CHECK(it != contents_.tensors.end(), path(), ": no tensor '", name, "'");
   const GgufTensorInfo& t = it->second;
   DType dtype;
-  switch (t.type) {
-    case uint32_t(GgmlType::f32): dtype = DType::f32; break;
-    case uint32_t(GgmlType::f16): dtype = DType::f16; break;
-    case uint32_t(GgmlType::bf16): dtype = DType::bf16; break;
-    case uint32_t(GgmlType::q8_0): dtype = DType::q8_0; break;
-    default: fail(path(), ": tensor '", name, "' is ", ggml_type_name(t.type), "; minfer reads F32, F16, BF16 and Q8_0 tensors");
-  }
+  if (!dtype_of_ggml_type(t.type, &dtype))
+    fail(path(), ": tensor '", name, "' is ", ggml_type_name(t.type), "; minfer reads ", kReadableTypes, " tensors");
   std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
   const uint64_t start = contents_.data_offset + t.offset;
-  const uint64_t align = dtype == DType::q8_0 ? 2 : uint64_t(dtype_size(dtype));  // Q8_0: its f16 scales
+  const uint64_t align = is_quantized(dtype) ? 2 : uint64_t(dtype_size(dtype));  // blocks: their f16 scales
   if (start % align != 0) fail(path(), ": tensor '", name, "' is not aligned to its ", align, "-byte elements");
   auto* bytes = const_cast<uint8_t*>(data_ + start);
   return Tensor::wrap(bytes, shape, dtype, DeviceKind::cpu, file_);

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/files.h"
@@ -33,8 +34,21 @@ struct GgufValue {
   std::vector<double> numbers;       // array of numbers (integers are exact up to 2^53)
 };
 
-// ggml's tensor types minfer knows by name (the numbers are the file's).
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+// ggml's tensor types minfer reads (the numbers are the file's).
+enum class GgmlType : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
+  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, bf16 = 30
+};
+constexpr std::pair<GgmlType, DType> kGgmlTypes[] = {
+    {GgmlType::f32, DType::f32},   {GgmlType::f16, DType::f16},   {GgmlType::bf16, DType::bf16},
+    {GgmlType::q4_0, DType::q4_0}, {GgmlType::q4_1, DType::q4_1}, {GgmlType::q5_0, DType::q5_0},
+    {GgmlType::q5_1, DType::q5_1}, {GgmlType::q8_0, DType::q8_0}, {GgmlType::q2_k, DType::q2_k},
+    {GgmlType::q3_k, DType::q3_k}, {GgmlType::q4_k, DType::q4_k}, {GgmlType::q5_k, DType::q5_k},
+    {GgmlType::q6_k, DType::q6_k}};
+constexpr const char* kReadableTypes = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K";
+// The minfer type of a ggml type number; false for the types minfer does not read (I8, IQ2_XXS, ...).
+bool dtype_of_ggml_type(uint32_t type, DType* out);
+uint32_t ggml_type_of(DType dtype);  // Error for i32
 const char* ggml_type_name(uint32_t type);  // "Q4_K" for 12, ...
 
 struct GgufTensorInfo {
@@ -69,8 +83,8 @@ class GgufFile {
   double number(const std::string& key, bool required, double fallback) const;
   std::string text(const std::string& key, bool required, const std::string& fallback) const;
   bool has_tensor(const std::string& name) const { return contents_.tensors.count(name) > 0; }
-  // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); F32, F16, BF16
-  // and Q8_0 tensors only, any other type refused by name.
+  // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); the types of
+  // kGgmlTypes only, any other type refused by name.
   Tensor view(const std::string& name) const;
   // Gives back the file pages of a tensor once copied (nothing for an image in memory).
   void drop(const Tensor& t) const {

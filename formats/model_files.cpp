@@ -78,7 +78,7 @@ std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path) {
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& spec, Backend& backend, const LlamaOptions& options) {
-  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be f32, f16, bf16 or q8_0");
+  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be of a float or quantized type");
   auto check_fits = [&](const LlamaConfig& c, DType dtype) {
     check_memory_fits(backend, LlamaModel::weight_bytes(c, dtype), spec + " (" + dtype_name(dtype) + " weights)");
   };
@@ -93,7 +93,8 @@ std::unique_ptr<LlamaModel> load_model(const std::string& spec, Backend& backend
   }
   MINFER_CHECK(options.preset_ctx == 0, spec, ": the context of a model file is its own; only presets take another");
   LlamaHostWeights weights = load_model_weights(spec);
-  check_fits(weights.config, options.dtype.value_or(weights.token_embedding.dtype()));
+  check_memory_fits(backend, LlamaModel::weight_bytes(weights, options.dtype),
+                    spec + " (" + (options.dtype ? dtype_name(*options.dtype) : "stored") + " weights)");
   return std::make_unique<LlamaModel>(backend, weights, spec, options);
 }
 

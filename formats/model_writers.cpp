@@ -48,9 +48,25 @@ std::vector<int64_t> rotate_half_order(int64_t heads, int64_t head_dim) {
 const char* hf_dtype(DType d) { return d == DType::f32 ? "F32" : d == DType::f16 ? "F16" : "BF16"; }
 
 void check_writable(const LlamaHostWeights& w, DType dtype) {
-  MINFER_CHECK(dtype != DType::i32, "weights are written as f32, f16, bf16 or (GGUF) q8_0");
+  MINFER_CHECK(dtype != DType::i32 && !is_k_quant(dtype),
+               "weights are written as f32, f16, bf16 or (GGUF) q8_0, q4_0, q4_1, q5_0 or q5_1, not ", dtype_name(dtype));
   MINFER_CHECK(!w.rotate_half, "weights to write must be in interleaved RoPE order");
   w.validate("make-model");
+}
+
+// llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, BF16 32.
+uint32_t llama_file_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::q4_0: return 2;
+    case DType::q4_1: return 3;
+    case DType::q8_0: return 7;
+    case DType::q5_0: return 8;
+    case DType::q5_1: return 9;
+    case DType::bf16: return 32;
+    default: fail("no llama.cpp file type for ", dtype_name(dtype), " files");
+  }
 }
 
 struct Named {
@@ -64,7 +80,8 @@ struct Named {
 
 void write_hf_folder(const std::string& folder, const LlamaHostWeights& w, DType dtype) {
   check_writable(w, dtype);
-  MINFER_CHECK(dtype != DType::q8_0, "a Hugging Face folder holds f32, f16 or bf16 weights; q8_0 goes into GGUF");
+  MINFER_CHECK(!is_quantized(dtype), "a Hugging Face folder holds f32, f16 or bf16 weights; ", dtype_name(dtype),
+               " goes into GGUF");
   const LlamaConfig& c = w.config;
   MINFER_CHECK(c.rope_scaling.type != RopeScaling::Type::factors,
                "per-frequency RoPE factors (GGUF's rope_freqs) have no Hugging Face config");
@@ -181,10 +198,6 @@ class GgufMetadata {
   uint64_t count_ = 0;
 };
 
-uint32_t ggml_type_of(DType d) {
-  return d == DType::f32 ? 0 : d == DType::f16 ? 1 : d == DType::q8_0 ? uint32_t(GgmlType::q8_0) : 30;
-}
-
 }  // namespace
 
 void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype, const GgufVocab* vocab) {
@@ -195,8 +208,7 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
   m.string("general.architecture", "llama");
   m.string("general.name", "minfer make-model");
   m.u32("general.alignment", kAlignment);
-  // llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
-  m.u32("general.file_type", dtype == DType::f32 ? 0 : dtype == DType::f16 ? 1 : dtype == DType::q8_0 ? 7 : 32);
+  m.u32("general.file_type", llama_file_type(dtype));
   m.u32("llama.context_length", uint32_t(c.n_ctx));
   m.u32("llama.embedding_length", uint32_t(c.dim));
   m.u32("llama.feed_forward_length", uint32_t(c.hidden_dim));

@@ -24,9 +24,119 @@
 #include "core/error.h"
 #include "kernels/ref/rope.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
+#include <map>
 
 namespace minfer {
+
+int64_t RowBlocks::rows() const {
+  int64_t n = 0;
+  for (const Tensor& p : parts) n += p.size(0);
+  return n;
+}
+
+uint64_t RowBlocks::bytes() const {
+  uint64_t n = 0;
+  for (const Tensor& p : parts) n += p.nbytes();
+  return n;
+}
+
+RowBlocks RowBlocks::slice(int64_t begin, int64_t end) const {
+  RowBlocks out;
+  int64_t first = 0;  // of the part
+  for (const Tensor& p : parts) {
+    const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.size(0));
+    if (lo < hi) out.parts.push_back(p.slice(0, lo - first, hi - first));
+    first += p.size(0);
+  }
+  return out;
+}
+
+const Tensor& RowBlocks::tensor() const {
+  MINFER_CHECK(parts.size() == 1, "a matrix in ", parts.size(), " parts is not one tensor");
+  return parts[0];
+}
+
+void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlocks& w, int64_t begin, int64_t end) {
+  if (end < 0) end = w.rows();
+  if (w.parts.size() == 1 && begin == 0 && end == w.parts[0].size(0)) return backend.matmul(out, x, w.parts[0]);
+  int64_t first = 0;  // of the part
+  for (const Tensor& p : w.parts) {
+    const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.size(0));
+    if (lo < hi) backend.matmul(out.slice(1, lo - begin, hi - begin), x, p.slice(0, lo - first, hi - first));
+    first += p.size(0);
+  }
+}
+
+namespace {
+
+// The type a matrix of `in` columns is stored in: as `wanted` asks (matrix_dtype), else as the
+// host holds it, else f32.
+DType stored_type(const std::optional<DType>& wanted, const Tensor* host, int64_t in) {
+  if (wanted) return matrix_dtype(*wanted, in);
+  return host != nullptr ? host->dtype() : DType::f32;
+}
+
+// A layer's matrices (wq, wk, wv, wo, w1, w3, w2) with their shapes and host tensors.
+struct LayerMatrix {
+  int64_t rows, in;
+  const Tensor* host;
+};
+std::array<LayerMatrix, 7> layer_matrices(const LlamaConfig& c, const LlamaHostWeights::Layer* h) {
+  const int64_t d = c.dim, hd = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  return {{{q, d, h ? &h->wq : nullptr},
+           {kv, d, h ? &h->wk : nullptr},
+           {kv, d, h ? &h->wv : nullptr},
+           {d, q, h ? &h->wo : nullptr},
+           {hd, d, h ? &h->w1 : nullptr},
+           {hd, d, h ? &h->w3 : nullptr},
+           {d, hd, h ? &h->w2 : nullptr}}};
+}
+
+// The parts a model's matrices are stored in, planned before any memory is taken.
+struct PlannedPart {
+  RowBlocks* into;
+  int64_t rows, in;
+  DType type;
+};
+
+// Matrices [first, last) of `m` as one RowBlocks: one part per run of one type.
+void plan_rows(std::vector<PlannedPart>& plan, RowBlocks* into, const std::array<LayerMatrix, 7>& m, size_t first,
+               size_t last, const std::optional<DType>& wanted) {
+  for (size_t i = first; i < last;) {
+    const DType t = stored_type(wanted, m[i].host, m[i].in);
+    int64_t rows = 0;
+    size_t j = i;
+    for (; j < last && stored_type(wanted, m[j].host, m[j].in) == t; ++j) rows += m[j].rows;
+    plan.push_back({into, rows, m[i].in, t});
+    i = j;
+  }
+}
+
+// note: one allocation per type holds every part of that type, back to back, as the stacked
+// (layers, rows, in) tensors did before types could mix: a part of its own per layer would be
+// rounded up to 2 MiB huge pages each, megabytes of resident padding.
+void allocate_parts(Backend& backend, const std::vector<PlannedPart>& plan) {
+  std::map<DType, int64_t> elements;
+  for (const PlannedPart& p : plan) elements[p.type] += p.rows * p.in;
+  std::map<DType, Tensor> arenas;
+  for (const auto& [type, n] : elements) arenas[type] = backend.empty({n}, type);
+  std::map<DType, int64_t> used;
+  for (const PlannedPart& p : plan) {
+    int64_t& at = used[p.type];
+    p.into->parts.push_back(arenas[p.type].slice(0, at, at + p.rows * p.in).reshape({p.rows, p.in}));
+    at += p.rows * p.in;
+  }
+}
+
+uint64_t stored_bytes(const std::optional<DType>& wanted, const Tensor* host, int64_t rows, int64_t in) {
+  return dtype_bytes(stored_type(wanted, host, in), checked_mul(uint64_t(rows), uint64_t(in), "model size"));
+}
+
+}  // namespace
 
 uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
   const char* what = "model size";
@@ -39,20 +149,52 @@ uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
                      checked_mul(checked_add(norms, rope, what), 4, what), what);
 }
 
-void LlamaModel::allocate(const std::string& name) {
+uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, std::optional<DType> dtype) {
+  const LlamaConfig& c = w.config;
+  const char* what = "model size";
+  // norms and the RoPE table in f32, then the tables and matrices as stored
+  uint64_t bytes = checked_mul(checked_add(checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what),
+                                           checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what), what),
+                               4, what);
+  bytes = checked_add(bytes, stored_bytes(dtype, &w.token_embedding, c.vocab_size, c.dim), what);
+  if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(dtype, &w.classifier, c.vocab_size, c.dim), what);
+  for (const LlamaHostWeights::Layer& layer : w.layers)
+    for (const LayerMatrix& m : layer_matrices(c, &layer))
+      bytes = checked_add(bytes, stored_bytes(dtype, m.host, m.rows, m.in), what);
+  return bytes;
+}
+
+void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
   const LlamaConfig& c = config_;
-  const int64_t L = c.n_layers, d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
-  // note: each matrix's dtype follows its input width (matrix_dtype: q8_0 needs rows of whole
-  // 32-weight blocks, else f16, as llama.cpp falls back).
-  w_.token_embedding = backend_.empty({V, d}, matrix_dtype(dtype_, d));
-  w_.classifier = c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, matrix_dtype(dtype_, d));
+  const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
+  const std::optional<DType>& wanted = dtype_;
+  // note: each matrix's type is the file's or the one asked for, following its input width
+  // (matrix_dtype: quantized blocks need rows of whole blocks, else f16, as llama.cpp falls back).
+  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, host ? &host->token_embedding : nullptr, d));
+  w_.classifier = c.shared_classifier ? w_.token_embedding
+                                      : backend_.empty({V, d}, stored_type(wanted, host ? &host->classifier : nullptr, d));
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
-  w_.wqkv = backend_.empty({L, q + 2 * kv, d}, matrix_dtype(dtype_, d));
-  w_.wo = backend_.empty({L, d, q}, matrix_dtype(dtype_, q));
-  w_.w13 = backend_.empty({L, 2 * h, d}, matrix_dtype(dtype_, d));
-  w_.w2 = backend_.empty({L, d, h}, matrix_dtype(dtype_, h));
+  w_.layers.assign(size_t(L), Layer());
+  std::vector<PlannedPart> plan;
+  for (int64_t l = 0; l < L; ++l) {
+    const auto m = layer_matrices(c, host ? &host->layers[size_t(l)] : nullptr);
+    Layer& layer = w_.layers[size_t(l)];
+    plan_rows(plan, &layer.wqkv, m, 0, 3, wanted);
+    plan_rows(plan, &layer.wo, m, 3, 4, wanted);
+    plan_rows(plan, &layer.w13, m, 4, 6, wanted);
+    plan_rows(plan, &layer.w2, m, 6, 7, wanted);
+  }
+  allocate_parts(backend_, plan);
+  uint64_t bytes = w_.token_embedding.nbytes() + (c.shared_classifier ? 0 : w_.classifier.nbytes()) +
+                   w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes();
+  for (const Layer& layer : w_.layers) bytes += layer.wqkv.bytes() + layer.wo.bytes() + layer.w13.bytes() + layer.w2.bytes();
+  for (const Layer& layer : w_.layers)
+    for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
+      for (const Tensor& t : r->parts) backend_.check_weights(t.dtype(), name);
+  backend_.check_weights(w_.token_embedding.dtype(), name);
+  backend_.check_weights(w_.classifier.dtype(), name);
   const std::vector<float> inv_freq = c.rope_inv_freq();
   Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
   ref::rope_table(rope.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());
@@ -67,8 +209,10 @@ void LlamaModel::allocate(const std::string& name) {
   info_.n_kv_heads = c.n_kv_heads;
   info_.head_dim = c.head_dim();
   info_.n_params = c.n_params();
-  info_.weight_bytes = weight_bytes(c, dtype_);
-  info_.dtype = dtype_;
+  info_.weight_bytes = bytes + w_.rope.nbytes();
+  info_.embedding_row_bytes = dtype_bytes(w_.token_embedding.dtype(), uint64_t(d));
+  info_.step_weight_bytes = bytes - w_.token_embedding.nbytes() + w_.classifier.nbytes();
+  describe_types();
   info_.bos_id = c.bos_id;
   info_.stop_ids = c.stop_ids;
 }
@@ -114,10 +258,10 @@ Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, in
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(weights.config), dtype_(options.dtype.value_or(weights.token_embedding.dtype())),
+    : backend_(backend), config_(weights.config), dtype_(options.dtype),
       kernels_(options.kernels) {
   weights.validate(name);
-  allocate(name);
+  allocate(name, &weights);
   const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
   // Each tensor is released (its file pages dropped) as soon as it is on the device.
   auto put = [&](const Tensor& dst, const Tensor& src) {
@@ -134,16 +278,16 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
   put(w_.rms_final, weights.rms_final);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LlamaHostWeights::Layer& src = weights.layers[static_cast<size_t>(l)];
-    Tensor qkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
+    const Layer& dst = w_.layers[static_cast<size_t>(l)];
     put(w_.rms_att.select(0, l), src.rms_att);
     put(w_.rms_ffn.select(0, l), src.rms_ffn);
-    put_rope_rows(qkv.slice(0, 0, q), src.wq, config_.n_heads);
-    put_rope_rows(qkv.slice(0, q, q + kv), src.wk, config_.n_kv_heads);
-    put(qkv.slice(0, q + kv, q + 2 * kv), src.wv);
-    put(w_.wo.select(0, l), src.wo);
-    put(w13.slice(0, 0, h), src.w1);
-    put(w13.slice(0, h, 2 * h), src.w3);
-    put(w_.w2.select(0, l), src.w2);
+    put_rope_rows(dst.wqkv.slice(0, q).tensor(), src.wq, config_.n_heads);
+    put_rope_rows(dst.wqkv.slice(q, q + kv).tensor(), src.wk, config_.n_kv_heads);
+    put(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), src.wv);
+    put(dst.wo.tensor(), src.wo);
+    put(dst.w13.slice(0, h).tensor(), src.w1);
+    put(dst.w13.slice(h, 2 * h).tensor(), src.w3);
+    put(dst.w2.tensor(), src.w2);
   }
   backend_.synchronize();
 }
@@ -152,7 +296,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
                        const LlamaOptions& options)
     : backend_(backend), config_(config), dtype_(options.dtype.value_or(DType::f32)), kernels_(options.kernels) {
   config_.validate(name);
-  allocate(name);
+  allocate(name, nullptr);
   const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim();
   auto fill = [&](const Tensor& t, WeightKind kind, int64_t layer) {
     WeightInit init = weight_init(config_, options.seed, kind, layer);
@@ -162,18 +306,41 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
   if (!config_.shared_classifier) fill(w_.classifier, WeightKind::classifier, 0);
   fill(w_.rms_final, WeightKind::rms_final, 0);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    Tensor qkv = w_.wqkv.select(0, l), w13 = w_.w13.select(0, l);
+    const Layer& dst = w_.layers[static_cast<size_t>(l)];
     fill(w_.rms_att.select(0, l), WeightKind::rms_att, l);
     fill(w_.rms_ffn.select(0, l), WeightKind::rms_ffn, l);
-    fill(qkv.slice(0, 0, q), WeightKind::wq, l);
-    fill(qkv.slice(0, q, q + kv), WeightKind::wk, l);
-    fill(qkv.slice(0, q + kv, q + 2 * kv), WeightKind::wv, l);
-    fill(w_.wo.select(0, l), WeightKind::wo, l);
-    fill(w13.slice(0, 0, h), WeightKind::w1, l);
-    fill(w13.slice(0, h, 2 * h), WeightKind::w3, l);
-    fill(w_.w2.select(0, l), WeightKind::w2, l);
+    fill(dst.wqkv.slice(0, q).tensor(), WeightKind::wq, l);
+    fill(dst.wqkv.slice(q, q + kv).tensor(), WeightKind::wk, l);
+    fill(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), WeightKind::wv, l);
+    fill(dst.wo.tensor(), WeightKind::wo, l);
+    fill(dst.w13.slice(0, h).tensor(), WeightKind::w1, l);
+    fill(dst.w13.slice(h, 2 * h).tensor(), WeightKind::w3, l);
+    fill(dst.w2.tensor(), WeightKind::w2, l);
   }
   backend_.synchronize();
+}
+
+void LlamaModel::describe_types() {
+  std::map<DType, uint64_t> weights;  // of the tables and matrices, by type
+  auto count = [&](const Tensor& t) { weights[t.dtype()] += uint64_t(t.numel()); };
+  count(w_.token_embedding);
+  if (!config_.shared_classifier) count(w_.classifier);
+  for (const Layer& layer : w_.layers)
+    for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
+      for (const Tensor& t : r->parts) count(t);
+  uint64_t total = 0, most = 0;
+  for (const auto& [type, n] : weights) {
+    total += n;
+    if (n > most) {
+      most = n;
+      info_.dtype = type;
+    }
+  }
+  info_.weight_types.clear();
+  if (weights.size() == 1) return;
+  for (const auto& [type, n] : weights)
+    info_.weight_types += std::string(info_.weight_types.empty() ? "" : ", ") + dtype_name(type) + " " +
+                          std::to_string(int(std::lround(100.0 * double(n) / double(total)))) + "%";
 }
 
 uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) const {
@@ -206,7 +373,8 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
 // One layer's activations and weights for a batch of M rows.
 struct LlamaModel::LayerViews {
   Tensor x, xb, qkv, q, k, v, att, proj, h13, gate, up, hb;  // activations (M, ...)
-  Tensor rms_att, rms_ffn, wqkv, wo, w13, w2;                 // this layer's weights
+  Tensor rms_att, rms_ffn;                                    // this layer's weights
+  const Layer* w = nullptr;                                   // (a pointer: no copy per step)
   Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
 };
 
@@ -227,10 +395,7 @@ LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCac
   v.hb = ws_.hb.slice(0, 0, M);
   v.rms_att = w_.rms_att.select(0, l);
   v.rms_ffn = w_.rms_ffn.select(0, l);
-  v.wqkv = w_.wqkv.select(0, l);
-  v.wo = w_.wo.select(0, l);
-  v.w13 = w_.w13.select(0, l);
-  v.w2 = w_.w2.select(0, l);
+  v.w = &w_.layers[static_cast<size_t>(l)];
   v.k_cache = cache.k(l);
   v.v_cache = cache.v(l);
   return v;
@@ -242,21 +407,21 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
   const int64_t qd = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim(), hd = config_.head_dim();
   Backend& be = backend_;
   be.rmsnorm(v.xb, v.x, v.rms_att, config_.rms_eps);
-  be.matmul(v.q, v.xb, v.wqkv.slice(0, 0, qd));
-  be.matmul(v.k, v.xb, v.wqkv.slice(0, qd, qd + kv));
-  be.matmul(v.v, v.xb, v.wqkv.slice(0, qd + kv, qd + 2 * kv));
+  matmul(be, v.q, v.xb, v.w->wqkv, 0, qd);
+  matmul(be, v.k, v.xb, v.w->wqkv, qd, qd + kv);
+  matmul(be, v.v, v.xb, v.w->wqkv, qd + kv, qd + 2 * kv);
   be.rope(v.q, b.pos, w_.rope, hd);
   be.rope(v.k, b.pos, w_.rope, hd);
   be.kv_store(v.k_cache, v.v_cache, v.k, v.v, b.seq, b.pos);
   be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, hd, AttentionAlgorithm::three_pass);
-  be.matmul(v.proj, v.att, v.wo);
+  matmul(be, v.proj, v.att, v.w->wo);
   be.add(v.x, v.x, v.proj);
 
   be.rmsnorm(v.xb, v.x, v.rms_ffn, config_.rms_eps);
-  be.matmul(v.gate, v.xb, v.w13.slice(0, 0, h));
-  be.matmul(v.up, v.xb, v.w13.slice(0, h, 2 * h));
+  matmul(be, v.gate, v.xb, v.w->w13, 0, h);
+  matmul(be, v.up, v.xb, v.w->w13, h, 2 * h);
   be.swiglu(v.hb, v.gate, v.up);
-  be.matmul(v.proj, v.hb, v.w2);
+  matmul(be, v.proj, v.hb, v.w->w2);
   be.add(v.x, v.x, v.proj);
 }
 
@@ -269,15 +434,15 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   const float eps = config_.rms_eps;
   Backend& be = backend_;
   if (l == 0) be.rmsnorm(v.xb, v.x, v.rms_att, eps);
-  be.matmul(v.qkv, v.xb, v.wqkv);
+  matmul(be, v.qkv, v.xb, v.w->wqkv);
   be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, w_.rope, config_.head_dim());
   be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, config_.head_dim(), AttentionAlgorithm::online_softmax);
-  be.matmul(v.proj, v.att, v.wo);
+  matmul(be, v.proj, v.att, v.w->wo);
 
   be.residual_rmsnorm(v.xb, v.x, v.proj, v.rms_ffn, eps);  // x += proj; xb = rmsnorm(x)
-  be.matmul(v.h13, v.xb, v.w13);
+  matmul(be, v.h13, v.xb, v.w->w13);
   be.swiglu(v.hb, v.gate, v.up);
-  be.matmul(v.proj, v.hb, v.w2);
+  matmul(be, v.proj, v.hb, v.w->w2);
   if (l + 1 < config_.n_layers)
     be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
   else

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -14,9 +15,26 @@
 
 namespace minfer {
 
+// A weight matrix as consecutive blocks of rows, each one tensor of one type: one part for a
+// model of one type, several where a file mixes types within what minfer multiplies at once.
+struct RowBlocks {
+  std::vector<Tensor> parts;  // (rows_i, in) each
+  int64_t rows() const;
+  uint64_t bytes() const;
+  // Rows [begin, end): the parts that hold them, cut where needed.
+  RowBlocks slice(int64_t begin, int64_t end) const;
+  // The one part (Error for a matrix in several).
+  const Tensor& tensor() const;
+};
+// out = x * w[begin:end]^T, part by part: each part writes its rows' columns of out (nothing is
+// allocated: this runs in the decode loop).   out (M, end - begin); x (M, K); w (N, K)
+void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlocks& w, int64_t begin = 0,
+            int64_t end = -1);
+
 struct LlamaOptions {
-  // Of the weight matrices and the embedding table (f32, f16, bf16 or q8_0); unset: as the file
-  // stores them (f32 for llama2.c files and presets).
+  // Of the weight matrices and the embedding table (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or
+  // q5_1); unset: each as the file stores it (f32 for llama2.c files and presets; a GGUF file may
+  // mix types, e.g. Q4_K_M stores some matrices in Q6_K).
   std::optional<DType> dtype;
   Kernels kernels = Kernels::fused;  // (engine/model.h)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
@@ -49,11 +67,14 @@ class LlamaModel final : public Model {
   Kernels kernels() const override { return kernels_; }
   uint64_t graph_epoch() const override { return graph_epoch_; }
 
-  // Bytes of weights the model stores on the device for (config, dtype).
+  // Bytes of weights the model stores on the device for (config, dtype), and for host weights
+  // stored as `dtype` asks (unset: as they are).
   static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
+  static uint64_t weight_bytes(const LlamaHostWeights& weights, std::optional<DType> dtype);
 
  private:
-  void allocate(const std::string& name);
+  void allocate(const std::string& name, const LlamaHostWeights* host);
+  void describe_types();  // info_.dtype and info_.weight_types
   struct LayerViews;
   LayerViews layer_views(int64_t layer, int64_t M, const KvCache& cache) const;
   void forward_layer_unfused(const LayerViews& views, const ForwardBatch& batch);
@@ -61,23 +82,28 @@ class LlamaModel final : public Model {
 
   Backend& backend_;
   LlamaConfig config_;
-  DType dtype_;
+  std::optional<DType> dtype_;  // the type asked for; unset: each weight's own
   Kernels kernels_;
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;
   // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
-  // unfused path multiplies its row blocks separately; the memory is the same.
+  // unfused path multiplies its row blocks separately; the memory is the same. Where a file
+  // stores them in different types (Q4_K_M: V in Q6_K, Q and K in Q4_K), the matrix is kept in
+  // parts of one type each and the fused product is one product per part.
+  struct Layer {
+    RowBlocks wqkv;          // (q_dim + 2 kv_dim, dim)
+    RowBlocks wo;            // (dim, q_dim)
+    RowBlocks w13;           // (2 hidden, dim)
+    RowBlocks w2;            // (dim, hidden)
+  };
   struct Weights {
     Tensor token_embedding;  // (vocab, dim)
     Tensor classifier;       // (vocab, dim), the embedding when shared
     Tensor rms_att;          // (L, dim) f32
     Tensor rms_ffn;          // (L, dim) f32
     Tensor rms_final;        // (dim) f32
-    Tensor wqkv;             // (L, q_dim + 2 kv_dim, dim)
-    Tensor wo;               // (L, dim, q_dim)
-    Tensor w13;              // (L, 2 hidden, dim)
-    Tensor w2;               // (L, dim, hidden)
+    std::vector<Layer> layers;
     Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
   } w_;
   // Activations for up to `rows` rows.

@@ -55,7 +55,7 @@ void LlamaConfig::validate(const std::string& source) const {
 }
 
 DType matrix_dtype(DType wanted, int64_t in_features) {
-  return wanted == DType::q8_0 && in_features % 32 != 0 ? DType::f16 : wanted;
+  return is_quantized(wanted) && in_features % dtype_block(wanted) != 0 ? DType::f16 : wanted;
 }
 
 uint64_t LlamaConfig::layer_matrix_bytes(DType wanted) const {

@@ -27,8 +27,8 @@ struct RopeScaling {
 };
 
 // The dtype a matrix whose rows hold `in_features` weights is stored in when `wanted` is asked for:
-// q8_0 needs rows of whole 32-weight blocks, and a matrix whose rows are not falls back to f16, as
-// llama.cpp's quantizer does (stories260K's w2, 172 wide). Other dtypes are kept.
+// quantized types need rows of whole blocks (32 weights), and a matrix whose rows are not falls
+// back to f16, as llama.cpp's quantizer does (stories260K's w2, 172 wide). Other dtypes are kept.
 DType matrix_dtype(DType wanted, int64_t in_features);
 
 struct LlamaConfig {

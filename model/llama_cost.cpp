@@ -7,14 +7,24 @@ uint64_t layer_matrix_params(const LlamaConfig& c) {
   return uint64_t(c.n_layers) * (2 * q * d + 2 * kv * d + 3 * h * d);
 }
 
+namespace {
+
+uint64_t kv_cache_step_bytes(const LlamaConfig& c, DType kv, int64_t n_seqs, int64_t pos) {
+  return uint64_t(n_seqs) * 2 * uint64_t(c.n_layers) * uint64_t(pos + 1) * uint64_t(c.kv_dim()) * uint64_t(dtype_size(kv));
+}
+
+}  // namespace
+
 uint64_t decode_step_bytes(const LlamaConfig& c, DType weights, DType kv, int64_t n_seqs, int64_t pos) {
   uint64_t d = c.dim;
   uint64_t matrices = c.layer_matrix_bytes(weights) + dtype_bytes(matrix_dtype(weights, c.dim), uint64_t(c.vocab_size) * d);
   uint64_t norms = (2 * uint64_t(c.n_layers) + 1) * d * 4;
   uint64_t embedding_rows = uint64_t(n_seqs) * dtype_bytes(matrix_dtype(weights, c.dim), d);
-  uint64_t cache = uint64_t(n_seqs) * 2 * uint64_t(c.n_layers) * uint64_t(pos + 1) * uint64_t(c.kv_dim()) *
-                   uint64_t(dtype_size(kv));
-  return matrices + norms + embedding_rows + cache;
+  return matrices + norms + embedding_rows + kv_cache_step_bytes(c, kv, n_seqs, pos);
+}
+
+uint64_t decode_step_bytes(const ModelInfo& info, const LlamaConfig& c, DType kv, int64_t n_seqs, int64_t pos) {
+  return info.step_weight_bytes + uint64_t(n_seqs) * info.embedding_row_bytes + kv_cache_step_bytes(c, kv, n_seqs, pos);
 }
 
 uint64_t decode_step_flops(const LlamaConfig& c, int64_t n_seqs, int64_t pos) {

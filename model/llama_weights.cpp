@@ -9,7 +9,7 @@ namespace {
 void check_tensor(const std::string& source, const std::string& name, const Tensor& t,
                   const std::vector<int64_t>& shape) {
   if (!t.defined()) fail(source, ": the weights lack ", name);
-  if (t.dtype() == DType::i32) fail(source, ": ", name, " is i32; weights must be f32, f16, bf16 or q8_0");
+  if (t.dtype() == DType::i32) fail(source, ": ", name, " is i32; weights must be of a float or quantized type");
   if (t.device() != DeviceKind::cpu || !t.is_contiguous()) fail(source, ": ", name, " is not a dense host tensor");
   if (t.shape() != shape) {
     std::string want;

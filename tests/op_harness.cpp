@@ -1,6 +1,7 @@
 #include "tests/op_harness.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/quants.h"
 #include "core/error.h"
 
 namespace minfer::test {
@@ -28,8 +30,34 @@ Tensor host_random(const std::vector<int64_t>& shape, std::mt19937& rng, float l
   for (int64_t i = 0; i < f.numel(); ++i) f.data_as<float>()[i] = dist(rng);
   if (dtype == DType::f32) return f;
   Tensor t = host_tensor(shape, dtype);
+  if (is_k_quant(dtype)) {  // nothing makes K-quants: random blocks with small finite scales
+    random_k_quant_blocks(t.data(), dtype, t.numel() / dtype_block(dtype), rng);
+    return t;
+  }
   t.convert_from(f);
   return t;
+}
+
+void random_k_quant_blocks(void* data, DType dtype, int64_t n_blocks, std::mt19937& rng, float max_scale) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  const size_t block = size_t(dtype_block_bytes(dtype));
+  for (size_t i = 0; i < size_t(n_blocks) * block; ++i) bytes[i] = static_cast<uint8_t>(rng());
+  // The f16 scales (d, and dmin where the type has one) of each block, by their offsets.
+  std::vector<size_t> scales;
+  switch (dtype) {
+    case DType::q2_k: scales = {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}; break;
+    case DType::q3_k: scales = {offsetof(BlockQ3_K, d)}; break;
+    case DType::q4_k: scales = {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}; break;
+    case DType::q5_k: scales = {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}; break;
+    case DType::q6_k: scales = {offsetof(BlockQ6_K, d)}; break;
+    default: fail("random_k_quant_blocks: ", dtype_name(dtype), " is not a K-quant");
+  }
+  std::uniform_real_distribution<float> scale(-max_scale, max_scale);
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (size_t offset : scales) {
+      const uint16_t h = f32_to_f16(scale(rng));
+      std::memcpy(bytes + size_t(b) * block + offset, &h, 2);
+    }
 }
 
 Tensor to_backend(Backend& backend, const Tensor& host) {

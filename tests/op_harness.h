@@ -21,6 +21,8 @@ CachingPool& host_pool();
 Tensor host_tensor(const std::vector<int64_t>& shape, DType dtype);
 Tensor host_random(const std::vector<int64_t>& shape, std::mt19937& rng, float lo = -1.0f,
                    float hi = 1.0f, DType dtype = DType::f32);
+// n_blocks random blocks of a K-quant type: random codes and sub-scales, f16 scales in +-max_scale.
+void random_k_quant_blocks(void* data, DType dtype, int64_t n_blocks, std::mt19937& rng, float max_scale = 0.01f);
 // A copy of a host tensor on the backend's device (contiguous).
 Tensor to_backend(Backend& backend, const Tensor& host);
 // A contiguous host copy of any tensor.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quants.h"
 #include "core/error.h"
 
 namespace minfer {

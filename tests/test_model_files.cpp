@@ -343,9 +343,11 @@ TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {
     // the name (8 + 17 bytes), the dimension count (4) and two dimensions (16).
     std::string b = good;
     const size_t info = b.find("token_embd.weight") - 8;
-    const uint32_t q4_k = 12;
+    const uint32_t iq4_nl = 20, q4_k = 12;
+    std::memcpy(b.data() + info + 8 + 17 + 4 + 16, &iq4_nl, 4);
+    file_with("an IQ4_NL tensor", b, "is IQ4_NL; minfer reads F32, F16, BF16, Q4_0");
     std::memcpy(b.data() + info + 8 + 17 + 4 + 16, &q4_k, 4);
-    file_with("a Q4_K tensor", b, "is Q4_K; minfer reads");
+    file_with("a Q4_K tensor of 64-wide rows", b, "of type Q4_K has rows of 64, not a multiple of its 256-element blocks");
     std::string c = good;
     const uint32_t five = 5;
     std::memcpy(c.data() + info + 8 + 17, &five, 4);

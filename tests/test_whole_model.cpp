@@ -117,7 +117,7 @@ Logits naive_logits(const LlamaHostWeights& w, const Script& script) {
 }
 
 struct RunOptions {
-  DType dtype = DType::f32;
+  std::optional<DType> dtype = DType::f32;  // unset: each weight as the host holds it
   Kernels kernels = Kernels::fused;
   int64_t max_prefill_rows = 2048;
   bool one_by_one = false;  // prompts fed a token per forward pass (all equal length only)
@@ -133,7 +133,7 @@ Logits decoder_logits(Backend& backend, const LlamaHostWeights& w, const Script&
   dec.n_seqs = static_cast<int64_t>(script.prompts.size());
   dec.max_prefill_rows = o.max_prefill_rows;
   dec.kv_dtype = DType::f32;
-  if (backend.kind() == BackendKind::cuda && o.dtype != DType::f32) dec.kv_dtype = o.dtype;
+  if (backend.kind() == BackendKind::cuda && o.dtype && *o.dtype != DType::f32) dec.kv_dtype = *o.dtype;
   if (o.kv_dtype) dec.kv_dtype = o.kv_dtype;
   Decoder decoder(model, dec);
   Logits out;
@@ -300,6 +300,65 @@ TEST(WholeModel, CudaBackendMatchesTheReferenceBackend) {
       }
     }
   }
+}
+
+// A matrix of random f32 weights as type t: quantized (legacy types), or random K-quant blocks
+// whose weights are about as large (nothing makes K-quants), with `f32` set to the weights it holds.
+Tensor as_type(const Tensor& weights, DType t, std::mt19937& rng, Tensor* f32) {
+  Tensor out = host_tensor(weights.shape(), t);
+  if (is_k_quant(t)) {
+    random_k_quant_blocks(out.data(), t, out.numel() / dtype_block(t), rng, 1.5e-4f);
+  } else {
+    out.convert_from(weights);
+  }
+  *f32 = host_tensor(weights.shape(), DType::f32);
+  f32->convert_from(out);
+  return out;
+}
+
+// A GGUF K-quant mix (Q4_K_M stores V in Q6_K beside Q and K in Q4_K) and every other type, mixed
+// within the products minfer fuses (Q|K|V, gate|up): the CPU and reference backends run it in
+// parts, and agree with the same weights dequantized to f32 (reference: exactly; CPU: its
+// activations are rounded to 8 bits per block, so within the q8_0 fixtures' limit), fused and
+// unfused alike.
+TEST(WholeModel, MixedQuantizedTypesMatchTheirWeightsInF32) {
+  const LlamaConfig c = shape(256, 512, 2, 4, 2, 97, false);
+  LlamaHostWeights mixed = random_llama_weights(c, 61, 2.5), dequantized = mixed;
+  std::mt19937 rng(7);
+  auto set = [&](Tensor LlamaHostWeights::*table, DType t) {
+    mixed.*table = as_type(mixed.*table, t, rng, &(dequantized.*table));
+  };
+  set(&LlamaHostWeights::token_embedding, DType::q4_k);
+  set(&LlamaHostWeights::classifier, DType::q6_k);
+  const DType types[2][7] = {{DType::q4_k, DType::q4_k, DType::q6_k, DType::q5_k, DType::q3_k, DType::q2_k, DType::q6_k},
+                             {DType::q4_0, DType::q5_0, DType::q8_0, DType::q4_1, DType::q5_1, DType::q5_1, DType::f16}};
+  for (size_t l = 0; l < 2; ++l) {
+    LlamaHostWeights::Layer &m = mixed.layers[l], &d = dequantized.layers[l];
+    Tensor* matrices[7] = {&m.wq, &m.wk, &m.wv, &m.wo, &m.w1, &m.w3, &m.w2};
+    Tensor* wide[7] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w1, &d.w3, &d.w2};
+    for (size_t i = 0; i < 7; ++i) *matrices[i] = as_type(*matrices[i], types[l][i], rng, wide[i]);
+  }
+  auto ref = make_backend(BackendKind::ref);
+  BackendOptions options;
+  options.threads = 2;
+  auto cpu = make_backend(BackendKind::cpu, options);
+  LlamaModel model(*cpu, mixed, "mixed", LlamaOptions{});
+  EXPECT_NE(model.info().weight_types.find("q4_k"), std::string::npos) << model.info().weight_types;
+  EXPECT_EQ(model.info().weight_bytes, LlamaModel::weight_bytes(mixed, std::nullopt));
+  Script script = make_script(c.vocab_size, 9);
+  RunOptions wide;
+  const Logits expected = decoder_logits(*ref, dequantized, script, wide);
+  RunOptions as_stored;
+  as_stored.dtype = std::nullopt;
+  for (Kernels kernels : {Kernels::fused, Kernels::unfused}) {
+    as_stored.kernels = kernels;
+    expect_logits_close(expected, decoder_logits(*ref, mixed, script, as_stored), 1e-10,
+                        std::string("mixed types on ref, ") + kernels_name(kernels));
+  }
+  // (measured: 1.2e-3, from the activations' rounding alone)
+  expect_cpu_variants_close(expected, *cpu, mixed, script, as_stored, 5e-3, "mixed types on cpu");
+  // The limit is not loose: one matrix's parts swapped would be far outside it.
+  EXPECT_GT(worst_nmse(expected, decoder_logits(*ref, random_llama_weights(c, 62, 2.5), script, wide)), 0.05);
 }
 
 // run.c's way of feeding a prompt, a token per forward pass, against one batched pass.

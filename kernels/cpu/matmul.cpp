@@ -20,8 +20,8 @@
 //                                      beats Eigen there, but does not block along K or M
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
-//   any       q8_0       matmul_q8.cpp int8 dot products up to 32 rows, dequantized tiles and Eigen
-//                                      above (that file says why)
+//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, dequantized tiles
+//                                      and Eigen above (that file says why)
 //
 // choose_kernel() below is this table; the measurements behind its boundaries are in
 // bench/results/NOTES.md.
@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/matmul_q8.h"
+#include "kernels/cpu/matmul_quant.h"
 #include "kernels/cpu/simd.h"
 
 namespace minfer::cpu {
@@ -362,8 +362,8 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
 void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
             const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0) return;
-  if (w_dtype == DType::q8_0) {
-    matmul_q8_0(pool, out, ld_out, x, ld_x, static_cast<const BlockQ8*>(w), M, N, K);
+  if (is_quantized(w_dtype)) {
+    matmul_quant(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
     return;
   }
   simd::dispatch_weight_type(w_dtype, [&](auto type) {

@@ -195,8 +195,7 @@ void dispatch_weight_type(DType t, Fn&& fn) {
     case DType::f32: fn(F32{}); return;
     case DType::bf16: fn(BF16{}); return;
     case DType::f16: fn(F16{}); return;
-    case DType::q8_0:  // blocks of 32, handled by the callers that take them
-    case DType::i32: break;
+    default: break;  // quantized blocks are handled by the callers that take them
   }
   fail("weights must be f32, bf16 or f16, not ", dtype_name(t));
 }

@@ -1,10 +1,11 @@
-// Reading one element of any float dtype as a double, for the reference kernels.
+// Reading one element of any float or quantized dtype as a double, for the reference kernels.
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quants.h"
 
 namespace minfer::ref {
 
@@ -13,13 +14,15 @@ inline double load_element(const void* data, DType dtype, int64_t index) {
     case DType::f32: return static_cast<const float*>(data)[index];
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(data)[index]);
     case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(data)[index]);
-    case DType::q8_0: {  // the block's scale times the element's int8
-      const BlockQ8& b = static_cast<const BlockQ8*>(data)[index / 32];
-      return double(f16_to_f32(b.d)) * double(b.q[index % 32]);
+    case DType::i32: fail("reference kernels read float and quantized types, not i32");
+    default: {  // a quantized type: its block, dequantized
+      const int64_t block = dtype_block(dtype);
+      float values[kQK];
+      dequantize_row(dtype, values, static_cast<const char*>(data) + index / block * dtype_block_bytes(dtype),
+                     static_cast<size_t>(block));
+      return values[index % block];
     }
-    case DType::i32: break;
   }
-  fail("reference kernels read f32, f16, bf16 or q8_0, not ", dtype_name(dtype));
 }
 
 inline void store_element(void* data, DType dtype, int64_t index, float value) {
@@ -27,8 +30,7 @@ inline void store_element(void* data, DType dtype, int64_t index, float value) {
     case DType::f32: static_cast<float*>(data)[index] = value; return;
     case DType::f16: static_cast<uint16_t*>(data)[index] = f32_to_f16(value); return;
     case DType::bf16: static_cast<uint16_t*>(data)[index] = f32_to_bf16(value); return;
-    case DType::q8_0:  // a block's scale depends on all 32 elements: no element is stored alone
-    case DType::i32: break;
+    default: break;  // a block's scales depend on all its elements: no element is stored alone
   }
   fail("reference kernels write f32, f16 or bf16, not ", dtype_name(dtype));
 }

@@ -1,0 +1,130 @@
+// Matrix products with quantized weights: Q8_0 is 34 bytes per 32 weights, Q4_K 144 per 256, so
+// a decode step reads 3.8 to 7 times fewer bytes than with f32 weights, and decode, being
+// memory-bound, can run that much faster if the arithmetic keeps up with the stream.
+//
+// Up to 32 activation rows (decode, batched decode): the activations are quantized once per call,
+// in the block type llama.cpp pairs with the weight type (kernels/cpu/quant_dot.h), and each
+// weight row meets up to four activation rows in integer dot products (quant_dot*.cpp), so a
+// weight is read once per four sequences and costs a handful of instructions per block.
+//
+// note: widening the weights to f32 in registers against f32 activations (exact, no second
+// quantization) streams as fast at one row but falls behind from a few rows on, where its four f32
+// FMAs per 8 weights per row bind (bench/results/NOTES.md has the measurements for Q8_0). The
+// integer path costs an NMSE of about 1.6e-5 per product for Q8_0 (tests/test_backend_ops.cpp);
+// llama.cpp makes the same choice.
+//
+// Above 32 rows (prefill), the activations are rounded the same way (quantized and back to f32, so
+// that a token's logits do not depend on whether it was decoded or prefilled), and each thread
+// dequantizes 64 weight rows at a time to f32 and hands them to Eigen's GEMM, where the
+// dequantization is paid once for all M rows.
+//
+// note: rounding the activations is what llama.cpp's CPU backend does for every product with
+// quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
+// larger KL divergence from f32 than the weights alone cause (bench/results/NOTES.md).
+#include "kernels/cpu/matmul_quant.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/quants.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace minfer::cpu {
+
+namespace {
+
+constexpr int64_t kSmallMaxRows = 32;  // as in matmul.cpp: decode of up to 32 sequences
+constexpr int64_t kTileRows = 64;      // weight rows dequantized per step of the GEMM path
+constexpr int kDotRows = 4;            // activation rows per pass over a weight row
+
+// M rows of activations quantized for weights of type w, row m at dst + m * row_bytes.
+void quantize_rows(DType w, uint8_t* dst, size_t row_bytes, const float* x, int64_t ld_x, int64_t M, int64_t K) {
+  for (int64_t m = 0; m < M; ++m) quantize_activations(w, dst + m * row_bytes, x + m * ld_x, K);
+}
+
+// One row of quantized activations back to f32: d * q per block.
+void round_trip_row(DType w, float* dst, const uint8_t* act, int64_t K) {
+  auto expand = [&](const auto* blocks, int64_t block) {
+    for (int64_t i = 0; i < K; ++i) dst[i] = blocks[i / block].d * float(blocks[i / block].q[i % block]);
+  };
+  if (is_k_quant(w))
+    expand(reinterpret_cast<const ActQ8_K*>(act), kQK);
+  else if (w == DType::q4_1 || w == DType::q5_1)
+    expand(reinterpret_cast<const ActQ8_1*>(act), 32);
+  else
+    expand(reinterpret_cast<const ActQ8_0*>(act), 32);
+}
+
+// The bytes of activations a call needs: grows once, then reused (no allocation per step).
+// note: the workers see their own thread_local vectors, so they get the caller's by pointer.
+uint8_t* activation_buffer(size_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+void small_rows(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+                DType w_dtype, int64_t M, int64_t N, int64_t K) {
+  const size_t row_bytes = act_row_bytes(w_dtype, K);
+  uint8_t* act = activation_buffer(row_bytes * size_t(M));
+  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
+  const DotRows dot = dot_rows_for(w_dtype);
+  const int64_t nb = K / dtype_block(w_dtype), w_row_bytes = nb * dtype_block_bytes(w_dtype);
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const char* row = static_cast<const char*>(w) + n * w_row_bytes;
+      for (int64_t m = 0; m < M; m += kDotRows)
+        dot(out + m * ld_out + n, ld_out, row, act + size_t(m) * row_bytes, row_bytes,
+            int(std::min<int64_t>(kDotRows, M - m)), nb);
+    }
+  });
+}
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Stride = Eigen::OuterStride<>;
+
+void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w, DType w_dtype,
+          int64_t M, int64_t N, int64_t K) {
+  const size_t row_bytes = act_row_bytes(w_dtype, K);
+  uint8_t* act = activation_buffer(row_bytes * size_t(M));
+  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
+  // The activations rounded as the small-row kernel rounds them: grows once, then reused.
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> rounded;
+  rounded.resize(static_cast<size_t>(M * K));
+  float* xr = rounded.data();
+  pool.parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) round_trip_row(w_dtype, xr + m * K, act + size_t(m) * row_bytes, K);
+  });
+  Eigen::Map<const RowMajor> X(xr, M, K);
+  const int64_t w_row_bytes = K / dtype_block(w_dtype) * dtype_block_bytes(w_dtype);
+  pool.parallel_for(N, kTileRows, [&](int64_t n0, int64_t n1) {
+    // Grows once, then reused; aligned so that every thread computes with the same alignment.
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> tile;
+    tile.resize(static_cast<size_t>(kTileRows * K));
+    for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
+      const int64_t rows = std::min(kTileRows, n1 - t0);
+      dequantize_row(w_dtype, tile.data(), static_cast<const char*>(w) + t0 * w_row_bytes, static_cast<size_t>(rows * K));
+      Eigen::Map<const RowMajor> Wt(tile.data(), rows, K);
+      Eigen::Map<RowMajor, 0, Stride> O(out + t0, M, rows, Stride(ld_out));
+      O.noalias() = X * Wt.transpose();
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+                  DType w_dtype, int64_t M, int64_t N, int64_t K) {
+  MINFER_CHECK(is_quantized(w_dtype), "matmul_quant: ", dtype_name(w_dtype), " is not quantized");
+  MINFER_CHECK(K % dtype_block(w_dtype) == 0, dtype_name(w_dtype), " matmul: K = ", K, " is not whole blocks of ",
+               dtype_block(w_dtype));
+  if (M <= 0 || N <= 0) return;
+  if (M <= kSmallMaxRows)
+    small_rows(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+  else
+    gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,74 @@
+// Dot products of quantized weight rows with quantized activations: the inner loop of decode
+// with GGUF weights (kernels/cpu/matmul_quant.cpp runs it over a matrix).
+//
+// The activations are quantized once per product, in the block type llama.cpp's CPU backend pairs
+// with each weight type, so that a weight block and an activation block meet in integer
+// multiply-adds and are scaled once per block:
+//   weights q8_0, q4_0, q5_0   activations ActQ8_0: 32 int8 and a scale d
+//                                 sum w*x = dw * dx * sum(qw * qx)
+//   weights q4_1, q5_1         activations ActQ8_1: also s = d * sum(q), for the weights' minimum
+//                                 sum w*x = dw * dx * sum(qw * qx) + mw * sx
+//   weights q2_k .. q6_k       activations ActQ8_K: 256 int8, a scale d and the sums of each 16,
+//                                 so the minimums' term of a sub-block is dmin * m * dx * bsum
+// note: an f32 scale where llama.cpp stores an f16 one (Q8_0, Q8_1): one rounding fewer, and the
+// integer sums are the same.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/quants.h"
+
+namespace minfer::cpu {
+
+struct ActQ8_0 {
+  float d;
+  int8_t q[32];
+};
+struct ActQ8_1 {
+  float d;
+  float s;  // d * sum(q)
+  int8_t q[32];
+};
+struct ActQ8_K {
+  float d;
+  int8_t q[kQK];
+  int16_t bsums[16];  // sum of q[16i .. 16i + 15]
+};
+
+// Bytes of the activations of one row of K inputs quantized for weights of type w.
+size_t act_row_bytes(DType w, int64_t K);
+// Quantizes one row of K activations (K whole weight blocks) for weights of type w into dst.
+void quantize_activations(DType w, void* dst, const float* x, int64_t K);
+// The three activation quantizers (n whole blocks of 32, 32 and 256). Q8_0/Q8_1: d = max|x| / 127,
+// q = x / d rounded to nearest even; Q8_K: llama.cpp's quantize_row_q8_K (d = -max / 127 with the
+// sign of the largest magnitude, q capped at 127).
+void quantize_act_q8_0(ActQ8_0* dst, const float* x, int64_t n);
+void quantize_act_q8_1(ActQ8_1* dst, const float* x, int64_t n);
+void quantize_act_q8_k(ActQ8_K* dst, const float* x, int64_t n);
+
+// out[r * ld_out] = dot(w_row, activation row r) for r < rows (1 <= rows <= 4): one weight row of
+// nb blocks against `rows` activation rows, the first at act and each act_stride bytes after the
+// last. Reading the weight row once for up to four activation rows is what batched decode gains.
+using DotRows = void (*)(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride,
+                         int rows, int64_t nb);
+DotRows dot_rows_for(DType w);
+
+// One per weight type (quant_dot.cpp: q8_0; quant_dot_legacy.cpp: q4_0 .. q5_1; quant_dot_k.cpp:
+// q2_k .. q6_k), each with AVX-512, AVX2 and scalar paths chosen at compile time.
+void dot_rows_q8_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q4_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q4_1(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q5_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q5_1(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q2_k(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q3_k(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q4_k(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q5_k(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+void dot_rows_q6_k(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows, int64_t nb);
+
+// The instruction set the dot products were compiled for: "AVX-512", "AVX2" or "scalar".
+const char* quant_dot_isa();
+
+}  // namespace minfer::cpu

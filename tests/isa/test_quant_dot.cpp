@@ -1,0 +1,134 @@
+// The quantized dot products (kernels/cpu/quant_dot.h) against the same sums in double over the
+// dequantized weights and activations. This file is also built with AVX2 only and with no SIMD
+// at all (tests/CMakeLists.txt: minfer_quant_dot_native, _avx2 and _scalar), so every path
+// is checked on a machine with AVX-512.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/quants.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace minfer::cpu {
+namespace {
+
+constexpr DType kTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                            DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
+
+// Random blocks: random bytes everywhere, then f16 scales set to finite values of either sign.
+// `edge`: scales at the extremes a file can hold (zero, tiny, large) and codes all at their top.
+std::vector<uint8_t> random_blocks(DType t, int64_t nb, std::mt19937& rng, bool edge) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(nb * dtype_block_bytes(t)));
+  for (auto& b : bytes) b = static_cast<uint8_t>(edge ? 0xFF : rng());
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  const float edges[] = {0.0f, 6.1e-5f, -3.0f, 1.0f};
+  auto f16 = [&](int64_t b) { return f32_to_f16(edge ? edges[b % 4] : scale(rng)); };
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = bytes.data() + b * dtype_block_bytes(t);
+    auto set = [&](size_t offset) {
+      const uint16_t h = f16(b);
+      std::memcpy(p + offset, &h, 2);
+    };
+    switch (t) {
+      case DType::q8_0: case DType::q4_0: case DType::q5_0: set(0); break;
+      case DType::q4_1: case DType::q5_1: set(0); set(2); break;
+      case DType::q2_k: set(offsetof(BlockQ2_K, d)); set(offsetof(BlockQ2_K, dmin)); break;
+      case DType::q3_k: set(offsetof(BlockQ3_K, d)); break;
+      case DType::q4_k: case DType::q5_k: set(0); set(2); break;
+      case DType::q6_k: set(offsetof(BlockQ6_K, d)); break;
+      default: break;
+    }
+  }
+  return bytes;
+}
+
+// The activations as the kernel sees them, dequantized.
+std::vector<double> act_values(DType t, const std::vector<uint8_t>& act, int64_t K) {
+  std::vector<double> v(static_cast<size_t>(K));
+  if (is_k_quant(t)) {
+    const auto* a = reinterpret_cast<const ActQ8_K*>(act.data());
+    for (int64_t k = 0; k < K; ++k) v[size_t(k)] = double(a[k / kQK].d) * a[k / kQK].q[k % kQK];
+  } else if (t == DType::q4_1 || t == DType::q5_1) {
+    const auto* a = reinterpret_cast<const ActQ8_1*>(act.data());
+    for (int64_t k = 0; k < K; ++k) v[size_t(k)] = double(a[k / 32].d) * a[k / 32].q[k % 32];
+  } else {
+    const auto* a = reinterpret_cast<const ActQ8_0*>(act.data());
+    for (int64_t k = 0; k < K; ++k) v[size_t(k)] = double(a[k / 32].d) * a[k / 32].q[k % 32];
+  }
+  return v;
+}
+
+void check_type(DType t, int64_t nb, bool edge, uint32_t seed) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " nb=" + std::to_string(nb) + (edge ? " edge" : ""));
+  std::mt19937 rng(seed);
+  const int64_t K = nb * dtype_block(t);
+  const std::vector<uint8_t> w = random_blocks(t, nb, rng, edge);
+  std::vector<float> wf(static_cast<size_t>(K));
+  dequantize_row(t, wf.data(), w.data(), size_t(K));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int kRows = 4;
+  const size_t stride = act_row_bytes(t, K) + 64;  // rows spaced apart, as a caller may space them
+  std::vector<uint8_t> act(stride * kRows);
+  std::vector<std::vector<double>> xs;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (auto& v : x) v = normal(rng) * (r == 3 ? 100.0f : 1.0f);
+    if (r == 2) x.assign(x.size(), 0.0f);  // an all-zero row: scale 0
+    std::vector<uint8_t> row(act_row_bytes(t, K));
+    quantize_activations(t, row.data(), x.data(), K);
+    std::memcpy(act.data() + r * stride, row.data(), row.size());
+    xs.push_back(act_values(t, row, K));
+  }
+  for (int rows = 1; rows <= kRows; ++rows) {
+    std::vector<float> out(size_t(rows) * 3, -1.0f);
+    dot_rows_for(t)(out.data(), 3, w.data(), act.data(), stride, rows, nb);
+    for (int r = 0; r < rows; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        want += double(wf[size_t(k)]) * xs[size_t(r)][size_t(k)];
+        magnitude += std::fabs(double(wf[size_t(k)]) * xs[size_t(r)][size_t(k)]);
+      }
+      EXPECT_NEAR(out[size_t(r) * 3], want, 2e-5 * magnitude + 1e-6) << "rows=" << rows << " r=" << r;
+    }
+  }
+}
+
+class QuantDot : public testing::TestWithParam<DType> {};
+
+TEST_P(QuantDot, MatchesTheDequantizedSum) {
+  std::printf("quantized dot products compiled for %s\n", quant_dot_isa());
+  uint32_t seed = 1 + 100 * uint32_t(GetParam());
+  for (int64_t nb : {1, 2, 3, 7})
+    for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryType, QuantDot, testing::ValuesIn(kTypes),
+                         [](const testing::TestParamInfo<DType>& param) { return std::string(dtype_name(param.param)); });
+
+TEST(QuantDotActivations, QuantizeAsLlamaCpp) {
+  // Q8_K: the value of largest magnitude becomes -127 (its sign flipped into d), sums per 16.
+  std::vector<float> x(kQK);
+  for (int i = 0; i < kQK; ++i) x[size_t(i)] = float(i % 17) - 8.0f;
+  x[5] = -12.7f;
+  ActQ8_K k{};
+  quantize_act_q8_k(&k, x.data(), kQK);
+  EXPECT_EQ(k.q[5], -127);
+  EXPECT_FLOAT_EQ(k.d, 0.1f);
+  int sum0 = 0;
+  for (int j = 0; j < 16; ++j) sum0 += k.q[j];
+  EXPECT_EQ(k.bsums[0], sum0);
+  // Q8_1: s = d * sum(q).
+  ActQ8_1 a{};
+  quantize_act_q8_1(&a, x.data(), 32);
+  int sum = 0;
+  for (int j = 0; j < 32; ++j) sum += a.q[j];
+  EXPECT_FLOAT_EQ(a.s, a.d * float(sum));
+  EXPECT_FLOAT_EQ(a.d, 12.7f / 127.0f);
+  EXPECT_EQ(a.q[5], -127);
+}
+
+}  // namespace
+}  // namespace minfer::cpu
