@@ -66,7 +66,7 @@ void rmsnorm(float* out,           // (n)
 // out = w x. Nearly all of a token's time: every weight is read once per token, which is why
 // decode is memory-bound (the `bytes` and `roofline` lessons).
 //   forward_layer_*: be.matmul, with rows of many tokens at once (fused: Q, K, V in one product)
-//   ref::matmul; cpu::matmul (f32/f16/bf16) and cpu::matmul_q8_0 (matmul_q8.cpp);
+//   ref::matmul; cpu::matmul (f32/f16/bf16) and cpu::matmul_quant (GGUF blocks, matmul_quant.cpp);
 //   cuda::matvec for decode's few rows, cuBLAS / cuBLASLt (gemm_cublas.cu) for prefill
 void matmul(float* out,         // (n)
             const float* w,     // (n, k)
