@@ -337,7 +337,8 @@ int cmd_bench(int argc, char** argv) {
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
              {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
-             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (default auto)"},
+             {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
+                                 "                              presets also q2_k .. q6_k (default auto)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU, the weights' type on CUDA)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
@@ -371,8 +372,8 @@ int cmd_bench(int argc, char** argv) {
   check_backend_options(args, s.device);
   s.dtypes = parse_list(args.get("--dtype", "auto"), "--dtype");
   for (const auto& d : s.dtypes)
-    MINFER_CHECK(d == "auto" || (parse_dtype(d.c_str()) != DType::i32 && !is_k_quant(parse_dtype(d.c_str()))),
-                 "--dtype: weights are auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
+    MINFER_CHECK(d == "auto" || parse_dtype(d.c_str()) != DType::i32,
+                 "--dtype: weights are auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or (presets) q2_k .. q6_k");
   s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
   for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
   s.output = args.get("-o", "md");

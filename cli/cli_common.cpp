@@ -14,9 +14,10 @@ std::vector<Option> engine_options() {
       {"-m,--model", "MODEL", "a model: a Hugging Face folder, a .safetensors or .gguf file, a llama2.c\n"
                               "                              checkpoint, or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
-      {"--dtype", "TYPE", "weights as f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1, quantized at load (default:\n"
-                          "                              as the model stores them, e.g. a GGUF file's Q4_K_M mix; f32 for\n"
-                          "                              llama2.c files and presets)"},
+      {"--dtype", "TYPE", "weights as f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1, quantized at load;\n"
+                          "                              presets also q2_k .. q6_k (random blocks) (default: as the model\n"
+                          "                              stores them, e.g. a GGUF file's Q4_K_M mix; f32 for llama2.c files\n"
+                          "                              and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
@@ -66,8 +67,6 @@ std::optional<DType> weights_dtype_option(const Args& args, const char* option) 
   if (!args.has(option)) return std::nullopt;
   const DType dtype = parse_dtype(args.get(option).c_str());
   MINFER_CHECK(dtype != DType::i32, option, ": weights are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
-  MINFER_CHECK(!is_k_quant(dtype), option, ": ", dtype_name(dtype),
-               " weights are read from GGUF files, not made at load (quantize with llama.cpp's llama-quantize)");
   return dtype;
 }
 

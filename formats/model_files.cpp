@@ -92,6 +92,9 @@ std::unique_ptr<LlamaModel> load_model(const std::string& spec, Backend& backend
     return std::make_unique<LlamaModel>(backend, config, spec, options);
   }
   MINFER_CHECK(options.preset_ctx == 0, spec, ": the context of a model file is its own; only presets take another");
+  MINFER_CHECK(!options.dtype || !is_k_quant(*options.dtype), spec, ": ", dtype_name(*options.dtype),
+               " weights are read from GGUF files, not made at load (llama.cpp's llama-quantize makes them; presets take "
+               "them as random blocks)");
   LlamaHostWeights weights = load_model_weights(spec);
   check_memory_fits(backend, LlamaModel::weight_bytes(weights, options.dtype),
                     spec + " (" + (options.dtype ? dtype_name(*options.dtype) : "stored") + " weights)");

@@ -30,8 +30,15 @@ MINFER_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t index, float 
                                 static_cast<double>(lo)));
 }
 
-// data[i] = uniform_at(seed, i, lo, hi) for i < n, stored as f32, f16, bf16, or as q8_0 blocks of
-// those values quantized (n a multiple of 32).
+// data[i] = uniform_at(seed, i, lo, hi) for i < n, stored as f32, f16, bf16, or as blocks of a
+// legacy quantized type (q8_0, q4_0 .. q5_1) of those values quantized (n whole blocks of 32).
+// K-quants, which nothing here quantizes to, get fill_k_quant_blocks' synthetic blocks.
 void fill_uniform(void* data, DType dtype, int64_t n, uint64_t seed, float lo, float hi);
+
+// Blocks [first, first + count) of synthetic K-quant weights for the stream `seed` (presets'
+// random weights in a K-quant type, to measure what its bytes cost): codes, sub-scales and mins
+// are random bytes, and the f16 scales are set so that no weight exceeds max(|lo|, |hi|). Block b
+// depends only on (seed, b), like uniform_at's elements.
+void fill_k_quant_blocks(void* data, DType dtype, int64_t first, int64_t count, uint64_t seed, float lo, float hi);
 
 }  // namespace minfer::ref
