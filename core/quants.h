@@ -21,13 +21,15 @@
 // computes in float32 in the order written above: (d * sc) * q - (dmin * m). Quantization exists
 // for the legacy types, bit for bit as the gguf package's quantize (and llama.cpp's
 // quantize_row_*_ref, but for the sign of a zero scale); K-quants are read only
-// (tests/test_quants.cpp holds both to fixtures the package made).
+// (tests/test_quants.cpp holds both to fixtures the package made). The per-block arithmetic is in
+// core/quants_blocks.h, shared with the CUDA kernels.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/host_device.h"
 
 namespace minfer {
 
@@ -87,7 +89,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               "K-quant blocks are ggml's sizes");
 
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K block.
-inline void k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
+MINFER_HOST_DEVICE inline void k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = scales[j] & 63;
     *m = scales[j + 4] & 63;
@@ -97,7 +99,7 @@ inline void k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
   }
 }
 // The signed scale (-32..31) of sub-block i (0..15) of a Q3_K block.
-inline int q3_k_scale(const uint8_t* scales, int i) {
+MINFER_HOST_DEVICE inline int q3_k_scale(const uint8_t* scales, int i) {
   const int low = (i < 8 ? scales[i] : scales[i - 8] >> 4) & 0xF;
   const int high = (scales[8 + i % 4] >> (2 * (i / 4))) & 3;
   return (low | (high << 4)) - 32;

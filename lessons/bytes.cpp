@@ -1,6 +1,8 @@
 // demo bytes: decode speed is bytes per token against bandwidth. One model decodes one sequence
-// with its weights stored as f32 (4 bytes a weight), f16 and bf16 (2) and q8_0 (34 bytes per 32
-// weights: 1.0625). A decode step reads every weight once, so the ceiling is
+// with its weights stored as f32 (4 bytes a weight), f16 and bf16 (2), q8_0 (34 bytes per 32
+// weights: 1.0625), and GGUF's q6_k, q5_k, q4_k (210, 176 and 144 bytes per 256: 0.82, 0.69 and
+// 0.56) and q4_0 (18 per 32: 0.56) (on the CPU; the presets' K-quant weights are random blocks,
+// which cost the same bytes). A decode step reads every weight once, so the ceiling is
 //   tokens/s <= read bandwidth / bytes per step,
 // and bytes per step is almost exactly the parameter count times bytes per weight (the norms, one
 // embedding row and the KV cache read add little at short contexts). How close the measured
@@ -11,8 +13,8 @@
 // Which bandwidth? That of the memory level the step's bytes live in (engine/roofline.h). The
 // lesson runs two models:
 //   - one larger than the caches: stories110M's shape with as many layers as make even its q8_0
-//     weights 4x the last cache (preset_at_least), so every dtype streams from DRAM and tokens/s
-//     follows bytes per weight (--quick: its f32 weights);
+//     weights 4x the last cache (preset_at_least; its 4.5-bit weights are still over 2x), so every
+//     dtype streams from DRAM and tokens/s follows bytes per weight (--quick: its f32 weights);
 //   - one smaller than the last cache (the largest llama2.c preset whose f32 weights fit in half
 //     of it; none on a 32 MiB L3 or a GPU's L2), read from the cache: faster than DRAM allows, and
 //     no longer in proportion to bytes, since halving bytes that were never DRAM's to read saves
@@ -64,10 +66,15 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
     LlamaOptions options;
     options.dtype = dtype;
     auto model = load_model(line.spec, backend, options);
+    if (!model->info().weight_types.empty()) {  // a matrix's rows are not whole blocks: it fell back to f16
+      std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
+                  dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
+      continue;
+    }
     DecoderOptions dec;
     dec.n_ctx = steps + 1;
     Decoder decoder(*model, dec);
-    const Point p{dtype, decode_step_bytes(model->config(), dtype, decoder.cache().dtype(), 1, steps / 2),
+    const Point p{dtype, decode_step_bytes(model->info(), model->config(), decoder.cache().dtype(), 1, steps / 2),
                   double(steps) / median_decode_seconds(decoder, backend, steps)};
     const MemoryLevel& level = roof.level_for(p.step_bytes);
     r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), dtype_name(dtype));
@@ -127,7 +134,9 @@ void plot_levels(Report& r, const std::string& half, const Roofline& roof, const
 
 void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps,
               bool quick) {
-  const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
+  std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
+  if (backend.device() == DeviceKind::cpu)  // (the CUDA backend has no kernels for these yet)
+    dtypes.insert(dtypes.end(), {DType::q6_k, DType::q5_k, DType::q4_k, DType::q4_0});
   const Roofline roof = measure_roofline(backend, DType::f32);
   std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
   std::vector<Line> lines;
