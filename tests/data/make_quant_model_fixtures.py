@@ -35,7 +35,7 @@ outputs on the same file (llama-cpp-python, n_threads=2, logits_all=True):
 kq-<preset>.llamacpp_logits_N.f32 (its logits at every prompt position, positions x vocab, after
 one batched evaluation of the prompt), "llamacpp_greedy" and "llamacpp_margins" (its greedy
 continuation fed its own tokens, and the margin between its best and second-best logit at each
-step). The seed is the first whose greedy margins are clear for every preset (as in
+step). The seed is the first whose greedy margins are clear (0.01) for every preset (as in
 make_model_fixtures.py) and which leaves enough decisive steps for the CPU backend's limits.
 """
 import argparse
@@ -53,6 +53,11 @@ CONFIG = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_a
               rms_norm_eps=1e-5, hidden_act="silu", bos_token_id=1, eos_token_id=2)
 DECISIVE = 2.0       # the CPU backend's decisive greedy margin for quantized types (test_model_fixtures.cpp)
 MIN_DECISIVE = 8     # steps of each prompt (of 24) whose margin must be at least DECISIVE
+# Every greedy margin of every preset (9 x 3 prompts x 24 steps) must be at least this. Lower
+# than make_model_fixtures.py's 0.05, which no seed of the first 40 meets in all nine presets at
+# once, nor 0.02; the reference backend compares every step whose margin is 1e-3 or more, and
+# f32 rounding moves these logits by about 1e-5, so 0.01 is still a thousand times clear.
+MIN_MARGIN = 0.01
 
 
 def tensor_types(path):
@@ -109,7 +114,7 @@ def build(a):
             refs = mmf.references(dequantized, tokenizer, config.vocab_size)
             smallest = min(min(r["margins"]) for r in refs)
             decisive = min(sum(m >= DECISIVE for m in r["margins"]) for r in refs)
-            if smallest < mmf.MIN_MARGIN or decisive < MIN_DECISIVE:
+            if smallest < MIN_MARGIN or decisive < MIN_DECISIVE:
                 print(f"seed {seed}: {preset} smallest margin {smallest:.3f}, {decisive} decisive steps: next seed")
                 ok = False
                 break
