@@ -51,6 +51,8 @@ std::vector<Option> perplexity_options() {
       {"--ids", "PATH", "the tokens to score: a file of ids separated by commas or white space"},
       {"-c,--ctx", "N", "window length in tokens, at least 4 (default: 512 or the model's context)"},
       {"--chunks", "N", "score at most N windows (default: all)"},
+      {"--kl-base-model", "MODEL", "the same against another file, as it is stored (e.g. the F32 GGUF a Q4_K_M\n"
+                                  "                              file was quantized from)"},
       {"--kl-base", "TYPE", "also run the model in dtype TYPE (f32, f16, bf16, q8_0) and report the KL\n"
                             "                              divergence of --dtype's predictions from it"},
       {"--no-bos", "", "keep each window's own first token instead of replacing it with BOS"},
@@ -66,6 +68,7 @@ struct PerplexityRequest {
   std::unique_ptr<TextTokenizer> tokenizer;  // with text only
   std::string output;                        // md or json
   std::optional<DType> base_dtype;           // --kl-base
+  std::string base_model;                    // --kl-base-model
   int64_t max_windows = 0;
 };
 
@@ -85,16 +88,22 @@ PerplexityRequest parse_request(const Args& args) {
     request.base_dtype = parse_dtype(args.get("--kl-base").c_str());
     MINFER_CHECK(*request.base_dtype != DType::i32, "--kl-base: weights are f32, f16, bf16 or q8_0");
   }
+  if (args.has("--kl-base-model")) {
+    MINFER_CHECK(!request.base_dtype, "--kl-base and --kl-base-model: give one base");
+    request.base_model = args.get("--kl-base-model");
+  }
   request.max_windows = args.get_int("--chunks", 0, 1, int64_t(1) << 30);
   return request;
 }
 
-// The same model in --kl-base's dtype, on the engine's backend; nullptr without --kl-base.
-std::unique_ptr<LlamaModel> load_base_model(const Args& args, const Engine& engine, std::optional<DType> base_dtype) {
-  if (!base_dtype) return nullptr;
+// The same model in --kl-base's dtype, or --kl-base-model's file as it is stored, on the engine's
+// backend; nullptr without either.
+std::unique_ptr<LlamaModel> load_base_model(const Args& args, const Engine& engine, const PerplexityRequest& request) {
+  if (!request.base_dtype && request.base_model.empty()) return nullptr;
   LlamaOptions base_options = llama_options(args);
-  base_options.dtype = base_dtype;
-  std::unique_ptr<LlamaModel> base = load_model(args.get("-m"), *engine.backend, base_options);
+  base_options.dtype = request.base_dtype;
+  std::unique_ptr<LlamaModel> base =
+      load_model(request.base_model.empty() ? args.get("-m") : request.base_model, *engine.backend, base_options);
   describe_model(*base, *engine.backend, "base model");
   return base;
 }
@@ -181,7 +190,7 @@ int cmd_perplexity(int argc, char** argv) {
 
   Engine engine = load_engine(args, args.get("-m"));
   const ModelInfo& info = engine.model->info();
-  const std::unique_ptr<LlamaModel> base = load_base_model(args, engine, request.base_dtype);
+  const std::unique_ptr<LlamaModel> base = load_base_model(args, engine, request);
   const std::vector<int32_t> tokens = scored_tokens(args, request, info);
   const PerplexityOptions ppl = window_options(args, request, info);
   const PerplexityResult r = score(*engine.model, base.get(), tokens, ppl);

@@ -271,6 +271,9 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
     tensors.push_back({p + "ffn_up.weight", layer.w3, dtype, nullptr});
     tensors.push_back({p + "ffn_down.weight", layer.w2, dtype, nullptr});
   }
+  // A quantized matrix whose rows are not whole blocks is written in f16, as llama.cpp's
+  // quantizer falls back (stories260K's ffn_down, 172 wide).
+  for (Named& t : tensors) t.dtype = matrix_dtype(t.dtype, t.tensor.size(t.tensor.ndim() - 1));
   std::string infos;
   auto put = [&](const void* p, size_t n) { infos.append(static_cast<const char*>(p), n); };
   uint64_t offset = 0;

@@ -222,6 +222,24 @@ TEST(PerplexityCli, JsonFromAnIdsFileAndOneLineErrors) {
   for (const char* key : {"ppl", "kl_mean", "kl_p99", "top1_agreement"}) EXPECT_TRUE(j[key].is_number()) << key;
   EXPECT_GT(j["ppl"].get<double>(), 1.0);
   EXPECT_GT(j["kl_mean"].get<double>(), 0.0);
+  // Against another file: the same weights written in q4_0 against the f32 file they came from
+  // (their KL is the q4_0 run's KL from f32 above, or more), and against itself (KL 0).
+  const std::string q4 = dir.file("m-q4_0.gguf");
+  made = run_cli({"make-model", "-o", q4, "--format", "gguf", "--dtype", "q4_0", "--dim", "64", "--layers", "2", "--heads",
+                  "4", "--vocab", "300", "--seq-len", "64"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const std::string& base : {model, q4}) {
+    CliResult k = run_cli({"perplexity", "-m", q4, "--device", "cpu", "--ids", dir.file("ids.txt"), "-c", "32",
+                           "--kl-base-model", base, "-o", "json"});
+    ASSERT_EQ(k.exit_code, 0) << k.err;
+    nlohmann::json kj = nlohmann::json::parse(k.out);
+    if (base == q4) {
+      EXPECT_EQ(kj["kl_mean"].get<double>(), 0.0);
+      EXPECT_EQ(kj["top1_agreement"].get<double>(), 1.0);
+    } else {
+      EXPECT_GT(kj["kl_mean"].get<double>(), j["kl_mean"].get<double>()) << "q4_0 loses more than q8_0";
+    }
+  }
 
   write_text(dir.file("bad.txt"), "1,2,300,4");
   write_text(dir.file("empty.txt"), " ,\n");
@@ -233,6 +251,8 @@ TEST(PerplexityCli, JsonFromAnIdsFileAndOneLineErrors) {
       {{"-i", "text without a tokenizer"}, "needs a tokenizer"},
       {{"--ids", dir.file("ids.txt"), "-o", "xml"}, "is not md or json"},
       {{"--ids", dir.file("ids.txt"), "--kl-base", "i32"}, "--kl-base"},
+      {{"--ids", dir.file("ids.txt"), "--kl-base", "f32", "--kl-base-model", model}, "give one base"},
+      {{"--ids", dir.file("ids.txt"), "--kl-base-model", dir.file("none.gguf")}, "none.gguf"},
       {{"--ids", dir.file("ids.txt"), "-i", "both"}, "one of them"},
   };
   for (const auto& [extra, message] : refused) {
