@@ -64,7 +64,7 @@ class Backend {
   virtual void synchronize() {}
 
   // Throws Error naming `model` and the type when this backend cannot multiply or look up
-  // weights of type t (the CUDA backend has no kernels for the 4- to 6-bit GGUF types yet).
+  // weights of type t (i32 on every backend).
   virtual void check_weights(DType t, const std::string& model) const;
 
   // Uninitialised memory on this backend's device.

@@ -86,12 +86,7 @@ class CudaBackend final : public Backend, private Recorder {
 
   DeviceKind device() const override { return kCuda; }
   BackendKind kind() const override { return BackendKind::cuda; }
-  void check_weights(DType t, const std::string& model) const override {
-    Backend::check_weights(t, model);
-    if (is_quantized(t) && t != DType::q8_0)
-      fail(model, ": the CUDA backend has no kernels for ", dtype_name(t),
-           " weights yet (run it with --device cpu, or convert at load with --dtype f16 or q8_0)");
-  }
+  // check_weights: Backend's, as every float and quantized type has its kernels here.
   std::string name() const override {
     return detail::concat("cuda (", device_name_, ", gemm ", gemm_name(options_.gemm),
                           options_.graphs ? ", graphs" : "", ")");
@@ -139,16 +134,16 @@ class CudaBackend final : public Backend, private Recorder {
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     checks::matmul(out, x, w, kCuda);
     const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
-    MINFER_CHECK(options_.gemm == GemmKind::cublas || w.dtype() != DType::q8_0, "--gemm ",
-                 gemm_name(options_.gemm), " takes f32, f16 or bf16 weights, not q8_0 (use --gemm cublas)");
+    MINFER_CHECK(options_.gemm == GemmKind::cublas || !is_quantized(w.dtype()), "--gemm ", gemm_name(options_.gemm),
+                 " takes f32, f16 or bf16 weights, not ", dtype_name(w.dtype()), " (use --gemm cublas)");
     switch (options_.gemm) {
       case GemmKind::cublas:
         if (M <= cuda::kMatvecMaxRows) {
           cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         } else if (w.dtype() == DType::f32) {
           blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
-        } else if (w.dtype() == DType::q8_0) {
-          matmul_q8_0_gemm(out, x, w);
+        } else if (is_quantized(w.dtype())) {
+          matmul_quantized_gemm(out, x, w);
         } else {
           const Tensor& x16 = half_activations(x, w.dtype());
           blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
@@ -275,10 +270,10 @@ class CudaBackend final : public Backend, private Recorder {
     return f32(t);
   }
 
-  // Prefill with Q8_0 weights, as llama.cpp does it for large batches: a slab of weight rows at a
-  // time is dequantized to f16 and multiplied on Tensor Cores by cuBLASLt, so the f16 copy never
-  // needs more than kDequantSlab weights (32 MiB) however large the matrix.
-  void matmul_q8_0_gemm(const Tensor& out, const Tensor& x, const Tensor& w) {
+  // Prefill with quantized weights (Q8_0, Q4_0 .. Q6_K), as llama.cpp does it for large batches: a
+  // slab of weight rows at a time is dequantized to f16 and multiplied on Tensor Cores by cuBLASLt,
+  // so the f16 copy never needs more than kDequantSlab weights (32 MiB) however large the matrix.
+  void matmul_quantized_gemm(const Tensor& out, const Tensor& x, const Tensor& w) {
     const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
     constexpr int64_t kDequantSlab = int64_t(1) << 24;
     // note: whole multiples of 256 rows keep each slab's output columns 1 KiB aligned for cuBLASLt.
@@ -291,10 +286,11 @@ class CudaBackend final : public Backend, private Recorder {
       recordings_.buffers_moved();
     }
     const Tensor& x16 = half_activations(x, DType::f16);
-    const auto* blocks = static_cast<const BlockQ8*>(w.data());
+    const int64_t row_bytes = K / dtype_block(w.dtype()) * dtype_block_bytes(w.dtype());
+    const auto* weights = static_cast<const char*>(w.data());
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
       const int64_t n = std::min(rows, N - n0);
-      cuda::dequantize_q8_0_rows(stream_, static_cast<__half*>(slab.data()), blocks + n0 * (K / 32), n, K);
+      cuda::dequantize_rows(stream_, static_cast<__half*>(slab.data()), weights + n0 * row_bytes, w.dtype(), n, K);
       blas_->lt_gemm(f32(out) + n0, ld(out), x16.data(), slab.data(), DType::f16, M, n, K);
     }
   }
@@ -322,7 +318,7 @@ class CudaBackend final : public Backend, private Recorder {
   std::string device_name_;
   Tensor scratch_[static_cast<int>(Scratch::count)];
   Tensor scratch_half_[2];
-  Tensor scratch_dequant_;  // f16 weights dequantized from q8_0 for prefill
+  Tensor scratch_dequant_;  // f16 weights dequantized from a quantized type for prefill
   RecordingCache recordings_{*this};
 };
 

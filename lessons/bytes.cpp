@@ -1,8 +1,8 @@
 // demo bytes: decode speed is bytes per token against bandwidth. One model decodes one sequence
 // with its weights stored as f32 (4 bytes a weight), f16 and bf16 (2), q8_0 (34 bytes per 32
 // weights: 1.0625), and GGUF's q6_k, q5_k, q4_k (210, 176 and 144 bytes per 256: 0.82, 0.69 and
-// 0.56) and q4_0 (18 per 32: 0.56) (on the CPU; the presets' K-quant weights are random blocks,
-// which cost the same bytes). A decode step reads every weight once, so the ceiling is
+// 0.56) and q4_0 (18 per 32: 0.56) (the presets' K-quant weights are random blocks, which cost
+// the same bytes). A decode step reads every weight once, so the ceiling is
 //   tokens/s <= read bandwidth / bytes per step,
 // and bytes per step is almost exactly the parameter count times bytes per weight (the norms, one
 // embedding row and the KV cache read add little at short contexts). How close the measured
@@ -134,9 +134,8 @@ void plot_levels(Report& r, const std::string& half, const Roofline& roof, const
 
 void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps,
               bool quick) {
-  std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
-  if (backend.device() == DeviceKind::cpu)  // (the CUDA backend has no kernels for these yet)
-    dtypes.insert(dtypes.end(), {DType::q6_k, DType::q5_k, DType::q4_k, DType::q4_0});
+  const std::vector<DType> dtypes = {DType::f32,  DType::f16,  DType::bf16, DType::q8_0,
+                                     DType::q6_k, DType::q5_k, DType::q4_k, DType::q4_0};
   const Roofline roof = measure_roofline(backend, DType::f32);
   std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
   std::vector<Line> lines;

@@ -15,8 +15,9 @@
 //   value where the rotation's last bit differs:                                      1e-7
 //   quantized products on the CPU (activations rounded to 8 bits per block, as llama.cpp does): 1e-4
 //   (q8_0 measured up to 1.7e-5; uniform rounding of activations predicts 1/(4 * 127^2) = 1.6e-5).
-//   On CUDA dequantized weights are exact, so decode takes the f32 limit; prefill rounds weights
-//   and activations to f16 and takes the f16 limit.
+//   On CUDA, for every quantized type (q8_0, q4_0 .. q6_k), the weights are dequantized exactly as
+//   on the host, so decode (M <= 8, the matvec) takes the f32 limit; prefill rounds weights and
+//   activations to f16 and takes the f16 limit.
 //   embedding, cache stores, argmax, fill: exact.
 // Inputs include RMSNorm rows small enough that epsilon matters (|x| < 3e-3: mean(x^2) is
 // below eps = 1e-5) and softmax rows with |x| up to 150, where exp overflows without the max.
@@ -125,7 +126,7 @@ class BackendOps : public ::testing::TestWithParam<Case> {
   double limit_product() const {
     const Case& k = GetParam();
     if (is_quantized(k.dtype) && !cuda()) return 1e-4;
-    if (k.dtype == DType::q8_0) return k.M <= 8 ? limit_reduction() : 5e-4;
+    if (is_quantized(k.dtype)) return k.M <= 8 ? limit_reduction() : 5e-4;
     return cuda() && k.dtype != DType::f32 ? 5e-4 : limit_reduction();
   }
   Backend* backend_ = nullptr;
@@ -438,18 +439,21 @@ std::vector<Case> all_cases() {
   // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU.
   for (const std::string backend : {"cpu", "cuda"})
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
-  // The 4- to 6-bit GGUF types on the CPU (the CUDA backend has no kernels for them yet): rows of
-  // 3 and 9 blocks of 32, or 2 super-blocks of 256; decode, batched decode and prefill (M = 100:
-  // past one dequantized tile of 64 weight rows, with a partial last tile).
-  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
-                  DType::q5_k, DType::q6_k}) {
-    const int64_t K = is_k_quant(t) ? 512 : 96;
-    for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 100})
-      cases.push_back({"cpu", Op::matmul, M, M == 100 ? 150 : 33, M == 5 && !is_k_quant(t) ? 288 : K, 0, t, M == 3 || M == 17});
-    for (int64_t M : {1, 5})
-      cases.push_back({"cpu", Op::embedding, M, K, 301, 0, t, M == 5});
-    if (!is_k_quant(t)) cases.push_back({"cpu", Op::fill, 1, 1024, 0, 0, t, false});
-  }
+  // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
+  // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 64 weight
+  // rows on the CPU, with a partial last tile; on CUDA M <= 8 is the matvec, above it the f16 slabs
+  // and cuBLASLt).
+  for (const std::string backend : {"cpu", "cuda"})
+    for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
+                    DType::q5_k, DType::q6_k}) {
+      const int64_t K = is_k_quant(t) ? 512 : 96;
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 100})
+        cases.push_back({backend, Op::matmul, M, M == 100 ? 150 : 33, M == 5 && !is_k_quant(t) ? 288 : K, 0, t,
+                         M == 3 || M == 17});
+      for (int64_t M : {1, 5})
+        cases.push_back({backend, Op::embedding, M, K, 301, 0, t, M == 5});
+      cases.push_back({backend, Op::fill, 1, 1024, 0, 0, t, false});  // K-quants: synthetic blocks
+    }
   // q8_0 prefill past one dequantized tile of 64 weight rows on the CPU, with a partial last tile.
   for (const std::string backend : {"cpu", "cuda"})
     cases.push_back({backend, Op::matmul, 100, 150, 320, 0, DType::q8_0, true});

@@ -12,10 +12,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -180,6 +183,88 @@ TEST(Quants, QuantizeRefusesKQuants) {
     SCOPED_TRACE(dtype_name(t));
     EXPECT_THROW(quantize_row(t, out.data(), x.data(), x.size()), Error);
   }
+}
+
+
+// The CUDA kernels run the same per-block code (core/quants_blocks.h) with __fmul_rn/__fadd_rn,
+// and the host runs it unfused (-ffp-contract=off); both agree with the host only if no
+// evaluation order can matter. It cannot if every product is exact in float32, so that each
+// weight is its exact value rounded once: this holds the host's dequantization to that, on random
+// blocks with random finite f16 scales (subnormal to 65504), evaluating each weight from the
+// layouts of core/quants.h in double (every term and their difference are exact there: at most
+// 51 bits between 2^27 and 2^-24).
+template <class Block>
+Block random_block(std::mt19937& rng) {
+  uint8_t bytes[sizeof(Block)];
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  Block block;
+  std::memcpy(&block, bytes, sizeof(Block));
+  return block;
+}
+uint16_t random_finite_f16(std::mt19937& rng) {
+  const auto h = static_cast<uint16_t>(rng());
+  return ((h >> 10) & 0x1f) == 0x1f ? static_cast<uint16_t>(h & ~0x4000u) : h;  // no Inf or NaN
+}
+int nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+int fifth(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
+double k_low2(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+double h(uint16_t bits) { return double(f16_to_f32(bits)); }
+
+template <class Block, class Exact>
+void expect_rounded_once(DType t, int weights, Exact exact) {
+  std::mt19937 rng(uint32_t(t) * 7919u);
+  std::vector<float> y(static_cast<size_t>(weights));
+  for (int n = 0; n < 2000; ++n) {
+    Block b = random_block<Block>(rng);
+    b.d = random_finite_f16(rng);
+    if constexpr (std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>) b.m = random_finite_f16(rng);
+    if constexpr (std::is_same_v<Block, BlockQ2_K> || std::is_same_v<Block, BlockQ4_K> ||
+                  std::is_same_v<Block, BlockQ5_K>)
+      b.dmin = random_finite_f16(rng);
+    dequantize_row(t, y.data(), &b, y.size());
+    for (int e = 0; e < weights; ++e) {
+      const float want = static_cast<float>(exact(b, e));
+      ASSERT_EQ(float_bits(y[size_t(e)]), float_bits(want)) << dtype_name(t) << " block " << n << " weight " << e
+                                                          << ": " << y[size_t(e)] << " vs " << want;
+    }
+  }
+}
+
+TEST(Quants, DequantizationIsTheExactValueRoundedOnce) {
+  expect_rounded_once<BlockQ8>(DType::q8_0, 32, [](const BlockQ8& b, int e) { return h(b.d) * b.q[e]; });
+  expect_rounded_once<BlockQ4_0>(DType::q4_0, 32, [](const BlockQ4_0& b, int e) { return h(b.d) * (nibble(b.qs, e) - 8); });
+  expect_rounded_once<BlockQ4_1>(DType::q4_1, 32,
+                                 [](const BlockQ4_1& b, int e) { return h(b.d) * nibble(b.qs, e) + h(b.m); });
+  expect_rounded_once<BlockQ5_0>(DType::q5_0, 32, [](const BlockQ5_0& b, int e) {
+    return h(b.d) * ((nibble(b.qs, e) | (fifth(b.qh, e) << 4)) - 16);
+  });
+  expect_rounded_once<BlockQ5_1>(DType::q5_1, 32, [](const BlockQ5_1& b, int e) {
+    return h(b.d) * (nibble(b.qs, e) | (fifth(b.qh, e) << 4)) + h(b.m);
+  });
+  expect_rounded_once<BlockQ2_K>(DType::q2_k, kQK, [](const BlockQ2_K& b, int e) {
+    const int sc = b.scales[e / 16];
+    return h(b.d) * (sc & 0xF) * k_low2(b.qs, e) - h(b.dmin) * (sc >> 4);
+  });
+  expect_rounded_once<BlockQ3_K>(DType::q3_k, kQK, [](const BlockQ3_K& b, int e) {
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    return h(b.d) * q3_k_scale(b.scales, e / 16) * (k_low2(b.qs, e) - (high ? 0 : 4));
+  });
+  const auto q45 = [](const auto& b, const uint8_t* qh, int e) {
+    const int j = e / 32, l = e % 32;
+    uint8_t sc, m;
+    k_scale_min(b.scales, j, &sc, &m);
+    int q = (b.qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+    if (qh != nullptr) q |= ((qh[l] >> j) & 1) << 4;
+    return h(b.d) * sc * q - h(b.dmin) * m;
+  };
+  expect_rounded_once<BlockQ4_K>(DType::q4_k, kQK, [&](const BlockQ4_K& b, int e) { return q45(b, nullptr, e); });
+  expect_rounded_once<BlockQ5_K>(DType::q5_k, kQK, [&](const BlockQ5_K& b, int e) { return q45(b, b.qh, e); });
+  expect_rounded_once<BlockQ6_K>(DType::q6_k, kQK, [](const BlockQ6_K& b, int e) {
+    const int r = e % 128, hb = e / 128;
+    const int low = (b.ql[64 * hb + r % 64] >> (4 * (r / 64))) & 0xF;
+    const int high = (b.qh[32 * hb + r % 32] >> (2 * (r / 32))) & 3;
+    return h(b.d) * b.scales[e / 16] * ((low | (high << 4)) - 32);
+  });
 }
 
 }  // namespace

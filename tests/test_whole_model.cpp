@@ -321,44 +321,74 @@ Tensor as_type(const Tensor& weights, DType t, std::mt19937& rng, Tensor* f32) {
 // parts, and agree with the same weights dequantized to f32 (reference: exactly; CPU: its
 // activations are rounded to 8 bits per block, so within the q8_0 fixtures' limit), fused and
 // unfused alike.
-TEST(WholeModel, MixedQuantizedTypesMatchTheirWeightsInF32) {
-  const LlamaConfig c = shape(256, 512, 2, 4, 2, 97, false);
-  LlamaHostWeights mixed = random_llama_weights(c, 61, 2.5), dequantized = mixed;
+struct MixedModel {
+  LlamaConfig config;
+  LlamaHostWeights mixed, dequantized;
+};
+
+MixedModel mixed_model() {
+  MixedModel m{shape(256, 512, 2, 4, 2, 97, false), {}, {}};
+  m.mixed = random_llama_weights(m.config, 61, 2.5);
+  m.dequantized = m.mixed;
   std::mt19937 rng(7);
   auto set = [&](Tensor LlamaHostWeights::*table, DType t) {
-    mixed.*table = as_type(mixed.*table, t, rng, &(dequantized.*table));
+    m.mixed.*table = as_type(m.mixed.*table, t, rng, &(m.dequantized.*table));
   };
   set(&LlamaHostWeights::token_embedding, DType::q4_k);
   set(&LlamaHostWeights::classifier, DType::q6_k);
   const DType types[2][7] = {{DType::q4_k, DType::q4_k, DType::q6_k, DType::q5_k, DType::q3_k, DType::q2_k, DType::q6_k},
                              {DType::q4_0, DType::q5_0, DType::q8_0, DType::q4_1, DType::q5_1, DType::q5_1, DType::f16}};
   for (size_t l = 0; l < 2; ++l) {
-    LlamaHostWeights::Layer &m = mixed.layers[l], &d = dequantized.layers[l];
-    Tensor* matrices[7] = {&m.wq, &m.wk, &m.wv, &m.wo, &m.w1, &m.w3, &m.w2};
+    LlamaHostWeights::Layer &q = m.mixed.layers[l], &d = m.dequantized.layers[l];
+    Tensor* matrices[7] = {&q.wq, &q.wk, &q.wv, &q.wo, &q.w1, &q.w3, &q.w2};
     Tensor* wide[7] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w1, &d.w3, &d.w2};
     for (size_t i = 0; i < 7; ++i) *matrices[i] = as_type(*matrices[i], types[l][i], rng, wide[i]);
   }
+  return m;
+}
+
+TEST(WholeModel, MixedQuantizedTypesMatchTheirWeightsInF32) {
+  const MixedModel m = mixed_model();
   auto ref = make_backend(BackendKind::ref);
   BackendOptions options;
   options.threads = 2;
   auto cpu = make_backend(BackendKind::cpu, options);
-  LlamaModel model(*cpu, mixed, "mixed", LlamaOptions{});
+  LlamaModel model(*cpu, m.mixed, "mixed", LlamaOptions{});
   EXPECT_NE(model.info().weight_types.find("q4_k"), std::string::npos) << model.info().weight_types;
-  EXPECT_EQ(model.info().weight_bytes, LlamaModel::weight_bytes(mixed, std::nullopt));
-  Script script = make_script(c.vocab_size, 9);
+  EXPECT_EQ(model.info().weight_bytes, LlamaModel::weight_bytes(m.mixed, std::nullopt));
+  Script script = make_script(m.config.vocab_size, 9);
   RunOptions wide;
-  const Logits expected = decoder_logits(*ref, dequantized, script, wide);
+  const Logits expected = decoder_logits(*ref, m.dequantized, script, wide);
   RunOptions as_stored;
   as_stored.dtype = std::nullopt;
   for (Kernels kernels : {Kernels::fused, Kernels::unfused}) {
     as_stored.kernels = kernels;
-    expect_logits_close(expected, decoder_logits(*ref, mixed, script, as_stored), 1e-10,
+    expect_logits_close(expected, decoder_logits(*ref, m.mixed, script, as_stored), 1e-10,
                         std::string("mixed types on ref, ") + kernels_name(kernels));
   }
   // (measured: 1.2e-3, from the activations' rounding alone)
-  expect_cpu_variants_close(expected, *cpu, mixed, script, as_stored, 5e-3, "mixed types on cpu");
-  // The limit is not loose: one matrix's parts swapped would be far outside it.
-  EXPECT_GT(worst_nmse(expected, decoder_logits(*ref, random_llama_weights(c, 62, 2.5), script, wide)), 0.05);
+  expect_cpu_variants_close(expected, *cpu, m.mixed, script, as_stored, 5e-3, "mixed types on cpu");
+  // The limit is not loose: another model's logits are far outside it.
+  EXPECT_GT(worst_nmse(expected, decoder_logits(*ref, random_llama_weights(m.config, 62, 2.5), script, wide)), 0.05);
+}
+
+// The same on CUDA: decode dequantizes in registers (exact weights, f32 sums), prefill rounds the
+// weights and activations to f16 for cuBLASLt: the f16 limit of CudaBackendMatchesTheReferenceBackend.
+TEST(WholeModel, MixedQuantizedTypesOnCudaMatchTheirWeightsInF32) {
+  std::string reason;
+  if (cuda_device_count(&reason) == 0) GTEST_SKIP() << "skipped: no CUDA device (" << reason << ")";
+  const MixedModel m = mixed_model();
+  auto ref = make_backend(BackendKind::ref);
+  auto cuda = make_backend(BackendKind::cuda);
+  Script script = make_script(m.config.vocab_size, 9);
+  const Logits expected = decoder_logits(*ref, m.dequantized, script, RunOptions{});
+  RunOptions as_stored;
+  as_stored.dtype = std::nullopt;
+  for (Kernels kernels : {Kernels::fused, Kernels::unfused}) {
+    as_stored.kernels = kernels;
+    expect_logits_close(expected, decoder_logits(*cuda, m.mixed, script, as_stored), 5e-3,
+                        std::string("mixed types on cuda, ") + kernels_name(kernels));
+  }
 }
 
 // run.c's way of feeding a prompt, a token per forward pass, against one batched pass.

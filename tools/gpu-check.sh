@@ -142,6 +142,8 @@ bench() {  # NAME, then the bench arguments; each gets what is left minus a rese
 if [ $dry -eq 0 ]; then
   bench decode -m preset:llama-1b -m preset:llama-7b -p 0 -n 128 -B 1,8,64 --dtype f16 -r 3 --roofline
   bench decode-q8_0 -m preset:llama-1b -m preset:llama-7b -p 512 -n 128 -B 1,8 --dtype q8_0 -r 3 --roofline
+  # GGUF's 4-bit K-quant against Q8_0 and f16 on llama-7b's shape (the presets' q4_k are random blocks)
+  bench decode-q4_k -m preset:llama-7b -p 512 -n 128 -B 1 --dtype q4_k,q8_0,f16 -r 3 --roofline
   bench prefill -m preset:llama-1b -m preset:llama-7b -p 2048 -n 0 -B 1 --dtype f16 -r 3 --roofline
   bench graphs-fusion -m preset:stories110M -p 0 -n 128 -B 1 --dtype f16 --kernels fused,unfused --graphs on,off -r 3
   bench decode-f32 -m preset:llama-7b -p 0 -n 64 -B 1 --dtype f32 -r 2 --roofline
@@ -149,6 +151,7 @@ if [ $dry -eq 0 ]; then
 else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
+  bench decode-q4_k -m preset:stories42M -p 16 -n 8 -B 1 --dtype q4_k -r 1 --device cpu
   bench prefill -m preset:stories15M -p 32 -n 0 -B 1 -r 1 --device cpu
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
 fi

@@ -1,3 +1,4 @@
+#include "core/quants_blocks.h"
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -10,20 +11,30 @@ __global__ void cast_kernel(T* out, const float* x, int64_t ld_x, int64_t M, int
     out[i] = from_float<T>(x[(i / K) * ld_x + i % K]);
 }
 
-__global__ void dequantize_q8_0_kernel(__half* out, const BlockQ8* w, int64_t n_weights) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_weights;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const BlockQ8& block = w[i / 32];
-    out[i] = __float2half_rn(__half2float(__ushort_as_half(block.d)) * block.q[i % 32]);
+// Thread i dequantizes group i of 8 weights (of all N * K, the rows being whole blocks end to end).
+template <class Block>
+__global__ void dequantize_kernel(__half* out, const Block* w, int64_t n_groups) {
+  constexpr int kGroups = blocks::Traits<Block>::kWeights / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_groups; i += int64_t(gridDim.x) * blockDim.x) {
+    float v[8];
+    blocks::dequantize8(w[i / kGroups], static_cast<int>(i % kGroups), v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[8 * i + j] = __float2half_rn(v[j]);
   }
 }
 }  // namespace
 
-void dequantize_q8_0_rows(cudaStream_t stream, __half* out, const BlockQ8* w, int64_t N, int64_t K) {
-  MINFER_CHECK(K % 32 == 0, "dequantize_q8_0_rows: rows of ", K, " weights are not whole blocks");
+void dequantize_rows(cudaStream_t stream, __half* out, const void* w, DType w_dtype, int64_t N, int64_t K) {
+  MINFER_CHECK(is_quantized(w_dtype), "dequantize_rows: ", dtype_name(w_dtype), " is not a quantized type");
+  MINFER_CHECK(K % dtype_block(w_dtype) == 0, "dequantize_rows: ", dtype_name(w_dtype), " rows of ", K,
+               " weights are not whole blocks");
   if (N * K == 0) return;
-  const unsigned blocks = blocks_for(N * K, 256) < 65535 * 4 ? blocks_for(N * K, 256) : 65535 * 4;
-  dequantize_q8_0_kernel<<<blocks, 256, 0, stream>>>(out, w, N * K);
+  const int64_t n_groups = N * K / 8;
+  const unsigned grid = blocks_for(n_groups, 256) < 65535 * 4 ? blocks_for(n_groups, 256) : 65535 * 4;
+  blocks::dispatch_block(w_dtype, [&](auto tag) {
+    using Block = typename decltype(tag)::type;
+    dequantize_kernel<Block><<<grid, 256, 0, stream>>>(out, static_cast<const Block*>(w), n_groups);
+  });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -74,7 +74,9 @@ void dispatch_float_type(DType t, Fn&& fn) {
     case DType::f32: fn(float{}); return;
     case DType::f16: fn(__half{}); return;
     case DType::bf16: fn(__nv_bfloat16{}); return;
-    case DType::q8_0:  // blocks of 32, handled by the callers that take them
+    case DType::q8_0: case DType::q4_0: case DType::q4_1: case DType::q5_0: case DType::q5_1:
+    case DType::q2_k: case DType::q3_k: case DType::q4_k: case DType::q5_k: case DType::q6_k:
+      break;  // blocks (core/quants_blocks.h), handled by the callers that take them
     case DType::i32: break;
   }
   fail("CUDA kernels take f32, f16 or bf16 here, not ", dtype_name(t));

@@ -1,3 +1,4 @@
+#include "core/quants_blocks.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/embedding.cuh"
 
@@ -11,13 +12,19 @@ __global__ void embedding_kernel(float* out, int64_t ld_out, const T* table, con
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) out[m * ld_out + d] = to_float(row[d]);
 }
 
-__global__ void embedding_q8_0_kernel(float* out, int64_t ld_out, const BlockQ8* table, const int32_t* ids,
-                                      int64_t D) {
+// Quantized tables: a thread per group of 8 values (core/quants_blocks.h), dequantized exactly as
+// on the host.
+template <class Block>
+__global__ void embedding_blocks_kernel(float* out, int64_t ld_out, const Block* table, const int32_t* ids,
+                                        int64_t D) {
+  constexpr int kGroups = blocks::Traits<Block>::kWeights / 8;
   const int64_t m = blockIdx.x;
-  const BlockQ8* row = table + int64_t(ids[m]) * (D / 32);
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    const BlockQ8& block = row[d / 32];
-    out[m * ld_out + d] = __half2float(__ushort_as_half(block.d)) * block.q[d % 32];
+  const Block* row = table + int64_t(ids[m]) * (D / blocks::Traits<Block>::kWeights);
+  for (int64_t group = threadIdx.x; group < D / 8; group += blockDim.x) {
+    float v[8];
+    blocks::dequantize8(row[group / kGroups], static_cast<int>(group % kGroups), v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[m * ld_out + 8 * group + i] = v[i];
   }
 }
 }  // namespace
@@ -25,10 +32,14 @@ __global__ void embedding_q8_0_kernel(float* out, int64_t ld_out, const BlockQ8*
 void embedding(cudaStream_t stream, float* out, int64_t ld_out, const void* table, DType table_dtype,
                const int32_t* ids, int64_t M, int64_t D) {
   if (M == 0) return;
-  if (table_dtype == DType::q8_0) {
-    MINFER_CHECK(D % 32 == 0, "embedding: q8_0 rows of ", D, " values are not whole blocks");
-    embedding_q8_0_kernel<<<static_cast<unsigned>(M), 256, 0, stream>>>(out, ld_out,
-                                                                         static_cast<const BlockQ8*>(table), ids, D);
+  if (is_quantized(table_dtype)) {
+    MINFER_CHECK(D % dtype_block(table_dtype) == 0, "embedding: ", dtype_name(table_dtype), " rows of ", D,
+                 " values are not whole blocks");
+    blocks::dispatch_block(table_dtype, [&](auto tag) {
+      using Block = typename decltype(tag)::type;
+      embedding_blocks_kernel<Block>
+          <<<static_cast<unsigned>(M), 256, 0, stream>>>(out, ld_out, static_cast<const Block*>(table), ids, D);
+    });
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -1,5 +1,6 @@
 // Embedding lookup, also used as a row gather of activations: out[m, :] = table[ids[m], :].
-// One block per row; consecutive threads read consecutive elements (coalesced).
+// One block per row; consecutive threads read consecutive elements (coalesced), or for quantized
+// tables consecutive groups of 8 values.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +13,7 @@ namespace minfer::cuda {
 
 void embedding(cudaStream_t stream,
                float* out, int64_t ld_out,            // (M, D)
-               const void* table, DType table_dtype,  // (V, D), dense; q8_0: (V, D / 32) blocks
+               const void* table, DType table_dtype,  // (V, D), dense; quantized: (V, D / block) blocks
                const int32_t* ids,                    // (M)
                int64_t M, int64_t D);
 

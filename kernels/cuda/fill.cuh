@@ -1,5 +1,7 @@
 // Seeded uniform values (kernels/ref/fill.h): element i depends only on (seed, i), so the GPU
-// fills a preset's weights with exactly the values the CPU or `minfer make-model` would.
+// fills a preset's weights with exactly the values the CPU or `minfer make-model` would: plain
+// types, legacy quantized blocks of those values (quantized by core/quants_blocks.h, the host's
+// code), and K-quants' synthetic blocks (ref::fill_k_quant_blocks).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+#include "core/quants_blocks.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matvec.cuh"
 
@@ -111,6 +112,53 @@ __global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, i
   }
 }
 
+// Q4_0 .. Q6_K: each lane owns one group of 8 weights of a block (core/quants_blocks.h), so a
+// legacy block of 32 takes 4 lanes and a warp-wide step covers 8 neighbouring blocks (144 to 192
+// contiguous bytes), while a K-quant super-block of 256 takes the whole warp. A lane reads only
+// its group's bytes (single-byte loads, as blocks of 18 .. 210 bytes have no wider alignment) and
+// its sub-block's scale, dequantizes the 8 weights in registers exactly as the host does, and
+// multiplies them with 8 consecutive activations of each of the M rows.
+template <class Block, int MR>
+__global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
+                                     int64_t N, int64_t K) {
+  constexpr int kWeights = blocks::Traits<Block>::kWeights;
+  constexpr int kGroups = kWeights / 8;                 // lanes per block
+  constexpr int kBlocksPerStep = kWarpSize / kGroups;   // blocks per warp-wide step
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int64_t nb = K / kWeights;
+  const Block* row = w + n * nb;
+  const int g = lane % kGroups;
+  float acc[MR];
+#pragma unroll
+  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
+#pragma unroll 2
+  for (int64_t b = lane / kGroups; b < nb; b += kBlocksPerStep) {
+    float wv[8];
+    blocks::dequantize8(row[b], g, wv);
+    const int64_t k = b * kWeights + 8 * g;
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      const float* xm = x + m * ld_x + k;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[m] += wv[i] * xm[i];
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    const float s = warp_sum(acc[m]);
+    if (lane == 0) out[m * ld_out + n] = s;
+  }
+}
+
+template <class Block, int MR>
+void launch_blocks(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
+                   int64_t N, int64_t K) {
+  matvec_blocks_kernel<Block, MR>
+      <<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+}
+
 template <int MR>
 void launch_q8_0(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
                  int64_t N, int64_t K) {
@@ -138,17 +186,37 @@ void matvec(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int
   if (N == 0) return;
   if (w_dtype == DType::q8_0) {
     MINFER_CHECK(K % 32 == 0, "matvec: q8_0 rows of ", K, " weights are not whole blocks");
-    const auto* blocks = static_cast<const BlockQ8*>(w);
+    const auto* q8 = static_cast<const BlockQ8*>(w);
     switch (M) {
-      case 1: launch_q8_0<1>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 2: launch_q8_0<2>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 3: launch_q8_0<3>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 4: launch_q8_0<4>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 5: launch_q8_0<5>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 6: launch_q8_0<6>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      case 7: launch_q8_0<7>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
-      default: launch_q8_0<8>(stream, out, ld_out, x, ld_x, blocks, N, K); break;
+      case 1: launch_q8_0<1>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 2: launch_q8_0<2>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 3: launch_q8_0<3>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 4: launch_q8_0<4>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 5: launch_q8_0<5>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 6: launch_q8_0<6>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      case 7: launch_q8_0<7>(stream, out, ld_out, x, ld_x, q8, N, K); break;
+      default: launch_q8_0<8>(stream, out, ld_out, x, ld_x, q8, N, K); break;
     }
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (is_quantized(w_dtype)) {
+    MINFER_CHECK(K % dtype_block(w_dtype) == 0, "matvec: ", dtype_name(w_dtype), " rows of ", K,
+                 " weights are not whole blocks");
+    blocks::dispatch_block(w_dtype, [&](auto tag) {
+      using Block = typename decltype(tag)::type;
+      const auto* weights = static_cast<const Block*>(w);
+      switch (M) {
+        case 1: launch_blocks<Block, 1>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 2: launch_blocks<Block, 2>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 3: launch_blocks<Block, 3>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 4: launch_blocks<Block, 4>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 5: launch_blocks<Block, 5>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 6: launch_blocks<Block, 6>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        case 7: launch_blocks<Block, 7>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+        default: launch_blocks<Block, 8>(stream, out, ld_out, x, ld_x, weights, N, K); break;
+      }
+    });
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -6,7 +6,8 @@
 // 4 f32 weights per load) so each warp-wide load moves 512 contiguous bytes, multiply them with
 // all M activation rows (which stay in L1/L2), and a warp sum gives M outputs. Eight warps per
 // block and enough blocks keep tens of kilobytes of loads in flight per SM, which is what it
-// takes to approach peak bandwidth. Weights may be f32, f16, bf16 or q8_0, activations are f32.
+// takes to approach peak bandwidth. Weights may be f32, f16, bf16 or any quantized type (blocks
+// dequantized in registers, core/quants_blocks.h), activations are f32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +25,7 @@ constexpr int64_t kMatvecMaxRows = 8;
 void matvec(cudaStream_t stream,
             float* out, int64_t ld_out,    // (M, N)
             const float* x, int64_t ld_x,  // (M, K)
-            const void* w, DType w_dtype,  // (N, K), dense; q8_0: (N, K / 32) blocks
+            const void* w, DType w_dtype,  // (N, K), dense; quantized: (N, K / block) blocks
             int64_t M, int64_t N, int64_t K);
 
 }  // namespace minfer::cuda
