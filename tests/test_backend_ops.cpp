@@ -440,7 +440,7 @@ std::vector<Case> all_cases() {
   for (const std::string backend : {"cpu", "cuda"})
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
-  // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 64 weight
+  // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight
   // rows on the CPU, with a partial last tile; on CUDA M <= 8 is the matvec, above it the f16 slabs
   // and cuBLASLt).
   for (const std::string backend : {"cpu", "cuda"})
@@ -448,15 +448,15 @@ std::vector<Case> all_cases() {
                     DType::q5_k, DType::q6_k}) {
       const int64_t K = is_k_quant(t) ? 512 : 96;
       for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 100})
-        cases.push_back({backend, Op::matmul, M, M == 100 ? 150 : 33, M == 5 && !is_k_quant(t) ? 288 : K, 0, t,
+        cases.push_back({backend, Op::matmul, M, M == 100 ? 300 : 33, M == 5 && !is_k_quant(t) ? 288 : K, 0, t,
                          M == 3 || M == 17});
       for (int64_t M : {1, 5})
         cases.push_back({backend, Op::embedding, M, K, 301, 0, t, M == 5});
       cases.push_back({backend, Op::fill, 1, 1024, 0, 0, t, false});  // K-quants: synthetic blocks
     }
-  // q8_0 prefill past one dequantized tile of 64 weight rows on the CPU, with a partial last tile.
+  // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile.
   for (const std::string backend : {"cpu", "cuda"})
-    cases.push_back({backend, Op::matmul, 100, 150, 320, 0, DType::q8_0, true});
+    cases.push_back({backend, Op::matmul, 100, 300, 320, 0, DType::q8_0, true});
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
   // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
   // exact path for f32 caches.

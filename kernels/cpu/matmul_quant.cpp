@@ -15,8 +15,16 @@
 //
 // Above 32 rows (prefill), the activations are rounded the same way (quantized and back to f32, so
 // that a token's logits do not depend on whether it was decoded or prefilled), and each thread
-// dequantizes 64 weight rows at a time to f32 and hands them to Eigen's GEMM, where the
-// dequantization is paid once for all M rows.
+// dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h, vector code bit for bit
+// as dequantize_row) and hands them to Eigen's GEMM, where the dequantization is paid once for all
+// M rows.
+//
+// note: the tile size, measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512),
+// tokens/s, all tile sizes interleaved, medians of 4 rounds while other work kept the load near 3
+// (so half the quiet machine's numbers): q4_k 32 rows 498, 64 rows 545, 128 rows 586, 256 rows 605;
+// q8_0 521, 582, 615, 635. 384 and 512 rows were within 2% of 256 (q4_k 614 / 605, q8_0 651 /
+// 645). Each tile is one GEMM call, and Eigen packs the activations again for every call, which is
+// likely what the larger tiles save; 256 rows cost 256 * K floats per thread (2 MiB at K = 2048).
 //
 // note: the integer dot products could run prefill too (four activation rows per pass over a
 // weight row). Measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512 VNNI), in
@@ -35,6 +43,7 @@
 
 #include "core/error.h"
 #include "core/quants.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace minfer::cpu {
@@ -42,7 +51,8 @@ namespace minfer::cpu {
 namespace {
 
 constexpr int64_t kSmallMaxRows = 32;  // as in matmul.cpp: decode of up to 32 sequences
-constexpr int64_t kTileRows = 64;      // weight rows dequantized per step of the GEMM path
+constexpr int64_t kTileRows = 256;     // weight rows dequantized per step of the GEMM path (see the top)
+constexpr int64_t kMinTileRows = 32;   // the fewest, when a matrix has too few rows for every thread
 constexpr int kDotRows = 4;            // activation rows per pass over a weight row
 
 // M rows of activations quantized for weights of type w, row m at dst + m * row_bytes.
@@ -105,13 +115,15 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
   });
   Eigen::Map<const RowMajor> X(xr, M, K);
   const int64_t w_row_bytes = K / dtype_block(w_dtype) * dtype_block_bytes(w_dtype);
-  pool.parallel_for(N, kTileRows, [&](int64_t n0, int64_t n1) {
+  // Up to kTileRows a tile, fewer where that would leave threads idle (768 rows on 16 threads).
+  const int64_t tile_rows = std::clamp<int64_t>((N + pool.size() - 1) / pool.size(), kMinTileRows, kTileRows);
+  pool.parallel_for(N, tile_rows, [&](int64_t n0, int64_t n1) {
     // Grows once, then reused; aligned so that every thread computes with the same alignment.
     thread_local std::vector<float, Eigen::aligned_allocator<float>> tile;
     tile.resize(static_cast<size_t>(kTileRows * K));
-    for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
-      const int64_t rows = std::min(kTileRows, n1 - t0);
-      dequantize_row(w_dtype, tile.data(), static_cast<const char*>(w) + t0 * w_row_bytes, static_cast<size_t>(rows * K));
+    for (int64_t t0 = n0; t0 < n1; t0 += tile_rows) {
+      const int64_t rows = std::min(tile_rows, n1 - t0);
+      dequantize_f32(w_dtype, tile.data(), static_cast<const char*>(w) + t0 * w_row_bytes, static_cast<size_t>(rows * K));
       Eigen::Map<const RowMajor> Wt(tile.data(), rows, K);
       Eigen::Map<RowMajor, 0, Stride> O(out + t0, M, rows, Stride(ld_out));
       O.noalias() = X * Wt.transpose();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/quants.h"
+#include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace minfer::cpu {
@@ -18,6 +19,29 @@ namespace {
 constexpr DType kTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
                             DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
 
+// Where each block of type t holds its f16 scales (d, and dmin or m where it has one).
+std::vector<size_t> scale_offsets(DType t) {
+  switch (t) {
+    case DType::q8_0: case DType::q4_0: case DType::q5_0: return {0};
+    case DType::q4_1: case DType::q5_1: case DType::q4_k: case DType::q5_k: return {0, 2};
+    case DType::q2_k: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::q3_k: return {offsetof(BlockQ3_K, d)};
+    case DType::q6_k: return {offsetof(BlockQ6_K, d)};
+    default: return {};
+  }
+}
+
+// Sets every f16 scale of the blocks to f16(b), b the block's index.
+template <class F16>
+void set_scales(DType t, std::vector<uint8_t>& bytes, F16&& f16) {
+  const int64_t nb = int64_t(bytes.size()) / dtype_block_bytes(t);
+  for (int64_t b = 0; b < nb; ++b)
+    for (size_t offset : scale_offsets(t)) {
+      const uint16_t h = f16(b);
+      std::memcpy(bytes.data() + b * dtype_block_bytes(t) + offset, &h, 2);
+    }
+}
+
 // Random blocks: random bytes everywhere, then f16 scales set to finite values of either sign.
 // `edge`: scales at the extremes a file can hold (zero, tiny, large) and codes all at their top.
 std::vector<uint8_t> random_blocks(DType t, int64_t nb, std::mt19937& rng, bool edge) {
@@ -25,23 +49,7 @@ std::vector<uint8_t> random_blocks(DType t, int64_t nb, std::mt19937& rng, bool 
   for (auto& b : bytes) b = static_cast<uint8_t>(edge ? 0xFF : rng());
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
   const float edges[] = {0.0f, 6.1e-5f, -3.0f, 1.0f};
-  auto f16 = [&](int64_t b) { return f32_to_f16(edge ? edges[b % 4] : scale(rng)); };
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* p = bytes.data() + b * dtype_block_bytes(t);
-    auto set = [&](size_t offset) {
-      const uint16_t h = f16(b);
-      std::memcpy(p + offset, &h, 2);
-    };
-    switch (t) {
-      case DType::q8_0: case DType::q4_0: case DType::q5_0: set(0); break;
-      case DType::q4_1: case DType::q5_1: set(0); set(2); break;
-      case DType::q2_k: set(offsetof(BlockQ2_K, d)); set(offsetof(BlockQ2_K, dmin)); break;
-      case DType::q3_k: set(offsetof(BlockQ3_K, d)); break;
-      case DType::q4_k: case DType::q5_k: set(0); set(2); break;
-      case DType::q6_k: set(offsetof(BlockQ6_K, d)); break;
-      default: break;
-    }
-  }
+  set_scales(t, bytes, [&](int64_t b) { return f32_to_f16(edge ? edges[b % 4] : scale(rng)); });
   return bytes;
 }
 
@@ -103,6 +111,30 @@ TEST_P(QuantDot, MatchesTheDequantizedSum) {
   uint32_t seed = 1 + 100 * uint32_t(GetParam());
   for (int64_t nb : {1, 2, 3, 7})
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
+}
+
+// kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
+// f16 scales (any bits but an exponent of all ones: subnormals, zeros of either sign, 65504), odd
+// row counts, and a destination one float off its alignment.
+void check_dequantize(DType t, int64_t rows, uint32_t seed) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " rows=" + std::to_string(rows));
+  std::mt19937 rng(seed);
+  const int64_t n = rows * 3 * dtype_block(t);
+  std::vector<uint8_t> w = random_blocks(t, n / dtype_block(t), rng, false);
+  set_scales(t, w, [&](int64_t) {
+    uint16_t h;
+    do h = static_cast<uint16_t>(rng()); while ((h & 0x7C00) == 0x7C00);
+    return h;
+  });
+  std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n) + 1);
+  dequantize_row(t, want.data(), w.data(), size_t(n));
+  dequantize_f32(t, got.data() + 1, w.data(), size_t(n));
+  EXPECT_EQ(std::memcmp(want.data(), got.data() + 1, size_t(n) * sizeof(float)), 0);
+}
+
+TEST_P(QuantDot, DequantizeMatchesTheReferenceBitForBit) {
+  uint32_t seed = 7 + 100 * uint32_t(GetParam());
+  for (int64_t rows : {1, 3, 5, 63, 65}) check_dequantize(GetParam(), rows, seed++);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryType, QuantDot, testing::ValuesIn(kTypes),
