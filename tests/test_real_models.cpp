@@ -46,10 +46,11 @@ TEST(RealModels, SmolLM2TokenizerGivesLlamaCppIds) {
   REQUIRE_SMOLLM2();
   std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kSmolLM2);
   ASSERT_NE(tokenizer, nullptr);
-  for (const auto& p : reference()["prompts"])
+  const nlohmann::json ref = reference();  // (held: a range-for over a temporary's member dangles)
+  for (const auto& p : ref["prompts"])
     EXPECT_EQ(tokenizer->encode(p["text"].get<std::string>(), true), p["ids"].get<std::vector<int32_t>>())
         << p["text"];
-  const nlohmann::json ppl = reference()["perplexity"];
+  const nlohmann::json& ppl = ref["perplexity"];
   const std::string text = read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/text.txt");
   std::vector<int32_t> ids = tokenizer->encode(text, false);
   ids.resize(std::min(ids.size(), ppl["ids"].size()));
