@@ -45,7 +45,7 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
-  // Bytes per element of a plain dtype; q8_0 has none (its bytes are counted per block of 32).
+  // Bytes per element of a plain dtype; quantized types have none (their bytes count per block).
   size_t element_size() const { return static_cast<size_t>(dtype_size(dtype_)); }
   size_t nbytes() const { return static_cast<size_t>(dtype_bytes(dtype_, static_cast<uint64_t>(numel()))); }
   bool is_contiguous() const;
@@ -65,7 +65,8 @@ class Tensor {
   // Copies src's elements into this tensor: same shape and dtype, any devices. Host-to-host copies
   // take any strides; copies that involve a device need dense rows on both sides.
   void copy_from(const Tensor& src) const;
-  // Host only: copies with conversion between f32, f16 and bf16 (same shape, contiguous).
+  // Host only: copies with conversion to or from f32 (f16, bf16, quantized blocks; only the legacy
+  // quantized types are made from f32), same shape, contiguous.
   void convert_from(const Tensor& src) const;
 
   std::string str() const;  // e.g. "f32[3, 64] cpu"

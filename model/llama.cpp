@@ -219,8 +219,9 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
 
 namespace {
 
-// Copies a host tensor (f32, f16 or bf16) into a tensor of the backend of any of those dtypes,
-// converting through a host staging buffer when the dtypes differ.
+// Copies a host tensor of any float or quantized type into a backend tensor of any type minfer can
+// make from f32, converting through a host staging buffer when the types differ (f16 to bf16, a
+// Q4_K file's matrix to q8_0: both through f32).
 void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
   MINFER_CHECK(dst.shape() == src.shape(), "upload: ", src.str(), " into ", dst.str());
   if (dst.dtype() == src.dtype()) {
@@ -230,7 +231,7 @@ void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
   Tensor staging = backend.empty_host(src.shape(), dst.dtype());
   if (src.dtype() == DType::f32 || dst.dtype() == DType::f32) {
     staging.convert_from(src);
-  } else {  // f16 <-> bf16 through f32
+  } else {  // through f32
     Tensor wide = backend.empty_host(src.shape(), DType::f32);
     wide.convert_from(src);
     staging.convert_from(wide);

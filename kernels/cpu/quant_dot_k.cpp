@@ -98,7 +98,9 @@ inline __m256i bits_at(__m256i v, int j, int at, int width) {
   const __m256i moved = j >= at ? _mm256_srli_epi16(v, j - at) : _mm256_slli_epi16(v, at - j);
   return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(((1 << width) - 1) << at)));
 }
+#if !(defined(__AVX512F__) && defined(__AVX512BW__))  // (used by the AVX2 code of Q4_K .. Q6_K only)
 inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+#endif
 
 // Q4_K / Q5_K: the scales (bytes 0..7) and mins (8..15) of k_scale_min from the 12 packed bytes
 // (16 read; the block goes on).
@@ -113,8 +115,10 @@ inline __m128i scale_min_vec(const uint8_t* packed) {
 inline __m256i mins_twice(__m128i sm) {
   return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
 }
+#if !(defined(__AVX512F__) && defined(__AVX512BW__))
 // Scale j of scale_min_vec (in both 128-bit halves of sm2) as 16 int16.
 inline __m256i scale_of(__m256i sm2, int j) { return _mm256_shuffle_epi8(sm2, _mm256_set1_epi16(static_cast<short>(0x8000 | j))); }
+#endif
 
 // Q3_K: the 16 signed scales of q3_k_scale from the 12 packed bytes.
 inline __m128i q3_scales_vec(const uint8_t* packed) {
