@@ -88,6 +88,25 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
                   sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "K-quant blocks are ggml's sizes");
 
+// Where a block of type t holds its f16 scales: d first, then its minimum (m, or dmin) if it
+// has one. count is 0 for the types that are not blocks.
+struct ScaleOffsets {
+  int count;
+  size_t at[2];
+};
+constexpr ScaleOffsets scale_offsets(DType t) {
+  switch (t) {
+    case DType::q8_0: case DType::q4_0: case DType::q5_0: return {1, {0, 0}};
+    case DType::q4_1: case DType::q5_1: return {2, {0, 2}};
+    case DType::q2_k: return {2, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}};
+    case DType::q3_k: return {1, {offsetof(BlockQ3_K, d), 0}};
+    case DType::q4_k: return {2, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}};
+    case DType::q5_k: return {2, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}};
+    case DType::q6_k: return {1, {offsetof(BlockQ6_K, d), 0}};
+    default: return {0, {0, 0}};
+  }
+}
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K block.
 MINFER_HOST_DEVICE inline void k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
   if (j < 4) {

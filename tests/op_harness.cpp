@@ -42,21 +42,14 @@ void random_k_quant_blocks(void* data, DType dtype, int64_t n_blocks, std::mt199
   auto* bytes = static_cast<uint8_t*>(data);
   const size_t block = size_t(dtype_block_bytes(dtype));
   for (size_t i = 0; i < size_t(n_blocks) * block; ++i) bytes[i] = static_cast<uint8_t>(rng());
+  MINFER_CHECK(is_k_quant(dtype), "random_k_quant_blocks: ", dtype_name(dtype), " is not a K-quant");
   // The f16 scales (d, and dmin where the type has one) of each block, by their offsets.
-  std::vector<size_t> scales;
-  switch (dtype) {
-    case DType::q2_k: scales = {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}; break;
-    case DType::q3_k: scales = {offsetof(BlockQ3_K, d)}; break;
-    case DType::q4_k: scales = {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}; break;
-    case DType::q5_k: scales = {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}; break;
-    case DType::q6_k: scales = {offsetof(BlockQ6_K, d)}; break;
-    default: fail("random_k_quant_blocks: ", dtype_name(dtype), " is not a K-quant");
-  }
+  const ScaleOffsets scales = scale_offsets(dtype);
   std::uniform_real_distribution<float> scale(-max_scale, max_scale);
   for (int64_t b = 0; b < n_blocks; ++b)
-    for (size_t offset : scales) {
+    for (int i = 0; i < scales.count; ++i) {
       const uint16_t h = f32_to_f16(scale(rng));
-      std::memcpy(bytes + size_t(b) * block + offset, &h, 2);
+      std::memcpy(bytes + size_t(b) * block + scales.at[i], &h, 2);
     }
 }
 

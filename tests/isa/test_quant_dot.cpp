@@ -19,26 +19,14 @@ namespace {
 constexpr DType kTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
                             DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
 
-// Where each block of type t holds its f16 scales (d, and dmin or m where it has one).
-std::vector<size_t> scale_offsets(DType t) {
-  switch (t) {
-    case DType::q8_0: case DType::q4_0: case DType::q5_0: return {0};
-    case DType::q4_1: case DType::q5_1: case DType::q4_k: case DType::q5_k: return {0, 2};
-    case DType::q2_k: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
-    case DType::q3_k: return {offsetof(BlockQ3_K, d)};
-    case DType::q6_k: return {offsetof(BlockQ6_K, d)};
-    default: return {};
-  }
-}
-
 // Sets every f16 scale of the blocks to f16(b), b the block's index.
 template <class F16>
 void set_scales(DType t, std::vector<uint8_t>& bytes, F16&& f16) {
   const int64_t nb = int64_t(bytes.size()) / dtype_block_bytes(t);
   for (int64_t b = 0; b < nb; ++b)
-    for (size_t offset : scale_offsets(t)) {
+    for (int i = 0; i < scale_offsets(t).count; ++i) {
       const uint16_t h = f16(b);
-      std::memcpy(bytes.data() + b * dtype_block_bytes(t) + offset, &h, 2);
+      std::memcpy(bytes.data() + b * dtype_block_bytes(t) + scale_offsets(t).at[i], &h, 2);
     }
 }
 
