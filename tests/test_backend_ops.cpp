@@ -441,22 +441,26 @@ std::vector<Case> all_cases() {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
   // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight
-  // rows on the CPU, with a partial last tile; on CUDA M <= 8 is the matvec, above it the f16 slabs
-  // and cuBLASLt).
+  // rows on the CPU, with a partial last tile; M = 33 to 35: the integer GEMM's tiles of 4 rows
+  // with 1 to 3 left over, and 57 columns, a strip of 32 and one of 25; on CUDA M <= 8 is the
+  // matvec, above it the f16 slabs and cuBLASLt).
   for (const std::string backend : {"cpu", "cuda"})
     for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
                     DType::q5_k, DType::q6_k}) {
       const int64_t K = is_k_quant(t) ? 512 : 96;
-      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 100})
-        cases.push_back({backend, Op::matmul, M, M == 100 ? 300 : 33, M == 5 && !is_k_quant(t) ? 288 : K, 0, t,
-                         M == 3 || M == 17});
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 33, 34, 35, 100})
+        cases.push_back({backend, Op::matmul, M, M == 100 ? 300 : M > 32 ? 57 : 33,
+                         M == 5 && !is_k_quant(t) ? 288 : K, 0, t, M == 3 || M == 17 || M == 34});
       for (int64_t M : {1, 5})
         cases.push_back({backend, Op::embedding, M, K, 301, 0, t, M == 5});
       cases.push_back({backend, Op::fill, 1, 1024, 0, 0, t, false});  // K-quants: synthetic blocks
     }
-  // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile.
-  for (const std::string backend : {"cpu", "cuda"})
+  // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile,
+  // and through the integer GEMM's tiles with rows left over.
+  for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 100, 300, 320, 0, DType::q8_0, true});
+    cases.push_back({backend, Op::matmul, 35, 57, 320, 0, DType::q8_0, false});
+  }
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
   // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
   // exact path for f32 caches.

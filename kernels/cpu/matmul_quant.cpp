@@ -45,6 +45,7 @@
 #include "core/quants.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_gemm.h"
 
 namespace minfer::cpu {
 
@@ -131,6 +132,14 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
   });
 }
 
+void integer_gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+                  DType w_dtype, int64_t M, int64_t N, int64_t K) {
+  const size_t row_bytes = act_row_bytes(w_dtype, K);
+  uint8_t* act = activation_buffer(row_bytes * size_t(M));
+  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
+  quant_gemm(pool, out, ld_out, act, w, w_dtype, M, N, K);
+}
+
 }  // namespace
 
 void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
@@ -141,6 +150,8 @@ void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, 
   if (M <= 0 || N <= 0) return;
   if (M <= kSmallMaxRows)
     small_rows(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+  else if (quant_gemm_supports(w_dtype))
+    integer_gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
   else
     gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
 }

@@ -1,0 +1,24 @@
+// Prefill with quantized weights in integer arithmetic (AVX-512 VNNI): the product of M rows of
+// activations, already quantized for the weight type (kernels/cpu/quant_dot.h), with N weight rows.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/threads.h"
+
+namespace minfer::cpu {
+
+// Whether this build multiplies weights of type w with quant_gemm: AVX-512 VNNI and a type with
+// an unpacker (kernels/cpu/quant_unpack.h: not Q2_K or Q3_K).
+bool quant_gemm_supports(DType w);
+
+// out = x * w^T, where x's rows are given quantized: act holds M rows of act_row_bytes(w, K) bytes
+// each, as quantize_activations wrote them. Allocates nothing once its buffers have grown.
+void quant_gemm(ThreadPool& pool,
+                float* out, int64_t ld_out,   // (M, N)
+                const uint8_t* act,           // (M, act_row_bytes(w_dtype, K)) bytes
+                const void* w, DType w_dtype, // (N, K / block) blocks, dense
+                int64_t M, int64_t N, int64_t K);
+
+}  // namespace minfer::cpu
