@@ -27,7 +27,13 @@ CpuBackend& backend(int threads = 0) {
   return *b;
 }
 
+// Uniform in [-1, 1] rounded to dtype; K-quants, which minfer does not quantize, as random blocks.
 Tensor random(const std::vector<int64_t>& shape, DType dtype = DType::f32, uint64_t seed = 1) {
+  if (is_k_quant(dtype)) {
+    Tensor t = backend().empty(shape, dtype);
+    backend().fill_uniform(t, seed, -1.0f, 1.0f);
+    return t;
+  }
   Tensor f = backend().empty(shape, DType::f32);
   backend().fill_uniform(f, seed, -1.0f, 1.0f);
   if (dtype == DType::f32) return f;
@@ -66,6 +72,15 @@ BENCHMARK(BM_Matmul)
     ->Args({256, 1536, 288, int(DType::f32), 0})
     ->Args({256, 2304, 768, int(DType::f32), 0})
     ->Args({256, 2304, 768, int(DType::bf16), 0})
+    ->Args({256, 2304, 768, int(DType::q8_0), 0})
+    ->Args({256, 2304, 768, int(DType::q4_0), 0})
+    ->Args({256, 2304, 768, int(DType::q4_k), 0})
+    ->Args({256, 2304, 768, int(DType::q6_k), 0})
+    ->Args({256, 768, 2048, int(DType::q4_k), 0})
+    ->Args({256, 2304, 768, int(DType::f32), 1})
+    ->Args({256, 2304, 768, int(DType::q8_0), 1})
+    ->Args({256, 2304, 768, int(DType::q4_k), 1})
+    ->Args({256, 2304, 768, int(DType::q6_k), 1})
     ->Args({16, 1536, 288, int(DType::f32), 1})
     ->Args({16, 32000, 288, int(DType::f32), 1})
     ->Args({256, 1536, 288, int(DType::f32), 1})

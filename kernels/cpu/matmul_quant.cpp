@@ -13,11 +13,18 @@
 // integer path costs an NMSE of about 1.6e-5 per product for Q8_0 (tests/test_backend_ops.cpp);
 // llama.cpp makes the same choice.
 //
-// Above 32 rows (prefill), the activations are rounded the same way (quantized and back to f32, so
-// that a token's logits do not depend on whether it was decoded or prefilled), and each thread
-// dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h, vector code bit for bit
-// as dequantize_row) and hands them to Eigen's GEMM, where the dequantization is paid once for all
-// M rows.
+// Above 32 rows (prefill), the activations are rounded the same way (so that a token's logits do
+// not depend on whether it was decoded or prefilled), and then:
+//   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant_gemm.h multiplies the codes in
+//     register tiles of 4 rows x 32 columns (every type but Q2_K and Q3_K);
+//   - otherwise each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
+//     vector code bit for bit as dequantize_row) and hands them to Eigen's GEMM with the rounded
+//     activations, where the dequantization is paid once for all M rows.
+//
+// note: the integer GEMM against the dequantized tiles, stories110M's shape, AMD EPYC Zen 4
+// (AVX-512 VNNI), 2026-12-02: pp256 tokens/s q4_k 310 -> about 930, q8_0 300 -> 1020, with another
+// build loading the machine (bench/results/NOTES.md has the quiet figures). vpdpbusd does 64
+// multiply-adds of bytes where an f32 FMA does 16.
 //
 // note: the tile size, measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512),
 // tokens/s, all tile sizes interleaved, medians of 4 rounds while other work kept the load near 3
@@ -26,11 +33,11 @@
 // 645). Each tile is one GEMM call, and Eigen packs the activations again for every call, which is
 // likely what the larger tiles save; 256 rows cost 256 * K floats per thread (2 MiB at K = 2048).
 //
-// note: the integer dot products could run prefill too (four activation rows per pass over a
-// weight row). Measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512 VNNI), in
-// tokens/s, integer against the dequantized tiles: q8_0 210 against 546, q4_k 275 against 541,
-// q4_0 254 against 585, q6_k 305 against about 545. Eigen's cache-blocked GEMM does far more work
-// per loaded value than four rows per pass, so the tiles keep everything above 32 rows.
+// note: the integer dot products of decode could run prefill too (four activation rows per pass
+// over a weight row). Measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512
+// VNNI), in tokens/s, dot products against the dequantized tiles: q8_0 210 against 546, q4_k 275
+// against 541. They reload every activation for each weight row; the GEMM's register tiles reuse
+// each loaded weight vector for 4 rows and each activation for 32 columns.
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
 // quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
