@@ -7,7 +7,8 @@
 # env:   PEERS (default /tmp/peers; the models are written there, outside the repository)
 #        MINFER (default $PEERS/minfer-quants: a COPY of build/minfer, so that a rebuild mid-run cannot change it)
 #        LBIN (default $PEERS/llama.cpp-build/bin: llama-bench, llama-perplexity, llama-quantize and the libraries)
-#        PY (default /tmp/venv/bin/python: gguf, numpy, llama-cpp-python), SMOL_F32 (default /tmp/smol/smollm2-f32.gguf),
+#        PY (default /tmp/venv/bin/python: gguf, numpy, llama-cpp-python; the bindings need no build of their own:
+#        CMAKE_ARGS=-DLLAMA_BUILD=OFF pip install llama-cpp-python==0.3.36; LLAMA_CPP_LIB_PATH defaults to $LBIN), SMOL_F32 (default /tmp/smol/smollm2-f32.gguf),
 #        SMOL_Q41 (default ~/.cache/minfer/models/SmolLM2-135M-Instruct.Q4_1.gguf), TOKENIZER (llama2.c tokenizer.bin,
 #        default <repo>/../shared/golden/tokenizer.bin), THREADS (default "1 2"), TMO (seconds one measurement may
 #        take before it is recorded as na, default 90), OUTDIR (default a new $PEERS/quants.XXXXXX)
@@ -62,6 +63,7 @@ OUTDIR=${OUTDIR:-$(mktemp -d "$P/quants.XXXXXX")}
 mkdir -p "$OUTDIR/logs"
 RES=$OUTDIR/results.tsv
 export LD_LIBRARY_PATH="$LBIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LLAMA_CPP_LIB_PATH=${LLAMA_CPP_LIB_PATH:-$LBIN}  # llama-cpp-python loads the same build
 
 for f in "$MINFER" "$LBIN/llama-bench" "$LBIN/llama-perplexity" "$LBIN/llama-quantize" "$PY" "$SMOL_F32" "$SMOL_Q41" \
          "$TOKENIZER" "$REF" "$TEXT"; do

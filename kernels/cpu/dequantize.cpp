@@ -7,7 +7,7 @@
 // bits), so the one subtraction is the only rounding and a compiler that fuses it with the
 // multiply could not change a result either. tests/isa/test_quant_dot.cpp compares the bytes.
 //
-// Q2_K and Q3_K keep the reference, as does a build without AVX2.
+// A build without AVX2 keeps the reference.
 #include "kernels/cpu/dequantize.h"
 
 #include <cstdint>
@@ -51,7 +51,7 @@ void blocks_f32(float* dst, const void* src, size_t n, int weights) {
   for (size_t i = 0; i < n / size_t(weights); ++i) unpack::codes(b[i], emit);
 }
 
-// Returns false for the types without vector code here.
+// Returns false for the plain types.
 bool dequantize_simd(DType t, float* dst, const void* src, size_t n) {
   return unpack::dispatch(t, [&](const auto* block, int weights) {
     blocks_f32<std::remove_const_t<std::remove_pointer_t<decltype(block)>>>(dst, src, n, weights);

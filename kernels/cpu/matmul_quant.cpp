@@ -16,15 +16,14 @@
 // Above 32 rows (prefill), the activations are rounded the same way (so that a token's logits do
 // not depend on whether it was decoded or prefilled), and then:
 //   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant_gemm.h multiplies the codes in
-//     register tiles of 4 rows x 32 columns (every type but Q2_K and Q3_K);
+//     register tiles of 4 rows x 32 columns;
 //   - otherwise each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
 //     vector code bit for bit as dequantize_row) and hands them to Eigen's GEMM with the rounded
 //     activations, where the dequantization is paid once for all M rows.
 //
 // note: the integer GEMM against the dequantized tiles, stories110M's shape, AMD EPYC Zen 4
-// (AVX-512 VNNI), 2026-12-02: pp256 tokens/s q4_k 310 -> about 930, q8_0 300 -> 1020, with another
-// build loading the machine (bench/results/NOTES.md has the quiet figures). vpdpbusd does 64
-// multiply-adds of bytes where an f32 FMA does 16.
+// (AVX-512 VNNI), 2 threads, pp256, 4 interleaved rounds: Q4_K_M 2.68x, Q8_0 3.00x the tokens/s
+// (bench/results/NOTES.md). vpdpbusd does 64 multiply-adds of bytes where an f32 FMA does 16.
 //
 // note: the tile size, measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512),
 // tokens/s, all tile sizes interleaved, medians of 4 rounds while other work kept the load near 3

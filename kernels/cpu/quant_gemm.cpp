@@ -1,11 +1,11 @@
 // Integer GEMM for prefill with quantized weights (kernels/cpu/quant_gemm.h).
 //
-// Every weight type here is a run of codes with one affine map per run of G weights (G = 16 for
-// Q6_K's sub-blocks, 32 for the others): w = dl * q - ml. Shifted to unsigned bytes u = q + shift
-// (shift 0 for the types whose codes are already 0 .. 31, 32 for the signed 4- to 6-bit ones, 128
-// for Q8_0), w = s * u + o with s = dl and o = -(shift * dl + ml). The activations of row i are
-// int8 codes a with a scale dx per block of 32 or 256, as decode quantizes them, so one run of
-// G weights of column n contributes
+// Every weight type is a run of codes with one affine map per run of G weights (G = 16 for the
+// sub-blocks of Q2_K, Q3_K and Q6_K, 32 for the others): w = dl * q - ml. Shifted to unsigned
+// bytes u = q + shift (shift 0 for the types whose codes are already 0 .. 31, 32 for the signed 3-
+// to 6-bit ones, 128 for Q8_0), w = s * u + o with s = dl and o = -(shift * dl + ml). The
+// activations of row i are int8 codes a with a scale dx per block of 32 or 256, as decode
+// quantizes them, so one run of G weights of column n contributes
 //   sum_k w[n][k] x[i][k] = dx[i][g] * (s[n][g] * sum_k u[n][k] a[i][k] + o[n][g] * sum_k a[i][k])
 // where the first sum is integer: VNNI's vpdpbusd multiplies 64 unsigned bytes by 64 signed ones
 // and adds each four into 16 int32 lanes, one instruction for what f32 needs four FMAs for.
@@ -41,7 +41,7 @@ constexpr int kTileRows = 4; // activation rows per register tile
 int code_shift(DType t) {
   switch (t) {
     case DType::q8_0: return 128;
-    case DType::q4_1: case DType::q5_1: case DType::q4_k: case DType::q5_k: return 0;
+    case DType::q4_1: case DType::q5_1: case DType::q2_k: case DType::q4_k: case DType::q5_k: return 0;
     default: return 32;
   }
 }

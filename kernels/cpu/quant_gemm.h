@@ -9,8 +9,7 @@
 
 namespace minfer::cpu {
 
-// Whether this build multiplies weights of type w with quant_gemm: AVX-512 VNNI and a type with
-// an unpacker (kernels/cpu/quant_unpack.h: not Q2_K or Q3_K).
+// Whether this build multiplies weights of type w with quant_gemm: AVX-512 VNNI and a quantized w.
 bool quant_gemm_supports(DType w);
 
 // out = x * w^T, where x's rows are given quantized: act holds M rows of act_row_bytes(w, K) bytes

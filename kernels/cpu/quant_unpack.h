@@ -12,8 +12,6 @@
 //
 // dl is the same float product as the reference's (core/quants_blocks.h), and dl * q is exact in
 // float32 for every type, so the f32 weights are bit for bit dequantize_row's.
-//
-// Q2_K and Q3_K have no unpacker here: their weights go through the reference.
 #pragma once
 
 #include <cstdint>
@@ -88,6 +86,34 @@ inline void codes(const BlockQ5_1& b, Emit&& emit) {
 
 // --- K-quant super-blocks of 256 ---
 
+// Q2_K and Q3_K: weights 32k .. 32k + 31 (h = k / 4, s = k % 4) take bits 2s, 2s + 1 of
+// qs[32h ..]; their sub-blocks of 16 are 2k and 2k + 1. Q2_K's scale byte holds the scale in its
+// low nibble and the min in its high one; Q3_K's high bit of weight 32k + l is bit k of hmask[l],
+// and q = low - 4 where it is clear.
+inline __m256i k_low2_32(const uint8_t* qs, int k) {
+  return _mm256_and_si256(_mm256_srl_epi16(load32(qs + 32 * (k / 4)), _mm_cvtsi32_si128(2 * (k % 4))),
+                          _mm256_set1_epi8(3));
+}
+inline Affine q2_k_affine(uint8_t scale_min, float d, float dmin) {
+  return {d * float(scale_min & 0xF), dmin * float(scale_min >> 4)};
+}
+template <class Emit>
+inline void codes(const BlockQ2_K& b, Emit&& emit) {
+  const float d = qsimd::f16(b.d), dmin = qsimd::f16(b.dmin);
+  for (int k = 0; k < 8; ++k)
+    emit(k_low2_32(b.qs, k), q2_k_affine(b.scales[2 * k], d, dmin), q2_k_affine(b.scales[2 * k + 1], d, dmin));
+}
+template <class Emit>
+inline void codes(const BlockQ3_K& b, Emit&& emit) {
+  const float d = qsimd::f16(b.d);
+  const __m256i hmask = load32(b.hmask);
+  for (int k = 0; k < 8; ++k) {
+    const __m256i high = _mm256_slli_epi16(bit_of(hmask, k), 2);
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(k_low2_32(b.qs, k), high), _mm256_set1_epi8(4));
+    emit(q, Affine{d * float(q3_k_scale(b.scales, 2 * k)), 0.0f}, Affine{d * float(q3_k_scale(b.scales, 2 * k + 1)), 0.0f});
+  }
+}
+
 // Sub-block j of a Q4_K or Q5_K block: dl = d * sc, ml = dmin * m, as the reference multiplies.
 inline Affine k_affine(const uint8_t* scales, int j, float d, float dmin) {
   uint8_t sc, m;
@@ -140,8 +166,8 @@ inline void codes(const BlockQ6_K& b, Emit&& emit) {
   }
 }
 
-// Calls fn(Block{}-typed null pointer, weights per block) for the types with an unpacker here;
-// returns false for the others.
+// Calls fn(a null pointer to the block struct, weights per block) for a quantized type; returns
+// false for the plain types.
 template <class Fn>
 bool dispatch(DType t, Fn&& fn) {
   switch (t) {
@@ -150,6 +176,8 @@ bool dispatch(DType t, Fn&& fn) {
     case DType::q4_1: fn(static_cast<const BlockQ4_1*>(nullptr), 32); return true;
     case DType::q5_0: fn(static_cast<const BlockQ5_0*>(nullptr), 32); return true;
     case DType::q5_1: fn(static_cast<const BlockQ5_1*>(nullptr), 32); return true;
+    case DType::q2_k: fn(static_cast<const BlockQ2_K*>(nullptr), kQK); return true;
+    case DType::q3_k: fn(static_cast<const BlockQ3_K*>(nullptr), kQK); return true;
     case DType::q4_k: fn(static_cast<const BlockQ4_K*>(nullptr), kQK); return true;
     case DType::q5_k: fn(static_cast<const BlockQ5_K*>(nullptr), kQK); return true;
     case DType::q6_k: fn(static_cast<const BlockQ6_K*>(nullptr), kQK); return true;
@@ -157,8 +185,9 @@ bool dispatch(DType t, Fn&& fn) {
   }
 }
 
-// The length of the runs of weights that share one affine map: 16 for Q6_K, 32 for the others here.
-inline int affine_run(DType t) { return t == DType::q6_k ? 16 : 32; }
+// The length of the runs of weights that share one affine map: 16 for Q2_K, Q3_K and Q6_K, 32 for
+// the others.
+inline int affine_run(DType t) { return t == DType::q2_k || t == DType::q3_k || t == DType::q6_k ? 16 : 32; }
 
 }  // namespace minfer::cpu::unpack
 
