@@ -25,6 +25,7 @@
 
 #include "engine/decoder.h"
 #include "engine/roofline.h"
+#include "engine/serve_trace.h"
 #include "lessons/demos.h"
 #include "model/llama.h"
 #include "model/llama_cost.h"
@@ -52,37 +53,58 @@ std::string cache_resident_spec(const Roofline& roof) {
 struct Point {
   DType dtype;
   uint64_t step_bytes;
-  double tokens_per_second;
+  double tokens_per_second;  // the median over the rounds
+  double speedup;            // against the line's first dtype: the median of the per-round ratios
   double gbps() const { return tokens_per_second * double(step_bytes) / 1e9; }
 };
 
-// Decodes `line`'s model with each dtype's weights; plots each point's GB/s against its bytes per
-// step and adds a table row per dtype.
+// Decodes `line`'s model with each dtype's weights, `rounds` times in turn (f32, f16, ..., f32,
+// f16, ...); plots each point's GB/s against its bytes per step and adds a table row per dtype.
+// note: rounds of every dtype in turn, each figure the median of its rounds and each ratio the
+// median of the ratios within a round: on shared cores the host's speed drifts over a minute (the
+// same f32 decode read 62% and 94% of DRAM in two runs five minutes apart on a Zen 4 VM), and one
+// pass per dtype put that drift into the ratios. Each model is loaded again every round, so that
+// only one is in memory at a time (f32 weights of 4x a 260 MiB L3 are 4 GB).
 std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend, const Roofline& roof,
-                            const Line& line, const std::vector<DType>& dtypes, int steps,
+                            const Line& line, const std::vector<DType>& dtypes, int steps, int rounds,
                             std::vector<std::vector<std::string>>* rows) {
-  std::vector<Point> points;
-  for (DType dtype : dtypes) {
-    LlamaOptions options;
-    options.dtype = dtype;
-    auto model = load_model(line.spec, backend, options);
-    if (!model->info().weight_types.empty()) {  // a matrix's rows are not whole blocks: it fell back to f16
-      std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
-                  dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
-      continue;
+  std::vector<DType> measured;
+  std::vector<uint64_t> step_bytes;
+  std::vector<std::vector<double>> seconds;  // [dtype][round]
+  for (int round = 0; round < rounds; ++round) {
+    size_t i = 0;
+    for (DType dtype : dtypes) {
+      LlamaOptions options;
+      options.dtype = dtype;
+      auto model = load_model(line.spec, backend, options);
+      if (!model->info().weight_types.empty()) {  // a matrix's rows are not whole blocks: it fell back to f16
+        if (round == 0)
+          std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
+                      dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
+        continue;
+      }
+      DecoderOptions dec;
+      dec.n_ctx = steps + 1;
+      Decoder decoder(*model, dec);
+      if (round == 0) {
+        measured.push_back(dtype);
+        step_bytes.push_back(decode_step_bytes(model->info(), model->config(), decoder.cache().dtype(), 1, steps / 2));
+        seconds.emplace_back();
+      }
+      seconds[i++].push_back(median_decode_seconds(decoder, backend, steps));
     }
-    DecoderOptions dec;
-    dec.n_ctx = steps + 1;
-    Decoder decoder(*model, dec);
-    const Point p{dtype, decode_step_bytes(model->info(), model->config(), decoder.cache().dtype(), 1, steps / 2),
-                  double(steps) / median_decode_seconds(decoder, backend, steps)};
+  }
+  std::vector<Point> points;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) ratios.push_back(seconds[0][size_t(round)] / seconds[i][size_t(round)]);
+    const Point p{measured[i], step_bytes[i], double(steps) / summarize(seconds[i]).median, summarize(ratios).median};
     const MemoryLevel& level = roof.level_for(p.step_bytes);
-    r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), dtype_name(dtype));
-    rows->push_back({line.name + " (" + line.spec + ")", dtype_name(dtype), fmt("%.1f", double(p.step_bytes) / 1e6),
+    r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), dtype_name(p.dtype));
+    rows->push_back({line.name + " (" + line.spec + ")", dtype_name(p.dtype), fmt("%.1f", double(p.step_bytes) / 1e6),
                      level.name, fmt("%.1f", p.tokens_per_second),
                      fmt("%.1f", level.read_gbps * 1e9 / double(p.step_bytes)), fmt("%.1f", p.gbps()),
-                     fmt("%.0f%%", 100 * p.gbps() / level.read_gbps),
-                     points.empty() ? "-" : fmt("%.2fx", p.tokens_per_second / points.front().tokens_per_second)});
+                     fmt("%.0f%%", 100 * p.gbps() / level.read_gbps), i == 0 ? "-" : fmt("%.2fx", p.speedup)});
     points.push_back(p);
   }
   return points;
@@ -97,7 +119,7 @@ std::string speedups(const std::vector<Point>& points) {
             fmt(" reads %.2fx fewer bytes per weight",
                 dtype_bytes_per_element(base.dtype) / dtype_bytes_per_element(points[i].dtype)) +
             " than " + dtype_name(base.dtype) +
-            fmt(" and decodes %.2fx faster", points[i].tokens_per_second / base.tokens_per_second);
+            fmt(" and decodes %.2fx faster", points[i].speedup);
   return text;
 }
 
@@ -159,8 +181,11 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   }
   std::vector<std::vector<std::string>> rows;
   std::vector<std::vector<Point>> measured;
-  for (const Line& line : lines) measured.push_back(run_line(r, half, backend, roof, line, dtypes, steps, &rows));
-  std::printf("%s: one sequence, %d decode steps\n", half.c_str(), steps);
+  const int rounds = quick ? 1 : 3;
+  for (const Line& line : lines) measured.push_back(run_line(r, half, backend, roof, line, dtypes, steps, rounds, &rows));
+  std::printf("%s: one sequence, %d decode steps; every dtype in turn, %d round%s (tokens/s: medians of the rounds; vs "
+              "f32: medians of the per-round ratios)\n",
+              half.c_str(), steps, rounds, rounds == 1 ? "" : "s");
   print_table({"model", "weights", "MB per step", "level", "tokens/s", "level GB/s / bytes", "GB/s", "of level", "vs f32"},
               rows);
   plot_levels(r, half, roof, measured);
