@@ -9,7 +9,8 @@
 //   rows M    weights    kernel        why
 //   1         any        one_row       one sequential stream over the weight rows, the pattern the
 //                                      hardware prefetcher follows best; f16/bf16 widened in
-//                                      registers, so only 2 bytes per weight cross the bus
+//                                      registers, so only 2 bytes per weight cross the bus (bf16
+//                                      as even and odd halves: one_row_bf16)
 //   2-7       any        small_m       4 weight rows x M activation rows per tile: each weight
 //                                      loaded feeds M FMAs, and is still read exactly once
 //   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
@@ -20,8 +21,8 @@
 //                                      beats Eigen there, but does not block along K or M
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
-//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, dequantized tiles
-//                                      and Eigen above (that file says why)
+//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
+//                                      above (AVX-512 VNNI; dequantized tiles and Eigen elsewhere)
 //
 // choose_kernel() below is this table; the measurements behind its boundaries are in
 // bench/results/NOTES.md.
@@ -147,6 +148,50 @@ void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0
     for (; k < K; ++k) s += W::scalar(row + k) * x[k];
     out[n] = s;
   }
+}
+
+// bf16 weights, one activation row, as one_row but 2 * VW weights a load, split into their even-
+// and odd-indexed halves by load_bf16_pairs and met by the activations split the same way once
+// per call (x_even[i] = x[2i], x_odd[i] = x[2i + 1] for the whole steps of the row).
+// note: load_bf16 widens 16 weights with a shuffle across the register's lanes (vpmovzxwd), and on
+// Zen 4 that shuffle, not the memory, bounded bf16 decode: stories110M:layers=15 read 24 GB/s of
+// bf16 against 39 of f32 in one run (bench/results/NOTES.md).
+void one_row_bf16(float* out, const float* x, const float* x_even, const float* x_odd, const uint16_t* w,
+                  int64_t n0, int64_t n1, int64_t K) {
+  constexpr int VW = simd::kWidth, U = 4;                 // 4 loads of 2 * VW weights: 256 bytes with AVX-512
+  constexpr int64_t kStep = 2 * VW * U, kAhead = 2048, kLine = 32;  // 4 KiB ahead, every 64-byte line
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* row = w + n * K;
+    simd::Vec acc[2 * U];
+    for (auto& a : acc) a = simd::zero();
+    int64_t k = 0;
+    for (; k + kStep <= K; k += kStep) {
+      for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(row + k + kAhead + line);
+      for (int u = 0; u < U; ++u) {
+        simd::Vec even, odd;
+        simd::load_bf16_pairs(row + k + 2 * u * VW, &even, &odd);
+        acc[2 * u] = simd::fma(even, simd::load(x_even + k / 2 + u * VW), acc[2 * u]);
+        acc[2 * u + 1] = simd::fma(odd, simd::load(x_odd + k / 2 + u * VW), acc[2 * u + 1]);
+      }
+    }
+    for (int u = 1; u < 2 * U; ++u) acc[0] = simd::add(acc[0], acc[u]);
+    float s = simd::sum(acc[0]);
+    for (; k < K; ++k) s += bf16_to_f32(row[k]) * x[k];
+    out[n] = s;
+  }
+}
+
+void one_row_bf16_blocks(ThreadPool& pool, float* out, const float* x, const uint16_t* w, int64_t N, int64_t K) {
+  // Grows once, then reused; the workers get the caller's by pointer.
+  thread_local std::vector<float> split;
+  split.resize(static_cast<size_t>(K));
+  float* x_even = split.data();
+  float* x_odd = x_even + K / 2;
+  for (int64_t i = 0; i < K / 2; ++i) {
+    x_even[i] = x[2 * i];
+    x_odd[i] = x[2 * i + 1];
+  }
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { one_row_bf16(out, x, x_even, x_odd, w, n0, n1, K); });
 }
 
 // Every activation row against weight rows [n0, n1): the weight tile stays in L1 while all M
@@ -370,7 +415,12 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);
     switch (choose_kernel(M, K, w_dtype)) {
-      case Kernel::one_row: one_row_blocks<W>(pool, out, x, weights, N, K); return;
+      case Kernel::one_row:
+        if constexpr (std::is_same_v<W, simd::BF16>)
+          one_row_bf16_blocks(pool, out, x, weights, N, K);
+        else
+          one_row_blocks<W>(pool, out, x, weights, N, K);
+        return;
       case Kernel::small_m: small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
       case Kernel::gemm: gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
       case Kernel::outer:

@@ -31,6 +31,13 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+// 2 * kWidth bf16 values as their even- and odd-indexed halves in f32: a shift and a mask in each
+// 32-bit lane, no shuffle across lanes (load_bf16 widens with one).
+inline void load_bf16_pairs(const uint16_t* p, Vec* even, Vec* odd) {
+  const __m512i v = _mm512_loadu_si512(p);
+  *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
 inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec set1(float v) { return _mm512_set1_ps(v); }
@@ -104,6 +111,11 @@ inline Vec load_bf16(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+inline void load_bf16_pairs(const uint16_t* p, Vec* even, Vec* odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
 inline Vec load_f16(const uint16_t* p) {
 #if defined(__F16C__)
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -145,6 +157,10 @@ using Vec = float;
 inline Vec zero() { return 0.0f; }
 inline Vec load(const float* p) { return *p; }
 inline Vec load_bf16(const uint16_t* p) { return bf16_to_f32(*p); }
+inline void load_bf16_pairs(const uint16_t* p, Vec* even, Vec* odd) {
+  *even = bf16_to_f32(p[0]);
+  *odd = bf16_to_f32(p[1]);
+}
 inline Vec load_f16(const uint16_t* p) { return f16_to_f32(*p); }
 inline void store(float* p, Vec v) { *p = v; }
 inline Vec mul(Vec a, Vec b) { return a * b; }
