@@ -305,7 +305,8 @@ class Bench {
       row.roofline_level_bytes = level.capacity_bytes;
       row.over_reason = over_ceiling_reason(*roofline_, row.bytes_per_step, row.gbps);
     } else if (row.gflops > row.roofline_gflops) {
-      row.over_reason = "over: this product runs faster than the shapes the peak was measured on";
+      row.over_reason = "over: faster than the peak's best; this product's shape runs faster than the peak's shapes, "
+                        "or the probe met a busier machine";
     }
   }
 

@@ -101,8 +101,13 @@ struct Roofline {
 // Streams `bytes` of a buffer `reps` times, each repetition reading it as often as it takes to
 // move at least 256 MiB; returns the best GB/s (1e9 bytes/s). `buffer` holds at least `bytes`.
 double measure_read_bandwidth(Backend& backend, const Tensor& buffer, uint64_t bytes, int reps);
-// Multiplies (m x n) by (n x n)^T `reps` times; returns the best GFLOP/s (2 m n^2 per product).
-double measure_matmul_gflops(Backend& backend, int64_t m, int64_t n, DType dtype, int reps);
+// A product of (m x n) by (n x n)^T: 2 m n^2 FLOPs.
+struct MatmulShape {
+  int64_t m, n;
+};
+// Times every shape once per round, in turn, for `rounds` rounds (after one untimed product
+// each); returns the best GFLOP/s of them all.
+double measure_matmul_gflops(Backend& backend, const std::vector<MatmulShape>& shapes, DType dtype, int rounds);
 // The cache levels of the device `backend` runs on (CPU: the OS's; CUDA: the GPU's L2).
 std::vector<MemoryLevel> device_memory_levels(Backend& backend);
 // Every level's ceiling and the matmul peak, with sizes chosen for the device (CPU: n = 2048;
