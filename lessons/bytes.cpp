@@ -71,16 +71,18 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
   std::vector<DType> measured;
   std::vector<uint64_t> step_bytes;
   std::vector<std::vector<double>> seconds;  // [dtype][round]
+  std::vector<DType> refused;
   for (int round = 0; round < rounds; ++round) {
     size_t i = 0;
     for (DType dtype : dtypes) {
+      if (std::find(refused.begin(), refused.end(), dtype) != refused.end()) continue;
       LlamaOptions options;
       options.dtype = dtype;
       auto model = load_model(line.spec, backend, options);
       if (!model->info().weight_types.empty()) {  // a matrix's rows are not whole blocks: it fell back to f16
-        if (round == 0)
-          std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
-                      dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
+        refused.push_back(dtype);
+        std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
+                    dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
         continue;
       }
       DecoderOptions dec;
@@ -123,16 +125,19 @@ std::string speedups(const std::vector<Point>& points) {
   return text;
 }
 
-// "; q8_0 reads 72% of f32's GB/s, ..." for the points that read under 90% of the first one's GB/s:
-// their tokens/s fall short of the byte ratio because the loop that widens or dequantizes the
-// weights, more vector work per byte than f32's, binds before the memory does.
+// "; q8_0 reads 72% of f32's GB/s, ..." for the points that read under 90% of the first one's GB/s
+// (each ratio the point's speedup times its bytes over the first one's, so that it agrees with the
+// speedup the conclusion quotes): their tokens/s fall short of the byte ratio because the loop
+// that widens or dequantizes the weights, more vector work per byte than f32's, binds before the
+// memory does.
 std::string slower_streams(const std::vector<Point>& points) {
   const Point& base = points.front();
   std::string names;
-  for (size_t i = 1; i < points.size(); ++i)
-    if (points[i].gbps() < 0.9 * base.gbps())
-      names += (names.empty() ? "" : ", ") + std::string(dtype_name(points[i].dtype)) +
-               fmt(" reads %.0f%%", 100 * points[i].gbps() / base.gbps());
+  for (size_t i = 1; i < points.size(); ++i) {
+    const double share = points[i].speedup * double(points[i].step_bytes) / double(base.step_bytes);
+    if (share < 0.9)
+      names += (names.empty() ? "" : ", ") + std::string(dtype_name(points[i].dtype)) + fmt(" reads %.0f%%", 100 * share);
+  }
   if (names.empty()) return "";
   return "; " + names + " of " + dtype_name(base.dtype) +
          "'s GB/s: converting the weights costs more vector work per byte than f32's loop, and binds before the "

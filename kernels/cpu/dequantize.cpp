@@ -11,10 +11,10 @@
 #include "kernels/cpu/dequantize.h"
 
 #include <cstdint>
-#include <type_traits>
 
 #include "core/error.h"
 #include "core/quants.h"
+#include "core/quants_blocks.h"
 #include "kernels/cpu/quant_unpack.h"
 
 namespace minfer::cpu {
@@ -40,7 +40,7 @@ inline void emit16(__m128i q, Affine a, float* y) {
 }
 
 template <class Block>
-void blocks_f32(float* dst, const void* src, size_t n, int weights) {
+void blocks_f32(float* dst, const void* src, size_t n) {
   const auto* b = static_cast<const Block*>(src);
   float* y = dst;
   auto emit = [&](__m256i q, Affine a0, Affine a1) {
@@ -48,14 +48,12 @@ void blocks_f32(float* dst, const void* src, size_t n, int weights) {
     emit16(_mm256_extracti128_si256(q, 1), a1, y + 16);
     y += 32;
   };
-  for (size_t i = 0; i < n / size_t(weights); ++i) unpack::codes(b[i], emit);
+  for (size_t i = 0; i < n / size_t(blocks::Traits<Block>::kWeights); ++i) unpack::codes(b[i], emit);
 }
 
 // Returns false for the plain types.
 bool dequantize_simd(DType t, float* dst, const void* src, size_t n) {
-  return unpack::dispatch(t, [&](const auto* block, int weights) {
-    blocks_f32<std::remove_const_t<std::remove_pointer_t<decltype(block)>>>(dst, src, n, weights);
-  });
+  return blocks::dispatch_block(t, [&](auto tag) { blocks_f32<typename decltype(tag)::type>(dst, src, n); });
 }
 
 #else

@@ -152,13 +152,17 @@ void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0
 
 // bf16 weights, one activation row, as one_row but 2 * VW weights a load, split into their even-
 // and odd-indexed halves by load_bf16_pairs and met by the activations split the same way once
-// per call (x_even[i] = x[2i], x_odd[i] = x[2i + 1] for the whole steps of the row).
+// per call; the rest of a row (under one step) as one_row does it.
 // note: load_bf16 widens 16 weights with a shuffle across the register's lanes (vpmovzxwd), and on
-// Zen 4 that shuffle, not the memory, bounded bf16 decode: stories110M:layers=15 read 24 GB/s of
-// bf16 against 39 of f32 in one run (bench/results/NOTES.md).
-void one_row_bf16(float* out, const float* x, const float* x_even, const float* x_odd, const uint16_t* w,
+// Zen 4 that shuffle, not the memory, bounded bf16 decode: the 4096 x 768 product of
+// stories110M:layers=15 read 25 GB/s of bf16 against 40 of f32 in one run (bench/results/NOTES.md).
+void one_row_bf16(float* out,            // (N) of which [n0, n1)
+                  const float* x,        // (K)
+                  const float* x_even,   // (K / 2): x[2i]
+                  const float* x_odd,    // (K / 2): x[2i + 1]
+                  const uint16_t* w,     // (N, K)
                   int64_t n0, int64_t n1, int64_t K) {
-  constexpr int VW = simd::kWidth, U = 4;                 // 4 loads of 2 * VW weights: 256 bytes with AVX-512
+  constexpr int VW = simd::kWidth, U = 4;  // 4 loads of 2 * VW weights: 256 bytes with AVX-512
   constexpr int64_t kStep = 2 * VW * U, kAhead = 2048, kLine = 32;  // 4 KiB ahead, every 64-byte line
   for (int64_t n = n0; n < n1; ++n) {
     const uint16_t* row = w + n * K;
@@ -174,6 +178,7 @@ void one_row_bf16(float* out, const float* x, const float* x_even, const float* 
         acc[2 * u + 1] = simd::fma(odd, simd::load(x_odd + k / 2 + u * VW), acc[2 * u + 1]);
       }
     }
+    for (; k + VW <= K; k += VW) acc[0] = simd::fma(simd::load_bf16(row + k), simd::load(x + k), acc[0]);
     for (int u = 1; u < 2 * U; ++u) acc[0] = simd::add(acc[0], acc[u]);
     float s = simd::sum(acc[0]);
     for (; k < K; ++k) s += bf16_to_f32(row[k]) * x[k];

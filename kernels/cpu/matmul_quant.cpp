@@ -22,7 +22,7 @@
 //     activations, where the dequantization is paid once for all M rows.
 //
 // note: the integer GEMM against the dequantized tiles, stories110M's shape, AMD EPYC Zen 4
-// (AVX-512 VNNI), 2 threads, pp256, 4 interleaved rounds: Q4_K_M 2.68x, Q8_0 3.00x the tokens/s
+// (AVX-512 VNNI), 2 threads, pp256, 4 interleaved rounds: Q4_K_M 2.67x, Q8_0 3.00x the tokens/s
 // (bench/results/NOTES.md). vpdpbusd does 64 multiply-adds of bytes where an f32 FMA does 16.
 //
 // note: the tile size, measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512),
@@ -62,10 +62,6 @@ constexpr int64_t kTileRows = 256;     // weight rows dequantized per step of th
 constexpr int64_t kMinTileRows = 32;   // the fewest, when a matrix has too few rows for every thread
 constexpr int kDotRows = 4;            // activation rows per pass over a weight row
 
-// M rows of activations quantized for weights of type w, row m at dst + m * row_bytes.
-void quantize_rows(DType w, uint8_t* dst, size_t row_bytes, const float* x, int64_t ld_x, int64_t M, int64_t K) {
-  for (int64_t m = 0; m < M; ++m) quantize_activations(w, dst + m * row_bytes, x + m * ld_x, K);
-}
 
 // One row of quantized activations back to f32: d * q per block.
 void round_trip_row(DType w, float* dst, const uint8_t* act, int64_t K) {
@@ -80,19 +76,21 @@ void round_trip_row(DType w, float* dst, const uint8_t* act, int64_t K) {
     expand(reinterpret_cast<const ActQ8_0*>(act), 32);
 }
 
-// The bytes of activations a call needs: grows once, then reused (no allocation per step).
+// The M rows of x quantized for weights of type w, act_row_bytes(w, K) bytes each, in a buffer
+// that grows once, then is reused (no allocation per step).
 // note: the workers see their own thread_local vectors, so they get the caller's by pointer.
-uint8_t* activation_buffer(size_t bytes) {
+uint8_t* quantized_rows(DType w, const float* x, int64_t ld_x, int64_t M, int64_t K) {
   thread_local std::vector<uint8_t> buffer;
-  if (buffer.size() < bytes) buffer.resize(bytes);
+  const size_t row_bytes = act_row_bytes(w, K);
+  if (buffer.size() < row_bytes * size_t(M)) buffer.resize(row_bytes * size_t(M));
+  for (int64_t m = 0; m < M; ++m) quantize_activations(w, buffer.data() + size_t(m) * row_bytes, x + m * ld_x, K);
   return buffer.data();
 }
 
 void small_rows(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
                 DType w_dtype, int64_t M, int64_t N, int64_t K) {
   const size_t row_bytes = act_row_bytes(w_dtype, K);
-  uint8_t* act = activation_buffer(row_bytes * size_t(M));
-  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
+  const uint8_t* act = quantized_rows(w_dtype, x, ld_x, M, K);
   const DotRows dot = dot_rows_for(w_dtype);
   const int64_t nb = K / dtype_block(w_dtype), w_row_bytes = nb * dtype_block_bytes(w_dtype);
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
@@ -111,8 +109,7 @@ using Stride = Eigen::OuterStride<>;
 void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w, DType w_dtype,
           int64_t M, int64_t N, int64_t K) {
   const size_t row_bytes = act_row_bytes(w_dtype, K);
-  uint8_t* act = activation_buffer(row_bytes * size_t(M));
-  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
+  const uint8_t* act = quantized_rows(w_dtype, x, ld_x, M, K);
   // The activations rounded as the small-row kernel rounds them: grows once, then reused.
   thread_local std::vector<float, Eigen::aligned_allocator<float>> rounded;
   rounded.resize(static_cast<size_t>(M * K));
@@ -140,10 +137,7 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
 
 void integer_gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
                   DType w_dtype, int64_t M, int64_t N, int64_t K) {
-  const size_t row_bytes = act_row_bytes(w_dtype, K);
-  uint8_t* act = activation_buffer(row_bytes * size_t(M));
-  quantize_rows(w_dtype, act, row_bytes, x, ld_x, M, K);
-  quant_gemm(pool, out, ld_out, act, w, w_dtype, M, N, K);
+  quant_gemm(pool, out, ld_out, quantized_rows(w_dtype, x, ld_x, M, K), w, w_dtype, M, N, K);
 }
 
 }  // namespace

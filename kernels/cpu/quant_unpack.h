@@ -1,8 +1,9 @@
 // The codes of every quantized block as 32 signed bytes at a time, with the affine map that turns
 // them into weights: y = dl * q - ml, where dl is the scale of the code's sub-block (d, or d * sc)
-// and ml what the reference subtracts (dmin * m for Q4_K and Q5_K, -m for Q4_1 and Q5_1, whose
-// y = d * q + m is the same sum, and 0 for the symmetric types). The offsets of the symmetric
-// types are already subtracted from the codes (q - 8, q - 16, q - 32).
+// and ml what the reference subtracts (dmin * m for Q2_K, Q4_K and Q5_K, -m for Q4_1 and Q5_1,
+// whose y = d * q + m is the same sum, and 0 for the symmetric types). The offsets of the
+// symmetric types are already subtracted from the codes (Q4_0's q - 8, Q5_0's q - 16, Q3_K's
+// q - 4, Q6_K's q - 32).
 //
 // Two consumers: dequantize.cpp writes the weights as f32 (the Eigen tiles of prefill), and
 // quant_gemm.cpp keeps the codes as bytes for integer products (prefill on AVX-512 VNNI). Each
@@ -26,7 +27,6 @@ namespace minfer::cpu::unpack {
 
 struct Affine {  // y = dl * q - ml
   float dl, ml;
-  bool operator==(const Affine& o) const { return dl == o.dl && ml == o.ml; }
 };
 
 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -163,25 +163,6 @@ inline void codes(const BlockQ6_K& b, Emit&& emit) {
       const int sub = 8 * h + 2 * s;
       emit(q, Affine{d * float(b.scales[sub]), 0.0f}, Affine{d * float(b.scales[sub + 1]), 0.0f});
     }
-  }
-}
-
-// Calls fn(a null pointer to the block struct, weights per block) for a quantized type; returns
-// false for the plain types.
-template <class Fn>
-bool dispatch(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::q8_0: fn(static_cast<const BlockQ8*>(nullptr), 32); return true;
-    case DType::q4_0: fn(static_cast<const BlockQ4_0*>(nullptr), 32); return true;
-    case DType::q4_1: fn(static_cast<const BlockQ4_1*>(nullptr), 32); return true;
-    case DType::q5_0: fn(static_cast<const BlockQ5_0*>(nullptr), 32); return true;
-    case DType::q5_1: fn(static_cast<const BlockQ5_1*>(nullptr), 32); return true;
-    case DType::q2_k: fn(static_cast<const BlockQ2_K*>(nullptr), kQK); return true;
-    case DType::q3_k: fn(static_cast<const BlockQ3_K*>(nullptr), kQK); return true;
-    case DType::q4_k: fn(static_cast<const BlockQ4_K*>(nullptr), kQK); return true;
-    case DType::q5_k: fn(static_cast<const BlockQ5_K*>(nullptr), kQK); return true;
-    case DType::q6_k: fn(static_cast<const BlockQ6_K*>(nullptr), kQK); return true;
-    default: return false;
   }
 }
 

@@ -1,7 +1,9 @@
-// The quantized dot products (kernels/cpu/quant_dot.h) against the same sums in double over the
-// dequantized weights and activations. This file is also built with AVX2 only and with no SIMD
-// at all (tests/CMakeLists.txt: minfer_quant_dot_native, _avx2 and _scalar), so every path
-// is checked on a machine with AVX-512.
+// The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
+// weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI, the dequantized tiles
+// elsewhere) against the same sums in double over the dequantized weights and activations, and
+// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) against sums in double. This file is also
+// built with AVX2 only and with no SIMD at all (tests/CMakeLists.txt: minfer_quant_dot_native,
+// _avx2 and _scalar), so every path is checked on a machine with AVX-512.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,8 +12,11 @@
 #include <vector>
 
 #include "core/quants.h"
+#include "core/threads.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant_gemm.h"
 
 namespace minfer::cpu {
 namespace {
@@ -101,6 +106,47 @@ TEST_P(QuantDot, MatchesTheDequantizedSum) {
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
 }
 
+// Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
+// weights and the activations as quantized: M = 37 (tiles of 4 rows and 1 over) by N = 45 (a
+// strip of 32 columns and a partial one), 3 super-blocks or 9 blocks of 32 along K.
+void check_prefill(DType t, uint32_t seed) {
+  SCOPED_TRACE(dtype_name(t));
+  std::mt19937 rng(seed);
+  constexpr int64_t M = 37, N = 45;
+  const int64_t nb = is_k_quant(t) ? 3 : 9, K = nb * dtype_block(t);
+  const std::vector<uint8_t> w = random_blocks(t, N * nb, rng, false);
+  std::vector<float> wf(static_cast<size_t>(N * K));
+  dequantize_row(t, wf.data(), w.data(), wf.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (auto& v : x) v = normal(rng);
+  std::vector<std::vector<double>> xs;
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<uint8_t> row(act_row_bytes(t, K));
+    quantize_activations(t, row.data(), x.data() + m * K, K);
+    xs.push_back(act_values(t, row, K));
+  }
+  ThreadPool pool(2);
+  std::vector<float> out(static_cast<size_t>(M * N), -1.0f);
+  matmul(pool, out.data(), N, x.data(), K, w.data(), t, M, N, K);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(wf[size_t(n * K + k)]) * xs[size_t(m)][size_t(k)];
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_NEAR(out[size_t(m * N + n)], want, 2e-5 * magnitude + 1e-6) << "m=" << m << " n=" << n;
+    }
+}
+
+TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
+  std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
+              quant_gemm_supports(GetParam()) ? "the integer GEMM (AVX-512 VNNI)" : "dequantized tiles and Eigen");
+  check_prefill(GetParam(), 11 + 100 * uint32_t(GetParam()));
+}
+
 // kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
 // f16 scales (any bits but an exponent of all ones: subnormals, zeros of either sign, 65504), odd
 // row counts, and a destination one float off its alignment.
@@ -127,6 +173,33 @@ TEST_P(QuantDot, DequantizeMatchesTheReferenceBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(EveryType, QuantDot, testing::ValuesIn(kTypes),
                          [](const testing::TestParamInfo<DType>& param) { return std::string(dtype_name(param.param)); });
+
+// One activation row against bf16 weights (decode): whole steps of the even/odd loop, the vector
+// rest and the scalar rest, against sums in double over the same bf16 values.
+TEST(Bf16Decode, OneRowMatchesTheDoubleSum) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  constexpr int64_t N = 37;
+  for (int64_t K : {24, 288, 301, 576, 800}) {
+    SCOPED_TRACE("K=" + std::to_string(K));
+    std::vector<uint16_t> w(static_cast<size_t>(N * K));
+    for (auto& v : w) v = f32_to_bf16(normal(rng));
+    std::vector<float> x(static_cast<size_t>(K));
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> out(N, -1.0f);
+    matmul(pool, out.data(), N, x.data(), K, w.data(), DType::bf16, 1, N, K);
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(bf16_to_f32(w[size_t(n * K + k)])) * double(x[size_t(k)]);
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_NEAR(out[size_t(n)], want, 1e-6 * magnitude) << "n=" << n;
+    }
+  }
+}
 
 TEST(QuantDotActivations, QuantizeAsLlamaCpp) {
   // Q8_K: the value of largest magnitude becomes -127 (its sign flipped into d), sums per 16.
