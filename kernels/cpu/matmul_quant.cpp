@@ -62,18 +62,11 @@ constexpr int64_t kTileRows = 256;     // weight rows dequantized per step of th
 constexpr int64_t kMinTileRows = 32;   // the fewest, when a matrix has too few rows for every thread
 constexpr int kDotRows = 4;            // activation rows per pass over a weight row
 
-
 // One row of quantized activations back to f32: d * q per block.
 void round_trip_row(DType w, float* dst, const uint8_t* act, int64_t K) {
-  auto expand = [&](const auto* blocks, int64_t block) {
+  with_act_blocks(w, act, [&](const auto* blocks, int64_t block) {
     for (int64_t i = 0; i < K; ++i) dst[i] = blocks[i / block].d * float(blocks[i / block].q[i % block]);
-  };
-  if (is_k_quant(w))
-    expand(reinterpret_cast<const ActQ8_K*>(act), kQK);
-  else if (w == DType::q4_1 || w == DType::q5_1)
-    expand(reinterpret_cast<const ActQ8_1*>(act), 32);
-  else
-    expand(reinterpret_cast<const ActQ8_0*>(act), 32);
+  });
 }
 
 // The M rows of x quantized for weights of type w, act_row_bytes(w, K) bytes each, in a buffer

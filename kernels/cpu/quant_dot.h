@@ -37,6 +37,18 @@ struct ActQ8_K {
   int16_t bsums[16];  // sum of q[16i .. 16i + 15]
 };
 
+// Calls fn(blocks, weights per block) with one row of activations quantized for weights of type
+// w, as the block struct it holds: ActQ8_K (K-quants), ActQ8_1 (q4_1, q5_1) or ActQ8_0.
+template <class Fn>
+void with_act_blocks(DType w, const uint8_t* row, Fn&& fn) {
+  if (is_k_quant(w))
+    fn(reinterpret_cast<const ActQ8_K*>(row), kQK);
+  else if (w == DType::q4_1 || w == DType::q5_1)
+    fn(reinterpret_cast<const ActQ8_1*>(row), 32);
+  else
+    fn(reinterpret_cast<const ActQ8_0*>(row), 32);
+}
+
 // Bytes of the activations of one row of K inputs quantized for weights of type w.
 size_t act_row_bytes(DType w, int64_t K);
 // Quantizes one row of K activations (K whole weight blocks) for weights of type w into dst.

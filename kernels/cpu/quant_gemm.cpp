@@ -109,12 +109,7 @@ Activations split_activations(ThreadPool& pool, DType w, const uint8_t* act, int
       int8_t* qm = qp + m * K;
       float *dm = dx + m * runs, *cm = cx + m * runs;
       int32_t* sm = shifted + m * runs;
-      if (is_k_quant(w))
-        split_row(reinterpret_cast<const ActQ8_K*>(row), kQK, G, shift, K, qm, dm, sm, cm);
-      else if (w == DType::q4_1 || w == DType::q5_1)
-        split_row(reinterpret_cast<const ActQ8_1*>(row), 32, G, shift, K, qm, dm, sm, cm);
-      else
-        split_row(reinterpret_cast<const ActQ8_0*>(row), 32, G, shift, K, qm, dm, sm, cm);
+      with_act_blocks(w, row, [&](const auto* blocks, int block) { split_row(blocks, block, G, shift, K, qm, dm, sm, cm); });
     }
   });
   return {qp, dx, shifted, cx, runs};
