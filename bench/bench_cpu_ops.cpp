@@ -50,7 +50,7 @@ void BM_Matmul(benchmark::State& state) {
   Tensor x = random({M, K}), w = random({N, K}, dtype, 2), out = backend().empty({M, N}, DType::f32);
   for (auto _ : state) backend(threads).matmul(out, x, w);
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["weight B/s"] = benchmark::Counter(double(N * K * dtype_size(dtype)),
+  state.counters["weight B/s"] = benchmark::Counter(double(dtype_bytes(dtype, uint64_t(N * K))),
                                                     benchmark::Counter::kIsIterationInvariantRate,
                                                     benchmark::Counter::kIs1024);
   state.SetLabel(std::string(dtype_name(dtype)) + ", " + std::to_string(backend(threads).cpu_threads()) + " threads");
@@ -84,15 +84,18 @@ BENCHMARK(BM_Matmul)
     ->Args({16, 1536, 288, int(DType::f32), 1})
     ->Args({16, 32000, 288, int(DType::f32), 1})
     ->Args({256, 1536, 288, int(DType::f32), 1})
+    // decode's dot products at one thread, the weights in L2: what the arithmetic alone allows
+    ->ArgsProduct({{1}, {768}, {768}, {int(DType::q8_0), int(DType::q4_0), int(DType::q4_k), int(DType::q6_k)}, {1}})
     ->Unit(benchmark::kMicrosecond);
 
 // The same products with the weights coming from main memory, as in a decode step: enough copies
 // of the weight matrix are cycled through (4x the last cache in all, at least 256 MiB) that none
-// is still cached. Weight bytes per second against the roofline's DRAM line; dtype is the 5th
-// argument (f32, bf16, f16, q8_0).
+// is still cached. Weight bytes per second against the roofline's DRAM line; the 4th argument is
+// the weights' dtype, the 5th the threads (0: every core).
 void BM_MatmulFromDram(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   const auto dtype = static_cast<DType>(state.range(3));
+  const int threads = state.range(4) > 0 ? static_cast<int>(state.range(4)) : 0;
   static const uint64_t working_set =
       std::max<uint64_t>(uint64_t(256) << 20, kMainOverLastCache * last_cache_bytes(device_memory_levels(backend())));
   const uint64_t bytes = dtype_bytes(dtype, uint64_t(N * K));
@@ -102,7 +105,7 @@ void BM_MatmulFromDram(benchmark::State& state) {
   for (int64_t c = 0; c < copies; ++c) w.push_back(random({N, K}, dtype, 2 + c));
   int64_t c = 0;
   for (auto _ : state) {
-    backend().matmul(out, x, w[c]);
+    backend(threads).matmul(out, x, w[c]);
     c = (c + 1) % copies;
   }
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
@@ -110,16 +113,20 @@ void BM_MatmulFromDram(benchmark::State& state) {
       benchmark::Counter(double(bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
 constexpr int kF32 = int(DType::f32), kBf16 = int(DType::bf16), kF16 = int(DType::f16), kQ8 = int(DType::q8_0);
+constexpr int kQ4_0 = int(DType::q4_0), kQ4_K = int(DType::q4_k), kQ6_K = int(DType::q6_k);
 BENCHMARK(BM_MatmulFromDram)
-    ->ArgNames({"M", "N", "K", "dtype"})
-    ->ArgsProduct({{1, 16}, {864, 1536}, {288}, {kF32}})
-    ->Args({1, 288, 768, kF32})
-    ->Args({16, 288, 768, kF32})
-    ->Args({1, 32000, 288, kF32})
-    ->Args({16, 32000, 288, kF32})
-    ->ArgsProduct({{1}, {2048, 768}, {768, 2048}, {kF32, kBf16, kF16, kQ8}})
-    ->ArgsProduct({{4, 16, 64}, {2304}, {768}, {kQ8}})
-    ->Args({1, 32000, 768, kF32})
+    ->ArgNames({"M", "N", "K", "dtype", "threads"})
+    ->ArgsProduct({{1, 16}, {864, 1536}, {288}, {kF32}, {0}})
+    ->Args({1, 288, 768, kF32, 0})
+    ->Args({16, 288, 768, kF32, 0})
+    ->Args({1, 32000, 288, kF32, 0})
+    ->Args({16, 32000, 288, kF32, 0})
+    ->ArgsProduct({{1}, {2048, 768}, {768, 2048}, {kF32, kBf16, kF16, kQ8}, {0}})
+    ->ArgsProduct({{4, 16, 64}, {2304}, {768}, {kQ8}, {0}})
+    ->Args({1, 32000, 768, kF32, 0})
+    // GGUF's types at decode, stories110M's shapes (the output matrix in Q6_K), one thread and all
+    ->ArgsProduct({{1}, {2048}, {768}, {kQ8, kQ4_0, kQ4_K, kQ6_K}, {1, 0}})
+    ->ArgsProduct({{1}, {32000}, {768}, {kQ6_K}, {1, 0}})
     ->Unit(benchmark::kMicrosecond);
 
 // The streaming read the roofline's bandwidth comes from.

@@ -69,21 +69,28 @@ void round_trip_row(DType w, float* dst, const uint8_t* act, int64_t K) {
   });
 }
 
-// The M rows of x quantized for weights of type w, act_row_bytes(w, K) bytes each, in a buffer
-// that grows once, then is reused (no allocation per step).
+// The M rows of x quantized for weights of type w, row_bytes each by `quantize`, in a buffer that
+// grows once, then is reused (no allocation per step).
 // note: the workers see their own thread_local vectors, so they get the caller's by pointer.
-uint8_t* quantized_rows(DType w, const float* x, int64_t ld_x, int64_t M, int64_t K) {
+template <class Quantize>
+uint8_t* quantized_rows(const float* x, int64_t ld_x, int64_t M, int64_t K, size_t row_bytes, Quantize&& quantize) {
   thread_local std::vector<uint8_t> buffer;
-  const size_t row_bytes = act_row_bytes(w, K);
   if (buffer.size() < row_bytes * size_t(M)) buffer.resize(row_bytes * size_t(M));
-  for (int64_t m = 0; m < M; ++m) quantize_activations(w, buffer.data() + size_t(m) * row_bytes, x + m * ld_x, K);
+  for (int64_t m = 0; m < M; ++m) quantize(buffer.data() + size_t(m) * row_bytes, x + m * ld_x, K);
   return buffer.data();
+}
+// As quantize_activations writes them (prefill's products).
+uint8_t* quantized_rows(DType w, const float* x, int64_t ld_x, int64_t M, int64_t K) {
+  return quantized_rows(x, ld_x, M, K, act_row_bytes(w, K),
+                        [w](void* dst, const float* row, int64_t n) { quantize_activations(w, dst, row, n); });
 }
 
 void small_rows(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
                 DType w_dtype, int64_t M, int64_t N, int64_t K) {
-  const size_t row_bytes = act_row_bytes(w_dtype, K);
-  const uint8_t* act = quantized_rows(w_dtype, x, ld_x, M, K);
+  const size_t row_bytes = dot_act_row_bytes(w_dtype, K);
+  const uint8_t* act = quantized_rows(x, ld_x, M, K, row_bytes, [w_dtype](void* dst, const float* row, int64_t n) {
+    quantize_dot_activations(w_dtype, dst, row, n);
+  });
   const DotRows dot = dot_rows_for(w_dtype);
   const int64_t nb = K / dtype_block(w_dtype), w_row_bytes = nb * dtype_block_bytes(w_dtype);
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cpu/quant_simd.h"
@@ -63,6 +64,36 @@ void quantize_act_q8_k(ActQ8_K* dst, const float* x, int64_t n) {
     }
     a.d = 1.0f / iscale;
   }
+}
+
+void quantize_act_q8_0x4(ActQ8_0x4* dst, const float* x, int64_t n) {
+  const int64_t nb = n / 32;
+  for (int64_t g = 0; g < (nb + 3) / 4; ++g) {
+    ActQ8_0x4& a = dst[g];
+    a = ActQ8_0x4{};
+    for (int i = 0; i < 4 && 4 * g + i < nb; ++i) {
+      int8_t q[32];
+      const float d = quantize_block_32(q, x + 32 * (4 * g + i));
+      std::memcpy(a.low + 16 * i, q, 16);
+      std::memcpy(a.high + 16 * i, q + 16, 16);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += q[j];
+      for (int lane = 4 * i; lane < 4 * i + 4; ++lane) {
+        a.d[lane] = d;
+        a.offset[lane] = -2 * sum;
+      }
+    }
+  }
+}
+
+size_t dot_act_row_bytes(DType w, int64_t K) {
+  if (w == DType::q4_0 && kQ4_0Groups) return size_t((K / 32 + 3) / 4) * sizeof(ActQ8_0x4);
+  return act_row_bytes(w, K);
+}
+
+void quantize_dot_activations(DType w, void* dst, const float* x, int64_t K) {
+  if (w == DType::q4_0 && kQ4_0Groups) return quantize_act_q8_0x4(static_cast<ActQ8_0x4*>(dst), x, K);
+  quantize_activations(w, dst, x, K);
 }
 
 size_t act_row_bytes(DType w, int64_t K) {

@@ -36,6 +36,21 @@ struct ActQ8_K {
   int8_t q[kQK];
   int16_t bsums[16];  // sum of q[16i .. 16i + 15]
 };
+// Four ActQ8_0 blocks as decode's Q4_0 dot product reads them on AVX-512 with VBMI and VNNI
+// (quant_dot_legacy.cpp): one 512-bit register holds the 16 code bytes of four weight blocks, so
+// its low nibbles meet `low` and its high nibbles `high`, and each block's 4 int32 lanes meet
+// `d` and `offset` lane by lane. A row's last group is padded with zeros.
+struct ActQ8_0x4 {
+  int8_t low[64];      // q[0 .. 15] of block i at 16i
+  int8_t high[64];     // q[16 .. 31] of block i at 16i
+  float d[16];         // d of block i in lanes 4i .. 4i + 3
+  int32_t offset[16];  // -2 * sum(q) of block i in lanes 4i .. 4i + 3: the codes' -8, over 4 lanes
+};
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline constexpr bool kQ4_0Groups = true;  // Q4_0's decode reads ActQ8_0x4
+#else
+inline constexpr bool kQ4_0Groups = false;
+#endif
 
 // Calls fn(blocks, weights per block) with one row of activations quantized for weights of type
 // w, as the block struct it holds: ActQ8_K (K-quants), ActQ8_1 (q4_1, q5_1) or ActQ8_0.
@@ -59,10 +74,17 @@ void quantize_activations(DType w, void* dst, const float* x, int64_t K);
 void quantize_act_q8_0(ActQ8_0* dst, const float* x, int64_t n);
 void quantize_act_q8_1(ActQ8_1* dst, const float* x, int64_t n);
 void quantize_act_q8_k(ActQ8_K* dst, const float* x, int64_t n);
+// The same rounding as quantize_act_q8_0, laid out in groups of four blocks: ceil(n / 128) groups.
+void quantize_act_q8_0x4(ActQ8_0x4* dst, const float* x, int64_t n);
+
+// The activations decode's dot products (dot_rows_for) read: the blocks above, except ActQ8_0x4
+// for Q4_0 where kQ4_0Groups. Bytes of one row of K, and the quantizer that writes it.
+size_t dot_act_row_bytes(DType w, int64_t K);
+void quantize_dot_activations(DType w, void* dst, const float* x, int64_t K);
 
 // out[r * ld_out] = dot(w_row, activation row r) for r < rows (1 <= rows <= 4): one weight row of
-// nb blocks against `rows` activation rows, the first at act and each act_stride bytes after the
-// last. Reading the weight row once for up to four activation rows is what batched decode gains.
+// nb blocks against `rows` activation rows as quantize_dot_activations wrote them, the first at act
+// and each act_stride bytes after the last. Reading the weight row once for up to four activation rows is what batched decode gains.
 using DotRows = void (*)(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride,
                          int rows, int64_t nb);
 DotRows dot_rows_for(DType w);

@@ -17,8 +17,10 @@
 //            the f16 scales of four blocks are converted in one instruction.
 //   AVX2     one block per 256-bit register; two sets of accumulators for one or two rows.
 //   scalar   a block decoded to 32 bytes, integer sums per block.
+// Q4_0 with AVX-512 VBMI and VNNI has a path of its own, four blocks at a time (q4_0_group_rows).
 #include "kernels/cpu/quant_dot.h"
 
+#include <array>
 #include <cstring>
 
 #include "kernels/cpu/quant_simd.h"
@@ -329,6 +331,68 @@ void rows_mr(float* out, int64_t ld_out, const typename T::Block* w, const char*
 }
 #endif
 
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// Q4_0 four blocks (72 bytes) at a time, from two overlapping loads (bytes 0..63 and 8..71) and
+// one byte permutation of the pair (vpermt2b): the 16 code bytes of block i land in 128-bit lane
+// i, so the low nibbles are weights 0..15 of the four blocks and the high nibbles weights 16..31,
+// against activations laid out to match (ActQ8_0x4). Each block's four int32 lanes start at
+// -2 * sum(q), so that the unsigned codes u sum to (u - 8) * q, and one word permutation puts the
+// four f16 scales in those lanes for one conversion. A row's last, partial group is loaded under
+// a mask: its missing blocks read as codes and scales of zero against zero activations.
+// note: about a third of the instructions of the pair-of-blocks loop above, which gathers the
+// scales one by one and negates activations by the codes' signs.
+constexpr std::array<uint8_t, 64> q4_0_group_qs_index() {
+  std::array<uint8_t, 64> index{};
+  for (int i = 0; i < 64; ++i) {
+    const int block = i / 16, byte = 18 * block + 2 + i % 16;  // in the group
+    index[size_t(i)] = static_cast<uint8_t>(block < 3 ? byte : 64 + byte - 8);  // block 3 from the second load
+  }
+  return index;
+}
+constexpr std::array<uint16_t, 32> q4_0_group_d_index() {
+  std::array<uint16_t, 32> index{};
+  for (int lane = 0; lane < 16; ++lane) index[size_t(lane)] = static_cast<uint16_t>(9 * (lane / 4));  // word 9i
+  return index;
+}
+alignas(64) constexpr std::array<uint8_t, 64> kQ4_0GroupQs = q4_0_group_qs_index();
+alignas(64) constexpr std::array<uint16_t, 32> kQ4_0GroupD = q4_0_group_d_index();
+
+inline __mmask64 first_bytes(int64_t n) { return (__mmask64(1) << n) - 1; }  // n < 64
+
+template <int MR>
+void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* act, size_t stride, int64_t nb) {
+  const __m512i qs_index = _mm512_load_si512(kQ4_0GroupQs.data());
+  const __m512i d_index = _mm512_load_si512(kQ4_0GroupD.data());
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[MR];
+  for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; 4 * g < nb; ++g) {
+    const uint8_t* p = w + 72 * g;
+    __m512i v0, v1;
+    if (4 * g + 4 <= nb) {
+      __builtin_prefetch(p + kPrefetch);
+      __builtin_prefetch(p + kPrefetch + 64);
+      v0 = _mm512_loadu_si512(p);
+      v1 = _mm512_loadu_si512(p + 8);
+    } else {
+      v0 = _mm512_maskz_loadu_epi8(first_bytes(18 * (nb - 4 * g)), p);  // blocks 0..2 lie in bytes 0..53
+      v1 = _mm512_setzero_si512();
+    }
+    const __m512i qs = _mm512_permutex2var_epi8(v0, qs_index, v1);
+    const __m512i low = _mm512_and_si512(qs, low4), high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), low4);
+    const __m256i d16 = _mm512_castsi512_si256(_mm512_maskz_permutexvar_epi16(~__mmask32(0), d_index, v0));
+    const __m512 dw = _mm512_maskz_cvtph_ps(kAll16, d16);
+    for (int m = 0; m < MR; ++m) {
+      const ActQ8_0x4& a = reinterpret_cast<const ActQ8_0x4*>(act + size_t(m) * stride)[g];
+      __m512i sum = _mm512_dpbusd_epi32(_mm512_loadu_si512(a.offset), low, _mm512_loadu_si512(a.low));
+      sum = _mm512_dpbusd_epi32(sum, high, _mm512_loadu_si512(a.high));
+      acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_loadu_ps(a.d)), to_f32(sum), acc[m]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) out[m * ld_out] = hsum512(acc[m]);
+}
+#endif
+
 template <class T>
 void dot_rows(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
               int64_t nb) {
@@ -346,7 +410,19 @@ void dot_rows(float* out, int64_t ld_out, const void* w_row, const void* act, si
 
 void dot_rows_q4_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
                    int64_t nb) {
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  static_assert(kQ4_0Groups);
+  const auto* w = static_cast<const uint8_t*>(w_row);
+  const char* a = static_cast<const char*>(act);
+  switch (rows) {
+    case 4: return q4_0_group_rows<4>(out, ld_out, w, a, act_stride, nb);
+    case 3: return q4_0_group_rows<3>(out, ld_out, w, a, act_stride, nb);
+    case 2: return q4_0_group_rows<2>(out, ld_out, w, a, act_stride, nb);
+    default: return q4_0_group_rows<1>(out, ld_out, w, a, act_stride, nb);
+  }
+#else
   dot_rows<Q4_0>(out, ld_out, w_row, act, act_stride, rows, nb);
+#endif
 }
 void dot_rows_q4_1(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
                    int64_t nb) {

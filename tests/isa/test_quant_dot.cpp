@@ -71,16 +71,18 @@ void check_type(DType t, int64_t nb, bool edge, uint32_t seed) {
   dequantize_row(t, wf.data(), w.data(), size_t(K));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr int kRows = 4;
-  const size_t stride = act_row_bytes(t, K) + 64;  // rows spaced apart, as a caller may space them
-  std::vector<uint8_t> act(stride * kRows);
+  // Rows spaced apart, as a caller may space them, in the layout decode reads (ActQ8_0x4 for Q4_0
+  // on AVX-512 VBMI); their values from the blocks, rounded alike.
+  const size_t stride = dot_act_row_bytes(t, K) + 64;
+  std::vector<uint8_t> act(stride * kRows, 0xA5);
   std::vector<std::vector<double>> xs;
   for (int r = 0; r < kRows; ++r) {
     std::vector<float> x(static_cast<size_t>(K));
     for (auto& v : x) v = normal(rng) * (r == 3 ? 100.0f : 1.0f);
     if (r == 2) x.assign(x.size(), 0.0f);  // an all-zero row: scale 0
+    quantize_dot_activations(t, act.data() + r * stride, x.data(), K);
     std::vector<uint8_t> row(act_row_bytes(t, K));
     quantize_activations(t, row.data(), x.data(), K);
-    std::memcpy(act.data() + r * stride, row.data(), row.size());
     xs.push_back(act_values(t, row, K));
   }
   for (int rows = 1; rows <= kRows; ++rows) {
@@ -100,9 +102,10 @@ void check_type(DType t, int64_t nb, bool edge, uint32_t seed) {
 class QuantDot : public testing::TestWithParam<DType> {};
 
 TEST_P(QuantDot, MatchesTheDequantizedSum) {
-  std::printf("quantized dot products compiled for %s\n", quant_dot_isa());
+  std::printf("quantized dot products compiled for %s%s\n", quant_dot_isa(),
+              kQ4_0Groups ? ", Q4_0 in groups of four blocks (VBMI)" : "");
   uint32_t seed = 1 + 100 * uint32_t(GetParam());
-  for (int64_t nb : {1, 2, 3, 7})
+  for (int64_t nb : {1, 2, 3, 4, 7, 10})
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
 }
 
