@@ -84,6 +84,32 @@ TEST(TokenizerJsonErrors, BrokenFiles) {
   expect_refused(text, "must be true or false", R"({"add_bos_token": "yes"})");
 }
 
+// A malformed chat_template in tokenizer_config.json costs the chat, not the tokenizer: it loads and
+// encodes, and chat_template() (ChatFormat, minfer chat, serve's chat route) refuses with one line.
+TEST(TokenizerJsonErrors, AMalformedChatTemplateRefusesOnlyTheChat) {
+  for (const std::string& config : {std::string(R"({"chat_template": 5})"), std::string(R"({"chat_template": []})"),
+                                    std::string(R"({"chat_template": [{"name": "default"}]})")}) {
+    SCOPED_TRACE(config);
+    test::ScratchDir dir("tokenizer-json");
+    write(dir.file("tokenizer.json"), valid_tokenizer().dump());
+    write(dir.file("tokenizer_config.json"), config);
+    const auto t = load_tokenizer_json(dir.file("tokenizer.json"));
+    EXPECT_EQ(t->encode("ab", true), (std::vector<int32_t>{0, 3}));
+    try {
+      t->chat_template();
+      ADD_FAILURE() << "a malformed chat_template was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("chat_template"), std::string::npos) << message;
+      EXPECT_NE(message.find("tokenizer_config.json"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+    // chat_template.jinja beside it takes precedence, as in transformers: then the chat works.
+    write(dir.file("chat_template.jinja"), "{{ messages }}");
+    EXPECT_EQ(load_tokenizer_json(dir.file("tokenizer.json"))->chat_template(), "{{ messages }}");
+  }
+}
+
 TEST(TokenizerJsonErrors, FilesThatAreNotTokenizers) {
   test::ScratchDir dir("tokenizer-json");
   EXPECT_THROW(load_tokenizer_json(dir.file("absent.json")), Error);

@@ -198,7 +198,10 @@ class BpeTokenizer : public TextTokenizer {
   std::vector<int32_t> encode(const std::string& text, bool add_special) const override;
   std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
                                     const std::vector<int32_t>& markers) const override;
-  std::string chat_template() const override { return spec_.chat_template; }
+  std::string chat_template() const override {
+    if (!spec_.chat_template_error.empty()) fail(spec_.chat_template_error);
+    return spec_.chat_template;
+  }
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string token_bytes(int32_t prev, int32_t id) const override;
   bool byte_fallback(int32_t id) const override;

@@ -102,6 +102,9 @@ struct BpeSpec {
   int32_t bos = -1;
   std::vector<int32_t> eos;
   std::string chat_template;  // the model's Jinja chat template, "" when it has none
+  // Why tokenizer_config.json's chat_template could not be read ("" when it could): the tokenizer
+  // loads, and only chat refuses, with this line (transformers reads it in apply_chat_template).
+  std::string chat_template_error;
 };
 
 // Checks the spec's ids and builds its lookup tables; throws Error naming spec.source.

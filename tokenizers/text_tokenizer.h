@@ -42,7 +42,8 @@ class TextTokenizer {
   virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
                                             const std::vector<int32_t>& markers) const;
   // The model's chat template (Jinja text: GGUF's tokenizer.chat_template, tokenizer_config.json's
-  // chat_template or chat_template.jinja beside it); "" when the files carry none.
+  // chat_template or chat_template.jinja beside it); "" when the files carry none. Throws Error
+  // with one line when they carry a malformed one (the tokenizer itself still loads).
   virtual std::string chat_template() const { return {}; }
   // The text of `ids`, as the tokenizers library decodes them with special tokens kept.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;

@@ -487,6 +487,7 @@ void Builder::chat_template_file(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return;
   spec_.chat_template = read_file(path.string());
+  spec_.chat_template_error.clear();
 }
 
 void Builder::special_tokens(const std::filesystem::path& dir) {
@@ -504,7 +505,13 @@ void Builder::special_tokens(const std::filesystem::path& dir) {
     const json* e = token_text(config, "eos_token");
     if (bos.empty() && b) bos = b->get<std::string>();
     if (eos.empty() && e) eos = e->get<std::string>();
-    if (spec_.chat_template.empty()) spec_.chat_template = chat_template_of(config, r);
+    if (spec_.chat_template.empty() && spec_.chat_template_error.empty()) {
+      try {
+        spec_.chat_template = chat_template_of(config, r);
+      } catch (const Error& malformed) {  // costs the chat, not the tokenizer (BpeSpec::chat_template_error)
+        spec_.chat_template_error = malformed.what();
+      }
+    }
   }
   chat_template_file(dir);
   if (!bos.empty()) {
