@@ -62,7 +62,7 @@ struct Settings {
   std::optional<DType> kv_dtype;  // --kv-dtype; unset: the decoder's default for the device
   BackendOptions backend;
   std::string draft;              // --draft: empty, "ngram" or a draft model
-  std::optional<DType> draft_dtype;
+  std::optional<WeightTypes> draft_dtype;
   std::vector<int64_t> draft_ks;
 };
 
@@ -91,12 +91,12 @@ class Bench {
     for (const std::string& spec : s_.models)
       for (const std::string& dtype : s_.dtypes)
         for (int64_t threads : s_.threads)
-          run_model(spec, dtype == "auto" ? std::optional<DType>() : parse_dtype(dtype.c_str()), static_cast<int>(threads));
+          run_model(spec, dtype == "auto" ? std::nullopt : WeightTypes::parse(dtype), static_cast<int>(threads));
     return rows_;
   }
 
  private:
-  void run_model(const std::string& spec, std::optional<DType> dtype, int threads) {
+  void run_model(const std::string& spec, const std::optional<WeightTypes>& dtype, int threads) {
     BackendOptions options = s_.backend;
     options.threads = threads;
     const BackendKind kind = s_.device;
@@ -148,7 +148,7 @@ class Bench {
     base.model_bytes = model->info().weight_bytes;
     base.device = backend_kind_name(kind);
     base.device_name = backend->name();
-    base.dtype = dtype_name(model->info().dtype);
+    base.dtype = dtype && dtype->k_mix ? dtype->name() : std::string(dtype_name(model->info().dtype));
     base.threads = backend->cpu_threads();
     base.gemm = gemm_name(options.gemm);
     base.build_commit = build_commit();
@@ -280,7 +280,7 @@ class Bench {
     if (spec != kDramBoundSpec) return spec;
     DType smallest = DType::f32;
     for (const std::string& d : s_.dtypes) {
-      const DType dtype = d == "auto" ? DType::f32 : parse_dtype(d.c_str());
+      const DType dtype = d == "auto" ? DType::f32 : WeightTypes::parse(d)->base;
       if (dtype_bytes_per_element(dtype) < dtype_bytes_per_element(smallest)) smallest = dtype;
     }
     const uint64_t last_cache = last_cache_bytes(device_memory_levels(backend));
@@ -339,7 +339,7 @@ int cmd_bench(int argc, char** argv) {
              {"-t,--threads", "LIST", "CPU threads, 1 to 1024 each, e.g. 1,2 (default: every core)"},
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
              {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
-                                 "                              presets also q2_k .. q6_k (default auto)"},
+                                 "                              presets also q2_k .. q6_k, q4_k_m and q5_k_m (default auto)"},
              {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
              {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU, the weights' type on CUDA)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
@@ -373,8 +373,9 @@ int cmd_bench(int argc, char** argv) {
   check_backend_options(args, s.device);
   s.dtypes = parse_list(args.get("--dtype", "auto"), "--dtype");
   for (const auto& d : s.dtypes)
-    MINFER_CHECK(d == "auto" || parse_dtype(d.c_str()) != DType::i32,
-                 "--dtype: weights are auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or (presets) q2_k .. q6_k");
+    MINFER_CHECK(d == "auto" || WeightTypes::parse(d),
+                 "--dtype: weights are auto, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or (presets) q2_k .. q6_k, q4_k_m, "
+                 "q5_k_m");
   s.kernels = parse_list(args.get("--kernels", "fused"), "--kernels");
   for (const auto& k : s.kernels) MINFER_CHECK(k == "fused" || k == "unfused", "--kernels: '", k, "' is not fused or unfused");
   s.output = args.get("-o", "md");

@@ -15,7 +15,8 @@ std::vector<Option> engine_options() {
                               "                              checkpoint, or preset:NAME (required)"},
       {"--device", "DEV", "ref, cpu, cuda or auto (default auto: cuda when a GPU is present); ref runs the\n                              plain-loop reference kernels, slowly"},
       {"--dtype", "TYPE", "weights as f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1, quantized at load;\n"
-                          "                              presets also q2_k .. q6_k (random blocks) (default: as the model\n"
+                          "                              presets also q2_k .. q6_k and llama-quantize's q4_k_m and q5_k_m\n"
+                          "                              mixes (random blocks) (default: as the model\n"
                           "                              stores them, e.g. a GGUF file's Q4_K_M mix; f32 for llama2.c files\n"
                           "                              and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
@@ -63,11 +64,12 @@ std::optional<DType> kv_dtype_option(const Args& args) {
   return parse_dtype(name.c_str());
 }
 
-std::optional<DType> weights_dtype_option(const Args& args, const char* option) {
+std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* option) {
   if (!args.has(option)) return std::nullopt;
-  const DType dtype = parse_dtype(args.get(option).c_str());
-  MINFER_CHECK(dtype != DType::i32, option, ": weights are f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
-  return dtype;
+  const std::optional<WeightTypes> types = WeightTypes::parse(args.get(option));
+  MINFER_CHECK(types, option, ": '", args.get(option), "' is not a weights type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or "
+               "q5_1 (presets also q2_k .. q6_k, q4_k_m and q5_k_m)");
+  return types;
 }
 
 LlamaOptions llama_options(const Args& args) {

@@ -30,8 +30,9 @@ BackendOptions backend_options(const Args& args);
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);
-// A weights type option (--dtype, --draft-dtype): unset when not given; f32, f16, bf16 or q8_0.
-std::optional<DType> weights_dtype_option(const Args& args, const char* option);
+// A weights type option (--dtype, --draft-dtype): unset when not given; a dtype or a K-quant mix
+// (WeightTypes::parse).
+std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* option);
 // --seed S (at least 1), or one from the clock when not given (odd, so never 0).
 uint64_t seed_option(const Args& args);
 // --kv-dtype: unset when not given (the decoder's default for the device).

@@ -69,7 +69,7 @@ struct GenerateRequest {
   int64_t batch = 1;
   bool print_ids = false;
   std::string draft;  // empty: no speculation; "ngram": prompt lookup; else the draft model
-  std::optional<DType> draft_dtype;
+  std::optional<WeightTypes> draft_dtype;
   SpeculativeOptions speculative;
 };
 

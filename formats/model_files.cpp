@@ -78,9 +78,9 @@ std::unique_ptr<TextTokenizer> load_tokenizer_file(const std::string& path) {
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& spec, Backend& backend, const LlamaOptions& options) {
-  MINFER_CHECK(!options.dtype || *options.dtype != DType::i32, "weights must be of a float or quantized type");
-  auto check_fits = [&](const LlamaConfig& c, DType dtype) {
-    check_memory_fits(backend, LlamaModel::weight_bytes(c, dtype), spec + " (" + dtype_name(dtype) + " weights)");
+  MINFER_CHECK(!options.dtype || options.dtype->base != DType::i32, "weights must be of a float or quantized type");
+  auto check_fits = [&](const LlamaConfig& c, const WeightTypes& dtype) {
+    check_memory_fits(backend, LlamaModel::weight_bytes(c, dtype), spec + " (" + dtype.name() + " weights)");
   };
   if (spec.rfind("preset:", 0) == 0) {
     LlamaConfig config = find_preset(spec.substr(7)).config;
@@ -88,16 +88,16 @@ std::unique_ptr<LlamaModel> load_model(const std::string& spec, Backend& backend
       MINFER_CHECK(options.preset_ctx <= (int64_t(1) << 20), "a context of ", options.preset_ctx, " positions is past 2^20");
       config.n_ctx = options.preset_ctx;
     }
-    check_fits(config, options.dtype.value_or(DType::f32));
+    check_fits(config, options.dtype.value_or(WeightTypes(DType::f32)));
     return std::make_unique<LlamaModel>(backend, config, spec, options);
   }
   MINFER_CHECK(options.preset_ctx == 0, spec, ": the context of a model file is its own; only presets take another");
-  MINFER_CHECK(!options.dtype || !is_k_quant(*options.dtype), spec, ": ", dtype_name(*options.dtype),
+  MINFER_CHECK(!options.dtype || !is_k_quant(options.dtype->base), spec, ": ", options.dtype->name(),
                " weights are read from GGUF files, not made at load (llama.cpp's llama-quantize makes them; presets take "
                "them as random blocks)");
   LlamaHostWeights weights = load_model_weights(spec);
   check_memory_fits(backend, LlamaModel::weight_bytes(weights, options.dtype),
-                    spec + " (" + (options.dtype ? dtype_name(*options.dtype) : "stored") + " weights)");
+                    spec + " (" + (options.dtype ? options.dtype->name() : "stored") + " weights)");
   return std::make_unique<LlamaModel>(backend, weights, spec, options);
 }
 

@@ -1,8 +1,9 @@
 // demo bytes: decode speed is bytes per token against bandwidth. One model decodes one sequence
 // with its weights stored as f32 (4 bytes a weight), f16 and bf16 (2), q8_0 (34 bytes per 32
-// weights: 1.0625), and GGUF's q6_k, q5_k, q4_k (210, 176 and 144 bytes per 256: 0.82, 0.69 and
-// 0.56) and q4_0 (18 per 32: 0.56) (the presets' K-quant weights are random blocks, which cost
-// the same bytes). A decode step reads every weight once, so the ceiling is
+// weights: 1.0625), GGUF's q6_k (210 bytes per 256: 0.82), the mixes of the files people download,
+// q5_k_m and q4_k_m (q5_k, 176 per 256, or q4_k, 144, with the classifier and some layers' wv and
+// w2 in q6_k: model/llama_config.h), and q4_0 (18 per 32: 0.56) (the presets' K-quant weights are
+// random blocks, which cost the same bytes). A decode step reads every weight once, so the ceiling is
 //   tokens/s <= read bandwidth / bytes per step,
 // and bytes per step is almost exactly the parameter count times bytes per weight (the norms, one
 // embedding row and the KV cache read add little at short contexts). How close the measured
@@ -50,8 +51,16 @@ std::string cache_resident_spec(const Roofline& roof) {
   return "";
 }
 
+// Whether every matrix of `c` takes the type asked for: none falls back to f16 for rows that are
+// not whole blocks (a mix's q6_k has the same 256 as its base).
+bool whole_blocks(const LlamaConfig& c, const WeightTypes& t) {
+  for (int64_t in : {c.dim, c.hidden_dim, c.q_dim()})
+    if (matrix_dtype(t.base, in) != t.base) return false;
+  return true;
+}
+
 struct Point {
-  DType dtype;
+  WeightTypes dtype;
   uint64_t step_bytes;
   double tokens_per_second;  // the median over the rounds
   double speedup;            // against the line's first dtype: the median of the per-round ratios
@@ -66,23 +75,23 @@ struct Point {
 // pass per dtype put that drift into the ratios. Each model is loaded again every round, so that
 // only one is in memory at a time (f32 weights of 4x a 260 MiB L3 are 4 GB).
 std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend, const Roofline& roof,
-                            const Line& line, const std::vector<DType>& dtypes, int steps, int rounds,
+                            const Line& line, const std::vector<WeightTypes>& dtypes, int steps, int rounds,
                             std::vector<std::vector<std::string>>* rows) {
-  std::vector<DType> measured;
+  std::vector<WeightTypes> measured;
   std::vector<uint64_t> step_bytes;
   std::vector<std::vector<double>> seconds;  // [dtype][round]
-  std::vector<DType> refused;
+  std::vector<WeightTypes> refused;
   for (int round = 0; round < rounds; ++round) {
     size_t i = 0;
-    for (DType dtype : dtypes) {
+    for (const WeightTypes& dtype : dtypes) {
       if (std::find(refused.begin(), refused.end(), dtype) != refused.end()) continue;
       LlamaOptions options;
       options.dtype = dtype;
       auto model = load_model(line.spec, backend, options);
-      if (!model->info().weight_types.empty()) {  // a matrix's rows are not whole blocks: it fell back to f16
+      if (!whole_blocks(model->config(), dtype)) {
         refused.push_back(dtype);
         std::printf("%s, %s: %s's rows are not whole %s blocks (%s): not in the table\n", half.c_str(),
-                    dtype_name(dtype), line.spec.c_str(), dtype_name(dtype), model->info().weight_types.c_str());
+                    dtype.name().c_str(), line.spec.c_str(), dtype_name(dtype.base), model->info().weight_types.c_str());
         continue;
       }
       DecoderOptions dec;
@@ -102,8 +111,8 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
     for (int round = 0; round < rounds; ++round) ratios.push_back(seconds[0][size_t(round)] / seconds[i][size_t(round)]);
     const Point p{measured[i], step_bytes[i], double(steps) / summarize(seconds[i]).median, summarize(ratios).median};
     const MemoryLevel& level = roof.level_for(p.step_bytes);
-    r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), dtype_name(p.dtype));
-    rows->push_back({line.name + " (" + line.spec + ")", dtype_name(p.dtype), fmt("%.1f", double(p.step_bytes) / 1e6),
+    r.point(half, "measured, " + line.name, double(p.step_bytes) / 1e6, p.gbps(), p.dtype.name());
+    rows->push_back({line.name + " (" + line.spec + ")", p.dtype.name(), fmt("%.1f", double(p.step_bytes) / 1e6),
                      level.name, fmt("%.1f", p.tokens_per_second),
                      fmt("%.1f", level.read_gbps * 1e9 / double(p.step_bytes)), fmt("%.1f", p.gbps()),
                      fmt("%.0f%%", 100 * p.gbps() / level.read_gbps), i == 0 ? "-" : fmt("%.2fx", p.speedup)});
@@ -112,16 +121,15 @@ std::vector<Point> run_line(Report& r, const std::string& half, Backend& backend
   return points;
 }
 
-// "f16 reads 2.00x fewer bytes than f32 and decodes 1.93x faster, ..." for every point after the first.
+// "f16 reads 2.00x fewer bytes per step than f32 and decodes 1.93x faster, ..." for every point
+// after the first (bytes per step: a mix's weights have no one size).
 std::string speedups(const std::vector<Point>& points) {
   const Point& base = points.front();
   std::string text;
   for (size_t i = 1; i < points.size(); ++i)
-    text += (i > 1 ? ", " : "") + std::string(dtype_name(points[i].dtype)) +
-            fmt(" reads %.2fx fewer bytes per weight",
-                dtype_bytes_per_element(base.dtype) / dtype_bytes_per_element(points[i].dtype)) +
-            " than " + dtype_name(base.dtype) +
-            fmt(" and decodes %.2fx faster", points[i].speedup);
+    text += (i > 1 ? ", " : "") + points[i].dtype.name() +
+            fmt(" reads %.2fx fewer bytes per step", double(base.step_bytes) / double(points[i].step_bytes)) + " than " +
+            base.dtype.name() + fmt(" and decodes %.2fx faster", points[i].speedup);
   return text;
 }
 
@@ -136,10 +144,10 @@ std::string slower_streams(const std::vector<Point>& points) {
   for (size_t i = 1; i < points.size(); ++i) {
     const double share = points[i].speedup * double(points[i].step_bytes) / double(base.step_bytes);
     if (share < 0.9)
-      names += (names.empty() ? "" : ", ") + std::string(dtype_name(points[i].dtype)) + fmt(" reads %.0f%%", 100 * share);
+      names += (names.empty() ? "" : ", ") + points[i].dtype.name() + fmt(" reads %.0f%%", 100 * share);
   }
   if (names.empty()) return "";
-  return "; " + names + " of " + dtype_name(base.dtype) +
+  return "; " + names + " of " + base.dtype.name() +
          "'s GB/s: converting the weights costs more vector work per byte than f32's loop, and binds before the "
          "memory does (bench/results/NOTES.md)";
 }
@@ -161,8 +169,10 @@ void plot_levels(Report& r, const std::string& half, const Roofline& roof, const
 
 void run_half(Report& r, const std::string& half, Backend& backend, const std::string& user_model, int steps,
               bool quick) {
-  const std::vector<DType> dtypes = {DType::f32,  DType::f16,  DType::bf16, DType::q8_0,
-                                     DType::q6_k, DType::q5_k, DType::q4_k, DType::q4_0};
+  const std::vector<WeightTypes> dtypes = {DType::f32,  DType::f16,
+                                           DType::bf16, DType::q8_0,
+                                           DType::q6_k, *WeightTypes::parse("q5_k_m"),
+                                           *WeightTypes::parse("q4_k_m"), DType::q4_0};
   const Roofline roof = measure_roofline(backend, DType::f32);
   std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
   std::vector<Line> lines;

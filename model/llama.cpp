@@ -73,27 +73,40 @@ void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlock
 
 namespace {
 
-// The type a matrix of `in` columns is stored in: as `wanted` asks (matrix_dtype), else as the
-// host holds it, else f32.
-DType stored_type(const std::optional<DType>& wanted, const Tensor* host, int64_t in) {
-  if (wanted) return matrix_dtype(*wanted, in);
-  return host != nullptr ? host->dtype() : DType::f32;
+// A weight matrix or table: its role, layer (0 for the tables), shape and host tensor (null for
+// synthetic weights).
+struct LayerMatrix {
+  WeightRole role;
+  int64_t layer, rows, in;
+  const Tensor* host;
+};
+
+// The type a weight is stored in: as `wanted` asks (WeightTypes::of), else as the host holds it,
+// else f32.
+DType stored_type(const std::optional<WeightTypes>& wanted, const LayerMatrix& m, int64_t n_layers) {
+  if (wanted) return wanted->of(m.role, m.layer, n_layers, m.in);
+  return m.host != nullptr ? m.host->dtype() : DType::f32;
 }
 
 // A layer's matrices (wq, wk, wv, wo, w1, w3, w2) with their shapes and host tensors.
-struct LayerMatrix {
-  int64_t rows, in;
-  const Tensor* host;
-};
-std::array<LayerMatrix, 7> layer_matrices(const LlamaConfig& c, const LlamaHostWeights::Layer* h) {
+std::array<LayerMatrix, 7> layer_matrices(const LlamaConfig& c, int64_t l, const LlamaHostWeights::Layer* h) {
   const int64_t d = c.dim, hd = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
-  return {{{q, d, h ? &h->wq : nullptr},
-           {kv, d, h ? &h->wk : nullptr},
-           {kv, d, h ? &h->wv : nullptr},
-           {d, q, h ? &h->wo : nullptr},
-           {hd, d, h ? &h->w1 : nullptr},
-           {hd, d, h ? &h->w3 : nullptr},
-           {d, hd, h ? &h->w2 : nullptr}}};
+  return {{{WeightRole::wq, l, q, d, h ? &h->wq : nullptr},
+           {WeightRole::wk, l, kv, d, h ? &h->wk : nullptr},
+           {WeightRole::wv, l, kv, d, h ? &h->wv : nullptr},
+           {WeightRole::wo, l, d, q, h ? &h->wo : nullptr},
+           {WeightRole::w1, l, hd, d, h ? &h->w1 : nullptr},
+           {WeightRole::w3, l, hd, d, h ? &h->w3 : nullptr},
+           {WeightRole::w2, l, d, hd, h ? &h->w2 : nullptr}}};
+}
+// The token embedding table and the classifier (the same table where the model ties them, and
+// then typed as the classifier, as llama-quantize types a tied token_embd).
+LayerMatrix embedding_table(const LlamaConfig& c, const LlamaHostWeights* h) {
+  return {c.shared_classifier ? WeightRole::classifier : WeightRole::embedding, 0, c.vocab_size, c.dim,
+          h ? &h->token_embedding : nullptr};
+}
+LayerMatrix classifier_table(const LlamaConfig& c, const LlamaHostWeights* h) {
+  return {WeightRole::classifier, 0, c.vocab_size, c.dim, h ? &h->classifier : nullptr};
 }
 
 // The parts a model's matrices are stored in, planned before any memory is taken.
@@ -105,12 +118,12 @@ struct PlannedPart {
 
 // Matrices [first, last) of `m` as one RowBlocks: one part per run of one type.
 void plan_rows(std::vector<PlannedPart>& plan, RowBlocks* into, const std::array<LayerMatrix, 7>& m, size_t first,
-               size_t last, const std::optional<DType>& wanted) {
+               size_t last, const std::optional<WeightTypes>& wanted, int64_t n_layers) {
   for (size_t i = first; i < last;) {
-    const DType t = stored_type(wanted, m[i].host, m[i].in);
+    const DType t = stored_type(wanted, m[i], n_layers);
     int64_t rows = 0;
     size_t j = i;
-    for (; j < last && stored_type(wanted, m[j].host, m[j].in) == t; ++j) rows += m[j].rows;
+    for (; j < last && stored_type(wanted, m[j], n_layers) == t; ++j) rows += m[j].rows;
     plan.push_back({into, rows, m[i].in, t});
     i = j;
   }
@@ -132,59 +145,59 @@ void allocate_parts(Backend& backend, const std::vector<PlannedPart>& plan) {
   }
 }
 
-uint64_t stored_bytes(const std::optional<DType>& wanted, const Tensor* host, int64_t rows, int64_t in) {
-  return dtype_bytes(stored_type(wanted, host, in), checked_mul(uint64_t(rows), uint64_t(in), "model size"));
+uint64_t stored_bytes(const std::optional<WeightTypes>& wanted, const LayerMatrix& m, int64_t n_layers) {
+  return dtype_bytes(stored_type(wanted, m, n_layers), checked_mul(uint64_t(m.rows), uint64_t(m.in), "model size"));
 }
 
 }  // namespace
 
-uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, DType dtype) {
+uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, const WeightTypes& types) {
   const char* what = "model size";
-  const uint64_t table = dtype_bytes(matrix_dtype(dtype, c.dim), checked_mul(uint64_t(c.vocab_size), uint64_t(c.dim), what));
-  const uint64_t tables = c.shared_classifier ? table : checked_mul(table, 2, what);
+  uint64_t tables = stored_bytes(types, embedding_table(c, nullptr), c.n_layers);
+  if (!c.shared_classifier) tables = checked_add(tables, stored_bytes(types, classifier_table(c, nullptr), c.n_layers), what);
   uint64_t norms = checked_add(checked_mul(2 * uint64_t(c.n_layers), uint64_t(c.dim), what),
                                uint64_t(c.dim), what);
   uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
-  return checked_add(checked_add(c.layer_matrix_bytes(dtype), tables, what),
+  return checked_add(checked_add(c.layer_matrix_bytes(types), tables, what),
                      checked_mul(checked_add(norms, rope, what), 4, what), what);
 }
 
-uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, std::optional<DType> dtype) {
+uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, const std::optional<WeightTypes>& dtype) {
   const LlamaConfig& c = w.config;
   const char* what = "model size";
   // norms and the RoPE table in f32, then the tables and matrices as stored
   uint64_t bytes = checked_mul(checked_add(checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what),
                                            checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what), what),
                                4, what);
-  bytes = checked_add(bytes, stored_bytes(dtype, &w.token_embedding, c.vocab_size, c.dim), what);
-  if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(dtype, &w.classifier, c.vocab_size, c.dim), what);
-  for (const LlamaHostWeights::Layer& layer : w.layers)
-    for (const LayerMatrix& m : layer_matrices(c, &layer))
-      bytes = checked_add(bytes, stored_bytes(dtype, m.host, m.rows, m.in), what);
+  bytes = checked_add(bytes, stored_bytes(dtype, embedding_table(c, &w), c.n_layers), what);
+  if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(dtype, classifier_table(c, &w), c.n_layers), what);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (const LayerMatrix& m : layer_matrices(c, l, &w.layers[size_t(l)]))
+      bytes = checked_add(bytes, stored_bytes(dtype, m, c.n_layers), what);
   return bytes;
 }
 
 void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
   const LlamaConfig& c = config_;
   const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
-  const std::optional<DType>& wanted = dtype_;
+  const std::optional<WeightTypes>& wanted = dtype_;
   // note: each matrix's type is the file's or the one asked for, following its input width
   // (matrix_dtype: quantized blocks need rows of whole blocks, else f16, as llama.cpp falls back).
-  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, host ? &host->token_embedding : nullptr, d));
-  w_.classifier = c.shared_classifier ? w_.token_embedding
-                                      : backend_.empty({V, d}, stored_type(wanted, host ? &host->classifier : nullptr, d));
+  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(c, host), L));
+  w_.classifier =
+      c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, stored_type(wanted, classifier_table(c, host), L));
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
   w_.layers.assign(size_t(L), Layer());
   std::vector<PlannedPart> plan;
   for (int64_t l = 0; l < L; ++l) {
-    const auto m = layer_matrices(c, host ? &host->layers[size_t(l)] : nullptr);
+    const auto m = layer_matrices(c, l, host ? &host->layers[size_t(l)] : nullptr);
     Layer& layer = w_.layers[size_t(l)];
-    plan_rows(plan, &layer.wqkv, m, 0, 3, wanted);
-    plan_rows(plan, &layer.wo, m, 3, 4, wanted);
-    plan_rows(plan, &layer.w13, m, 4, 6, wanted);
-    plan_rows(plan, &layer.w2, m, 6, 7, wanted);
+    plan_rows(plan, &layer.wqkv, m, 0, 3, wanted, L);
+    plan_rows(plan, &layer.wo, m, 3, 4, wanted, L);
+    plan_rows(plan, &layer.w13, m, 4, 6, wanted, L);
+    plan_rows(plan, &layer.w2, m, 6, 7, wanted, L);
   }
   allocate_parts(backend_, plan);
   uint64_t bytes = w_.token_embedding.nbytes() + (c.shared_classifier ? 0 : w_.classifier.nbytes()) +
@@ -211,7 +224,9 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   info_.n_params = c.n_params();
   info_.weight_bytes = bytes + w_.rope.nbytes();
   info_.embedding_row_bytes = dtype_bytes(w_.token_embedding.dtype(), uint64_t(d));
-  info_.step_weight_bytes = bytes - w_.token_embedding.nbytes() + w_.classifier.nbytes();
+  // A step reads every matrix, the norms and the classifier; of an embedding table of its own only
+  // one row per sequence (embedding_row_bytes).
+  info_.step_weight_bytes = bytes - (c.shared_classifier ? 0 : w_.token_embedding.nbytes());
   describe_types();
   info_.bos_id = c.bos_id;
   info_.stop_ids = c.stop_ids;
@@ -295,7 +310,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(config), dtype_(options.dtype.value_or(DType::f32)), kernels_(options.kernels) {
+    : backend_(backend), config_(config), dtype_(options.dtype.value_or(WeightTypes(DType::f32))), kernels_(options.kernels) {
   config_.validate(name);
   allocate(name, nullptr);
   const int64_t q = config_.q_dim(), h = config_.hidden_dim, kv = config_.kv_dim();

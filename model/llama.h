@@ -33,9 +33,10 @@ void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlock
 
 struct LlamaOptions {
   // Of the weight matrices and the embedding table (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or
-  // q5_1); unset: each as the file stores it (f32 for llama2.c files and presets; a GGUF file may
-  // mix types, e.g. Q4_K_M stores some matrices in Q6_K).
-  std::optional<DType> dtype;
+  // q5_1; presets also the K-quants and the q4_k_m and q5_k_m mixes, model/llama_config.h);
+  // unset: each as the file stores it (f32 for llama2.c files and presets; a GGUF file may mix
+  // types, e.g. Q4_K_M stores some matrices in Q6_K).
+  std::optional<WeightTypes> dtype;
   Kernels kernels = Kernels::fused;  // (engine/model.h)
   uint64_t seed = kDefaultModelSeed;  // of synthetic (preset) weights
   // Presets only: their context length instead of the shape's own (stories15M was trained with
@@ -69,8 +70,8 @@ class LlamaModel final : public Model {
 
   // Bytes of weights the model stores on the device for (config, dtype), and for host weights
   // stored as `dtype` asks (unset: as they are).
-  static uint64_t weight_bytes(const LlamaConfig& config, DType dtype);
-  static uint64_t weight_bytes(const LlamaHostWeights& weights, std::optional<DType> dtype);
+  static uint64_t weight_bytes(const LlamaConfig& config, const WeightTypes& dtype);
+  static uint64_t weight_bytes(const LlamaHostWeights& weights, const std::optional<WeightTypes>& dtype);
 
  private:
   void allocate(const std::string& name, const LlamaHostWeights* host);
@@ -82,7 +83,7 @@ class LlamaModel final : public Model {
 
   Backend& backend_;
   LlamaConfig config_;
-  std::optional<DType> dtype_;  // the type asked for; unset: each weight's own
+  std::optional<WeightTypes> dtype_;  // the types asked for; unset: each weight's own
   Kernels kernels_;
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;

@@ -58,15 +58,56 @@ DType matrix_dtype(DType wanted, int64_t in_features) {
   return is_quantized(wanted) && in_features % dtype_block(wanted) != 0 ? DType::f16 : wanted;
 }
 
-uint64_t LlamaConfig::layer_matrix_bytes(DType wanted) const {
+namespace {
+
+// llama.cpp's use_more_bits: the layers whose wv and w2 the _M mixes keep at more bits.
+bool more_bits(int64_t layer, int64_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+}  // namespace
+
+std::optional<WeightTypes> WeightTypes::parse(const std::string& name) {
+  if (name == "q4_k_m" || name == "q5_k_m") {
+    WeightTypes t(name == "q4_k_m" ? DType::q4_k : DType::q5_k);
+    t.k_mix = true;
+    return t;
+  }
+  try {
+    const DType type = parse_dtype(name.c_str());
+    if (type != DType::i32) return WeightTypes(type);
+  } catch (const Error&) {  // not a dtype's name
+  }
+  return std::nullopt;
+}
+
+std::string WeightTypes::name() const { return std::string(dtype_name(base)) + (k_mix ? "_m" : ""); }
+
+DType WeightTypes::of(WeightRole role, int64_t layer, int64_t n_layers, int64_t in_features) const {
+  DType type = base;
+  if (k_mix && (role == WeightRole::classifier ||
+                ((role == WeightRole::wv || role == WeightRole::w2) && more_bits(layer, n_layers))))
+    type = DType::q6_k;
+  return matrix_dtype(type, in_features);
+}
+
+uint64_t LlamaConfig::layer_matrix_bytes(const WeightTypes& wanted) const {
   const char* what = "model size";
-  const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
-  // (rows, in_features) of wq, wk, wv, wo, w1, w3, w2
-  const std::pair<uint64_t, uint64_t> matrices[] = {{q, d}, {kv, d}, {kv, d}, {d, q}, {h, d}, {h, d}, {d, h}};
-  uint64_t per_layer = 0;
-  for (const auto& [rows, in] : matrices)
-    per_layer = checked_add(per_layer, dtype_bytes(matrix_dtype(wanted, int64_t(in)), checked_mul(rows, in, what)), what);
-  return checked_mul(per_layer, uint64_t(n_layers), what);
+  const int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  struct Matrix {
+    WeightRole role;
+    int64_t rows, in;
+  };
+  const Matrix matrices[] = {{WeightRole::wq, q, d},  {WeightRole::wk, kv, d}, {WeightRole::wv, kv, d},
+                             {WeightRole::wo, d, q},  {WeightRole::w1, h, d},  {WeightRole::w3, h, d},
+                             {WeightRole::w2, d, h}};
+  uint64_t bytes = 0;
+  for (int64_t l = 0; l < n_layers; ++l)
+    for (const Matrix& m : matrices)
+      bytes = checked_add(bytes,
+                          dtype_bytes(wanted.of(m.role, l, n_layers, m.in), checked_mul(uint64_t(m.rows), uint64_t(m.in), what)),
+                          what);
+  return bytes;
 }
 
 std::vector<float> LlamaConfig::rope_inv_freq() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,33 @@ struct RopeScaling {
 // quantized types need rows of whole blocks (32 weights), and a matrix whose rows are not falls
 // back to f16, as llama.cpp's quantizer does (stories260K's w2, 172 wide). Other dtypes are kept.
 DType matrix_dtype(DType wanted, int64_t in_features);
+
+// What a weight is: a matrix of a layer, the token embedding table, or the classifier (which is
+// the embedding table too where the model ties them).
+enum class WeightRole { wq, wk, wv, wo, w1, w3, w2, embedding, classifier };
+
+// The types of a model's matrices and tables when a type is asked for: one type for all (f32,
+// q8_0, q4_k, ...), or one of llama-quantize's K-quant mixes, q4_k_m and q5_k_m, as its
+// llama_tensor_get_type picks them for a Llama model: the classifier and, in the layers
+// use_more_bits picks (the first and last eighth and every third between), wv and w2 in Q6_K;
+// every other matrix and the embedding table in the base type (Q4_K, Q5_K). stories110M: 13 of
+// its 85 matrices and tables in Q6_K, as in llama-quantize's file. Any matrix whose rows are not
+// whole blocks then falls back (matrix_dtype).
+struct WeightTypes {
+  DType base = DType::f32;
+  bool k_mix = false;  // the _M mix above (base q4_k or q5_k)
+
+  WeightTypes() = default;
+  WeightTypes(DType type) : base(type) {}  // one type for all (implicit, as a DType was before)
+  // A dtype's name, or "q4_k_m" / "q5_k_m"; nullopt for anything else.
+  static std::optional<WeightTypes> parse(const std::string& name);
+  std::string name() const;
+  // The type of weight `role` of layer `layer` (of n_layers; 0 for the tables) with rows of
+  // `in_features` weights.
+  DType of(WeightRole role, int64_t layer, int64_t n_layers, int64_t in_features) const;
+  bool operator==(const WeightTypes& other) const { return base == other.base && k_mix == other.k_mix; }
+  bool operator!=(const WeightTypes& other) const { return !(*this == other); }
+};
 
 struct LlamaConfig {
   int64_t dim = 0;          // width of the residual stream
@@ -69,7 +97,7 @@ struct LlamaConfig {
   uint64_t n_params() const;            // including the classifier if it is not shared
   uint64_t n_matmul_params() const;     // the weights each decode step reads: layers + classifier
   // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix).
-  uint64_t layer_matrix_bytes(DType wanted) const;
+  uint64_t layer_matrix_bytes(const WeightTypes& wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
   // The RoPE frequencies of a head, theta and the scaling applied, in float as the references
   // compute them (PyTorch in float32, run.c in float): (head_dim / 2).

@@ -15,11 +15,13 @@ uint64_t kv_cache_step_bytes(const LlamaConfig& c, DType kv, int64_t n_seqs, int
 
 }  // namespace
 
-uint64_t decode_step_bytes(const LlamaConfig& c, DType weights, DType kv, int64_t n_seqs, int64_t pos) {
+uint64_t decode_step_bytes(const LlamaConfig& c, const WeightTypes& weights, DType kv, int64_t n_seqs, int64_t pos) {
   uint64_t d = c.dim;
-  uint64_t matrices = c.layer_matrix_bytes(weights) + dtype_bytes(matrix_dtype(weights, c.dim), uint64_t(c.vocab_size) * d);
+  const DType classifier = weights.of(WeightRole::classifier, 0, c.n_layers, c.dim);
+  const DType table = c.shared_classifier ? classifier : weights.of(WeightRole::embedding, 0, c.n_layers, c.dim);
+  uint64_t matrices = c.layer_matrix_bytes(weights) + dtype_bytes(classifier, uint64_t(c.vocab_size) * d);
   uint64_t norms = (2 * uint64_t(c.n_layers) + 1) * d * 4;
-  uint64_t embedding_rows = uint64_t(n_seqs) * dtype_bytes(matrix_dtype(weights, c.dim), d);
+  uint64_t embedding_rows = uint64_t(n_seqs) * dtype_bytes(table, d);
   return matrices + norms + embedding_rows + kv_cache_step_bytes(c, kv, n_seqs, pos);
 }
 

@@ -23,7 +23,7 @@ namespace minfer {
 uint64_t layer_matrix_params(const LlamaConfig& c);
 
 // Bytes read by one decode step of n_seqs sequences whose new token sits at position `pos`.
-uint64_t decode_step_bytes(const LlamaConfig& c, DType weights, DType kv, int64_t n_seqs, int64_t pos);
+uint64_t decode_step_bytes(const LlamaConfig& c, const WeightTypes& weights, DType kv, int64_t n_seqs, int64_t pos);
 // The same for a model as it is stored (types may mix: ModelInfo::step_weight_bytes).
 uint64_t decode_step_bytes(const ModelInfo& info, const LlamaConfig& c, DType kv, int64_t n_seqs, int64_t pos);
 // FLOPs of one decode step of n_seqs sequences at position `pos` (logits for every sequence).

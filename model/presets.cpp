@@ -66,14 +66,14 @@ Preset find_preset(const std::string& name) {
   return deeper;
 }
 
-Preset preset_at_least(const std::string& base, uint64_t min_bytes, DType dtype) {
+Preset preset_at_least(const std::string& base, uint64_t min_bytes, const WeightTypes& dtype) {
   const Preset shape = find_preset(base);
   const uint64_t fixed = LlamaModel::weight_bytes(with_layers(shape.config, 0), dtype);
   const uint64_t per_layer = LlamaModel::weight_bytes(with_layers(shape.config, 1), dtype) - fixed;
   int64_t layers = shape.config.n_layers;
   if (min_bytes > fixed) layers = std::max<int64_t>(layers, int64_t((min_bytes - fixed + per_layer - 1) / per_layer));
   MINFER_CHECK(layers <= kMaxPresetLayers, "no preset of ", base, "'s shape holds ", min_bytes >> 20, " MiB of ",
-               dtype_name(dtype), " weights within ", kMaxPresetLayers, " layers");
+               dtype.name(), " weights within ", kMaxPresetLayers, " layers");
   return find_preset(base + ":layers=" + std::to_string(layers));
 }
 

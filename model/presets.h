@@ -30,7 +30,7 @@ constexpr int64_t kMaxPresetLayers = 1024;
 // The preset of `base`'s shape with the fewest layers (never fewer than its own) whose weights,
 // stored as `dtype`, take at least `min_bytes`: "stories110M:layers=36" for 1 GiB of f32 weights.
 // It is how the main job and the bytes lesson get a model that must stream from main memory.
-Preset preset_at_least(const std::string& base, uint64_t min_bytes, DType dtype);
+Preset preset_at_least(const std::string& base, uint64_t min_bytes, const WeightTypes& dtype);
 
 enum class WeightKind { embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
 

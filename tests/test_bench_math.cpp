@@ -2,6 +2,9 @@
 // 8 heads, 4 KV heads, head_dim 8, kv_dim 32, vocab 512, shared classifier).
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <vector>
+
 #include "model/llama_cost.h"
 #include "model/presets.h"
 
@@ -30,6 +33,51 @@ TEST(BenchMath, DecodeStepBytes) {
   // bf16 weights halve the matrices and the embedding rows, not the f32 norms or cache.
   EXPECT_EQ(decode_step_bytes(tiny(), DType::bf16, DType::f32, 1, 0),
             matrices / 2 + norms + embedding_row / 2 + kv_per_position);
+}
+
+TEST(WeightTypes, ParseAndName) {
+  for (const char* name : {"q4_k_m", "q5_k_m", "q8_0", "q4_k", "f32"}) {
+    const std::optional<WeightTypes> t = WeightTypes::parse(name);
+    ASSERT_TRUE(t) << name;
+    EXPECT_EQ(t->name(), name);
+  }
+  EXPECT_EQ(WeightTypes::parse("q4_k_m")->base, DType::q4_k);
+  EXPECT_TRUE(WeightTypes::parse("q5_k_m")->k_mix);
+  EXPECT_FALSE(WeightTypes::parse("q4_k")->k_mix);
+  for (const char* name : {"q4_k_s", "q6_k_m", "q4_k_mm", "", "Q4_K_M"}) EXPECT_FALSE(WeightTypes::parse(name)) << name;
+}
+
+// What llama-quantize wrote for stories110M's shape (12 layers, tied classifier; the files of
+// bench/results/cpu-zen4/gguf-quants.md): Q6_K for token_embd and for attn_v and ffn_down of
+// layers 0, 3, 6, 9, 10 and 11 (13 tensors), Q4_K for the other 72 matrices.
+TEST(WeightTypes, TheMixesFollowLlamaQuantizeOnStories110M) {
+  const LlamaConfig c = find_preset("stories110M").config;
+  ASSERT_EQ(c.n_layers, 12);
+  ASSERT_TRUE(c.shared_classifier);
+  for (const char* mix : {"q4_k_m", "q5_k_m"}) {
+    const WeightTypes t = *WeightTypes::parse(mix);
+    EXPECT_EQ(t.of(WeightRole::classifier, 0, 12, c.dim), DType::q6_k) << mix;
+    EXPECT_EQ(t.of(WeightRole::embedding, 0, 12, c.dim), t.base) << mix;
+    std::vector<int64_t> more_bits;
+    for (int64_t l = 0; l < 12; ++l) {
+      for (WeightRole role : {WeightRole::wq, WeightRole::wk, WeightRole::wo, WeightRole::w1, WeightRole::w3})
+        EXPECT_EQ(t.of(role, l, 12, c.dim), t.base) << mix << " layer " << l;
+      const DType v = t.of(WeightRole::wv, l, 12, c.dim), down = t.of(WeightRole::w2, l, 12, c.hidden_dim);
+      EXPECT_EQ(v, down) << mix << " layer " << l;
+      if (v == DType::q6_k) more_bits.push_back(l);
+    }
+    EXPECT_EQ(more_bits, (std::vector<int64_t>{0, 3, 6, 9, 10, 11})) << mix;
+    // A width that is not whole blocks of 256 falls back, as for one type (matrix_dtype).
+    EXPECT_EQ(t.of(WeightRole::wv, 0, 12, 288), DType::f16) << mix;
+  }
+  // One type for all is the type everywhere.
+  EXPECT_EQ(WeightTypes(DType::q4_k).of(WeightRole::classifier, 0, 12, c.dim), DType::q4_k);
+  // Bytes: 72 matrices' weights in Q4_K and 13 tensors' in Q6_K, against one type for all.
+  const uint64_t mixed = c.layer_matrix_bytes(*WeightTypes::parse("q4_k_m"));
+  const uint64_t q4 = c.layer_matrix_bytes(DType::q4_k), q6 = c.layer_matrix_bytes(DType::q6_k);
+  const uint64_t v_and_down = 6 * (uint64_t(c.kv_dim()) * uint64_t(c.dim) + uint64_t(c.dim) * uint64_t(c.hidden_dim));
+  EXPECT_EQ(mixed, q4 + dtype_bytes(DType::q6_k, v_and_down) - dtype_bytes(DType::q4_k, v_and_down));
+  EXPECT_LT(mixed, q6);
 }
 
 TEST(BenchMath, Flops) {

@@ -131,7 +131,7 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"generate", "-m", MINFER_SOURCE_DIR "/tests/data/models/llama2-f32.gguf", "--dtype", "q4_k", "-n", "2"}, 1,
        "q4_k weights are read from GGUF files, not made at load"},
       {{"make-model", "--format", "gguf", "--dtype", "q6_k", "-o", "/tmp/minfer-never.gguf"}, 1, "--dtype: weights are"},
-      {{"generate", "-m", "preset:tiny", "--dtype", "q4_x", "-n", "2"}, 1, "unknown dtype 'q4_x'"},
+      {{"generate", "-m", "preset:tiny", "--dtype", "q4_x", "-n", "2"}, 1, "'q4_x' is not a weights type"},
       {{"bench-serve", "-m", "preset:tiny", "--prompt-len", "5-"}, 1, "--prompt-len"},
       {{"bench-serve", "-m", "preset:tiny", "--output-len", "9-3"}, 1, "is not a range LO-HI"},
       {{"bench-serve", "-m", "preset:tiny", "--slots", "0"}, 1, "--slots: 0 is outside"},

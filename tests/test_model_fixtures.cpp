@@ -277,6 +277,36 @@ TEST(ModelFixtures, QuantizedLogitsMatchLlamaCpp) {
   EXPECT_EQ(files, 9u) << "the kq- fixtures of tests/data/models are missing (make_quant_model_fixtures.py)";
 }
 
+// The q4_k_m and q5_k_m mixes that presets take (WeightTypes) type every matrix and table as
+// llama-quantize typed the kq- fixtures' files (two layers: layer 1's wv and w2 in Q6_K, and the
+// untied classifier); bench/results/cpu-zen4's stories110M files (12 layers, tied) are checked by
+// WeightTypes.TheMixesFollowLlamaQuantizeOnStories110M.
+TEST(ModelFixtures, KQuantMixesTypeEveryMatrixAsLlamaQuantize) {
+  for (const char* mix : {"q4_k_m", "q5_k_m"}) {
+    const std::string path = std::string(kModels) + "/kq-" + mix + ".gguf";
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing (make_quant_model_fixtures.py)";
+    SCOPED_TRACE(path);
+    const LlamaHostWeights w = load_model_weights(path);
+    const LlamaConfig& c = w.config;
+    const WeightTypes types = *WeightTypes::parse(mix);
+    ASSERT_FALSE(c.shared_classifier);
+    EXPECT_EQ(w.token_embedding.dtype(), types.of(WeightRole::embedding, 0, c.n_layers, c.dim));
+    EXPECT_EQ(w.classifier.dtype(), types.of(WeightRole::classifier, 0, c.n_layers, c.dim));
+    int64_t q6_k = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const LlamaHostWeights::Layer& layer = w.layers[size_t(l)];
+      const std::pair<WeightRole, const Tensor*> matrices[] = {
+          {WeightRole::wq, &layer.wq}, {WeightRole::wk, &layer.wk}, {WeightRole::wv, &layer.wv}, {WeightRole::wo, &layer.wo},
+          {WeightRole::w1, &layer.w1}, {WeightRole::w3, &layer.w3}, {WeightRole::w2, &layer.w2}};
+      for (const auto& [role, t] : matrices) {
+        EXPECT_EQ(t->dtype(), types.of(role, l, c.n_layers, t->size(1))) << "layer " << l << ", matrix " << int(role);
+        q6_k += t->dtype() == DType::q6_k;
+      }
+    }
+    EXPECT_EQ(q6_k, 2);  // so that the rule above was put to the test
+  }
+}
+
 // The command line end to end: the model's own tokenizer encodes the text, and the greedy ids
 // printed are transformers'.
 TEST(ModelFixtures, GenerateFromTextPrintsTheReferenceIds) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include "engine/backend.h"
 #include "engine/decoder.h"
 #include "model/llama.h"
+#include "model/llama_cost.h"
+#include "model/presets.h"
 #include "tests/greedy_check.h"
 #include "tests/random_llama.h"
 #include "tests/op_harness.h"
@@ -345,6 +348,40 @@ MixedModel mixed_model() {
     for (size_t i = 0; i < 7; ++i) *matrices[i] = as_type(*matrices[i], types[l][i], rng, wide[i]);
   }
   return m;
+}
+
+// A preset asked for in a K-quant mix (--dtype q4_k_m) allocates the types WeightTypes gives, and
+// the byte counts the bench and the memory checks make from the config agree with the tensors'.
+TEST(WholeModel, PresetsTakeTheKQuantMixes) {
+  LlamaConfig c = find_preset("tiny").config;
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 8, c.n_heads = 4, c.n_kv_heads = 2, c.vocab_size = 512;
+  c.shared_classifier = false;  // embedding in the base type, classifier in q6_k; wv, w2 of layers 0, 3, 6, 7 in q6_k
+  BackendOptions options;
+  options.threads = 2;
+  auto cpu = make_backend(BackendKind::cpu, options);
+  for (const char* mix : {"q4_k_m", "q5_k_m"}) {
+    SCOPED_TRACE(mix);
+    LlamaOptions lo;
+    lo.dtype = WeightTypes::parse(mix);
+    LlamaModel model(*cpu, c, "mix", lo);
+    const std::string base = dtype_name(lo.dtype->base);
+    EXPECT_NE(model.info().weight_types.find(base), std::string::npos) << model.info().weight_types;
+    EXPECT_NE(model.info().weight_types.find("q6_k"), std::string::npos) << model.info().weight_types;
+    EXPECT_EQ(model.info().weight_types.find("f16"), std::string::npos) << model.info().weight_types;
+    EXPECT_EQ(model.info().weight_bytes, LlamaModel::weight_bytes(c, *lo.dtype));
+    EXPECT_EQ(decode_step_bytes(model.info(), c, DType::f32, 1, 3), decode_step_bytes(c, *lo.dtype, DType::f32, 1, 3));
+    // It decodes: finite logits, not all equal.
+    Decoder decoder(model, DecoderOptions{});
+    decoder.prefill({{1, 2, 3}});
+    const float* logits = decoder.logits(0);
+    float least = logits[0], most = logits[0];
+    for (int64_t v = 0; v < c.vocab_size; ++v) {
+      ASSERT_TRUE(std::isfinite(logits[v])) << v;
+      least = std::min(least, logits[v]);
+      most = std::max(most, logits[v]);
+    }
+    EXPECT_LT(least, most);
+  }
 }
 
 TEST(WholeModel, MixedQuantizedTypesMatchTheirWeightsInF32) {
