@@ -148,7 +148,7 @@ class Bench {
     base.model_bytes = model->info().weight_bytes;
     base.device = backend_kind_name(kind);
     base.device_name = backend->name();
-    base.dtype = dtype && dtype->k_mix ? dtype->name() : std::string(dtype_name(model->info().dtype));
+    base.dtype = dtype && dtype->is_k_mix() ? dtype->name() : std::string(dtype_name(model->info().dtype));
     base.threads = backend->cpu_threads();
     base.gemm = gemm_name(options.gemm);
     base.build_commit = build_commit();

@@ -51,8 +51,8 @@ std::string cache_resident_spec(const Roofline& roof) {
   return "";
 }
 
-// Whether every matrix of `c` takes the type asked for: none falls back to f16 for rows that are
-// not whole blocks (a mix's q6_k has the same 256 as its base).
+// Whether every matrix of `c` takes the type asked for: none falls back (matrix_dtype) for rows
+// that are not whole blocks (a mix's q6_k has the same 256 as its base).
 bool whole_blocks(const LlamaConfig& c, const WeightTypes& t) {
   for (int64_t in : {c.dim, c.hidden_dim, c.q_dim()})
     if (matrix_dtype(t.base, in) != t.base) return false;

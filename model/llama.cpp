@@ -182,7 +182,8 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
   const std::optional<WeightTypes>& wanted = dtype_;
   // note: each matrix's type is the file's or the one asked for, following its input width
-  // (matrix_dtype: quantized blocks need rows of whole blocks, else f16, as llama.cpp falls back).
+  // (matrix_dtype: quantized blocks need rows of whole blocks, else a legacy type or f16, as
+  // llama.cpp falls back).
   w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(c, host), L));
   w_.classifier =
       c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, stored_type(wanted, classifier_table(c, host), L));

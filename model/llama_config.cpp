@@ -55,7 +55,12 @@ void LlamaConfig::validate(const std::string& source) const {
 }
 
 DType matrix_dtype(DType wanted, int64_t in_features) {
-  return is_quantized(wanted) && in_features % dtype_block(wanted) != 0 ? DType::f16 : wanted;
+  if (!is_quantized(wanted) || in_features % dtype_block(wanted) == 0) return wanted;
+  DType legacy = DType::f16;  // llama.cpp's quantizer takes IQ4_NL for q2_k and q3_k, which minfer lacks
+  if (wanted == DType::q4_k) legacy = DType::q5_0;
+  if (wanted == DType::q5_k) legacy = DType::q5_1;
+  if (wanted == DType::q6_k) legacy = DType::q8_0;
+  return in_features % 32 == 0 ? legacy : DType::f16;
 }
 
 namespace {
@@ -67,12 +72,17 @@ bool more_bits(int64_t layer, int64_t n_layers) {
 
 }  // namespace
 
+WeightTypes WeightTypes::k_mix_of(DType mix_base) {
+  MINFER_CHECK(mix_base == DType::q4_k || mix_base == DType::q5_k, "no K-quant mix of ", dtype_name(mix_base),
+               " (q4_k_m and q5_k_m)");
+  WeightTypes t(mix_base);
+  t.k_mix_ = true;
+  return t;
+}
+
 std::optional<WeightTypes> WeightTypes::parse(const std::string& name) {
-  if (name == "q4_k_m" || name == "q5_k_m") {
-    WeightTypes t(name == "q4_k_m" ? DType::q4_k : DType::q5_k);
-    t.k_mix = true;
-    return t;
-  }
+  if (name == "q4_k_m") return k_mix_of(DType::q4_k);
+  if (name == "q5_k_m") return k_mix_of(DType::q5_k);
   try {
     const DType type = parse_dtype(name.c_str());
     if (type != DType::i32) return WeightTypes(type);
@@ -81,11 +91,11 @@ std::optional<WeightTypes> WeightTypes::parse(const std::string& name) {
   return std::nullopt;
 }
 
-std::string WeightTypes::name() const { return std::string(dtype_name(base)) + (k_mix ? "_m" : ""); }
+std::string WeightTypes::name() const { return std::string(dtype_name(base)) + (k_mix_ ? "_m" : ""); }
 
 DType WeightTypes::of(WeightRole role, int64_t layer, int64_t n_layers, int64_t in_features) const {
   DType type = base;
-  if (k_mix && (role == WeightRole::classifier ||
+  if (k_mix_ && (role == WeightRole::classifier ||
                 ((role == WeightRole::wv || role == WeightRole::w2) && more_bits(layer, n_layers))))
     type = DType::q6_k;
   return matrix_dtype(type, in_features);

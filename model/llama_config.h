@@ -28,8 +28,10 @@ struct RopeScaling {
 };
 
 // The dtype a matrix whose rows hold `in_features` weights is stored in when `wanted` is asked for:
-// quantized types need rows of whole blocks (32 weights), and a matrix whose rows are not falls
-// back to f16, as llama.cpp's quantizer does (stories260K's w2, 172 wide). Other dtypes are kept.
+// quantized types need rows of whole blocks, and a matrix whose rows are not falls back as
+// llama.cpp's quantizer falls back: q4_k, q5_k and q6_k to q5_0, q5_1 and q8_0 (rows of 32, as
+// SmolLM2's 576-wide matrices in its Q4_K_M file), any other type, or rows not of 32, to f16
+// (stories260K's w2, 172 wide). Other dtypes are kept.
 DType matrix_dtype(DType wanted, int64_t in_features);
 
 // What a weight is: a matrix of a layer, the token embedding table, or the classifier (which is
@@ -43,20 +45,26 @@ enum class WeightRole { wq, wk, wv, wo, w1, w3, w2, embedding, classifier };
 // every other matrix and the embedding table in the base type (Q4_K, Q5_K). stories110M: 13 of
 // its 85 matrices and tables in Q6_K, as in llama-quantize's file. Any matrix whose rows are not
 // whole blocks then falls back (matrix_dtype).
-struct WeightTypes {
+class WeightTypes {
+ public:
   DType base = DType::f32;
-  bool k_mix = false;  // the _M mix above (base q4_k or q5_k)
 
   WeightTypes() = default;
   WeightTypes(DType type) : base(type) {}  // one type for all (implicit, as a DType was before)
+  // The _M mix above of `mix_base`, q4_k or q5_k (Error for any other).
+  static WeightTypes k_mix_of(DType mix_base);
   // A dtype's name, or "q4_k_m" / "q5_k_m"; nullopt for anything else.
   static std::optional<WeightTypes> parse(const std::string& name);
+  bool is_k_mix() const { return k_mix_; }
   std::string name() const;
   // The type of weight `role` of layer `layer` (of n_layers; 0 for the tables) with rows of
   // `in_features` weights.
   DType of(WeightRole role, int64_t layer, int64_t n_layers, int64_t in_features) const;
-  bool operator==(const WeightTypes& other) const { return base == other.base && k_mix == other.k_mix; }
+  bool operator==(const WeightTypes& other) const { return base == other.base && k_mix_ == other.k_mix_; }
   bool operator!=(const WeightTypes& other) const { return !(*this == other); }
+
+ private:
+  bool k_mix_ = false;
 };
 
 struct LlamaConfig {

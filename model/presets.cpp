@@ -72,7 +72,10 @@ Preset preset_at_least(const std::string& base, uint64_t min_bytes, const Weight
   const uint64_t per_layer = LlamaModel::weight_bytes(with_layers(shape.config, 1), dtype) - fixed;
   int64_t layers = shape.config.n_layers;
   if (min_bytes > fixed) layers = std::max<int64_t>(layers, int64_t((min_bytes - fixed + per_layer - 1) / per_layer));
-  MINFER_CHECK(layers <= kMaxPresetLayers, "no preset of ", base, "'s shape holds ", min_bytes >> 20, " MiB of ",
+  // A mix's layers differ (more bits in some): the estimate from one layer is checked and grown.
+  auto bytes = [&](int64_t n) { return LlamaModel::weight_bytes(with_layers(shape.config, n), dtype); };
+  while (layers < kMaxPresetLayers && bytes(layers) < min_bytes) ++layers;
+  MINFER_CHECK(layers <= kMaxPresetLayers && bytes(layers) >= min_bytes, "no preset of ", base, "'s shape holds ", min_bytes >> 20, " MiB of ",
                dtype.name(), " weights within ", kMaxPresetLayers, " layers");
   return find_preset(base + ":layers=" + std::to_string(layers));
 }

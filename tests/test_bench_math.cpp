@@ -2,9 +2,11 @@
 // 8 heads, 4 KV heads, head_dim 8, kv_dim 32, vocab 512, shared classifier).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <vector>
 
+#include "core/error.h"
 #include "model/llama_cost.h"
 #include "model/presets.h"
 
@@ -42,8 +44,9 @@ TEST(WeightTypes, ParseAndName) {
     EXPECT_EQ(t->name(), name);
   }
   EXPECT_EQ(WeightTypes::parse("q4_k_m")->base, DType::q4_k);
-  EXPECT_TRUE(WeightTypes::parse("q5_k_m")->k_mix);
-  EXPECT_FALSE(WeightTypes::parse("q4_k")->k_mix);
+  EXPECT_TRUE(WeightTypes::parse("q5_k_m")->is_k_mix());
+  EXPECT_FALSE(WeightTypes::parse("q4_k")->is_k_mix());
+  EXPECT_THROW(WeightTypes::k_mix_of(DType::q8_0), Error);
   for (const char* name : {"q4_k_s", "q6_k_m", "q4_k_mm", "", "Q4_K_M"}) EXPECT_FALSE(WeightTypes::parse(name)) << name;
 }
 
@@ -67,8 +70,12 @@ TEST(WeightTypes, TheMixesFollowLlamaQuantizeOnStories110M) {
       if (v == DType::q6_k) more_bits.push_back(l);
     }
     EXPECT_EQ(more_bits, (std::vector<int64_t>{0, 3, 6, 9, 10, 11})) << mix;
-    // A width that is not whole blocks of 256 falls back, as for one type (matrix_dtype).
-    EXPECT_EQ(t.of(WeightRole::wv, 0, 12, 288), DType::f16) << mix;
+    // A width that is not whole blocks of 256 falls back as llama-quantize falls back (matrix_dtype):
+    // SmolLM2's Q4_K_M file holds Q5_0 and Q8_0 matrices 576 wide; rows not of 32 take f16.
+    EXPECT_EQ(t.of(WeightRole::wv, 0, 12, 576), DType::q8_0) << mix;
+    EXPECT_EQ(t.of(WeightRole::classifier, 0, 12, 576), DType::q8_0) << mix;
+    EXPECT_EQ(t.of(WeightRole::wq, 0, 12, 576), t.base == DType::q4_k ? DType::q5_0 : DType::q5_1) << mix;
+    EXPECT_EQ(t.of(WeightRole::wq, 0, 12, 172), DType::f16) << mix;
   }
   // One type for all is the type everywhere.
   EXPECT_EQ(WeightTypes(DType::q4_k).of(WeightRole::classifier, 0, 12, c.dim), DType::q4_k);
@@ -78,6 +85,22 @@ TEST(WeightTypes, TheMixesFollowLlamaQuantizeOnStories110M) {
   const uint64_t v_and_down = 6 * (uint64_t(c.kv_dim()) * uint64_t(c.dim) + uint64_t(c.dim) * uint64_t(c.hidden_dim));
   EXPECT_EQ(mixed, q4 + dtype_bytes(DType::q6_k, v_and_down) - dtype_bytes(DType::q4_k, v_and_down));
   EXPECT_LT(mixed, q6);
+}
+
+// SmolLM2-135M's shape (576 wide, hidden 1536, 30 layers, tied): llama-quantize's Q4_K_M file holds
+// Q5_0 166, Q4_K 16, Q8_0 15 and Q6_K 14 tensors (bench/results/cpu-zen4/gguf-quants.md), its K-quants
+// falling back where rows are not whole super-blocks.
+TEST(WeightTypes, TheQ4KMMixFollowsLlamaQuantizeOnSmolLM2) {
+  const WeightTypes t = *WeightTypes::parse("q4_k_m");
+  const int64_t n = 30, d = 576, h = 1536;
+  std::map<DType, int> count;
+  ++count[t.of(WeightRole::classifier, 0, n, d)];  // the tied token_embd
+  for (int64_t l = 0; l < n; ++l) {
+    for (WeightRole role : {WeightRole::wq, WeightRole::wk, WeightRole::wv, WeightRole::wo, WeightRole::w1, WeightRole::w3})
+      ++count[t.of(role, l, n, d)];
+    ++count[t.of(WeightRole::w2, l, n, h)];
+  }
+  EXPECT_EQ(count, (std::map<DType, int>{{DType::q5_0, 166}, {DType::q4_k, 16}, {DType::q8_0, 15}, {DType::q6_k, 14}}));
 }
 
 TEST(BenchMath, Flops) {

@@ -186,6 +186,14 @@ TEST(Presets, PresetAtLeastIsTheShallowestThatHoldsTheBytes) {
   const Preset big8 = preset_at_least("stories110M", 1200 * MiB, DType::q8_0);
   EXPECT_GE(LlamaModel::weight_bytes(big8.config, DType::q8_0), 1200 * MiB);
   EXPECT_GT(big8.config.n_layers, 3 * big.config.n_layers);
+  // A K-quant mix, whose layers differ (wv and w2 in q6_k in some): still the fewest that reach the
+  // bytes, though one layer alone (more bits there) is no measure of the others.
+  const WeightTypes mix = *WeightTypes::parse("q4_k_m");
+  const Preset big_mix = preset_at_least("stories110M", 300 * MiB, mix);
+  EXPECT_GE(LlamaModel::weight_bytes(big_mix.config, mix), 300 * MiB);
+  LlamaConfig mix_less = big_mix.config;
+  mix_less.n_layers -= 1;
+  EXPECT_LT(LlamaModel::weight_bytes(mix_less, mix), 300 * MiB);
   // Never fewer layers than the preset's own.
   EXPECT_EQ(preset_at_least("stories110M", 1 * MiB, DType::f32).config.n_layers, 12);
   EXPECT_THROW(preset_at_least("stories110M", uint64_t(1) << 50, DType::f32), Error);

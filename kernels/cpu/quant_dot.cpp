@@ -87,12 +87,12 @@ void quantize_act_q8_0x4(ActQ8_0x4* dst, const float* x, int64_t n) {
 }
 
 size_t dot_act_row_bytes(DType w, int64_t K) {
-  if (w == DType::q4_0 && kQ4_0Groups) return size_t((K / 32 + 3) / 4) * sizeof(ActQ8_0x4);
+  if (w == DType::q4_0 && q4_0_dot_reads_groups()) return size_t((K / 32 + 3) / 4) * sizeof(ActQ8_0x4);
   return act_row_bytes(w, K);
 }
 
 void quantize_dot_activations(DType w, void* dst, const float* x, int64_t K) {
-  if (w == DType::q4_0 && kQ4_0Groups) return quantize_act_q8_0x4(static_cast<ActQ8_0x4*>(dst), x, K);
+  if (w == DType::q4_0 && q4_0_dot_reads_groups()) return quantize_act_q8_0x4(static_cast<ActQ8_0x4*>(dst), x, K);
   quantize_activations(w, dst, x, K);
 }
 

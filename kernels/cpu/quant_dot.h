@@ -46,11 +46,9 @@ struct ActQ8_0x4 {
   float d[16];         // d of block i in lanes 4i .. 4i + 3
   int32_t offset[16];  // -2 * sum(q) of block i in lanes 4i .. 4i + 3: the codes' -8, over 4 lanes
 };
-#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
-inline constexpr bool kQ4_0Groups = true;  // Q4_0's decode reads ActQ8_0x4
-#else
-inline constexpr bool kQ4_0Groups = false;
-#endif
+// Whether Q4_0's decode reads ActQ8_0x4: decided where that kernel is compiled
+// (quant_dot_legacy.cpp, AVX-512 VBMI and VNNI), so that the quantizer writes what it reads.
+bool q4_0_dot_reads_groups();
 
 // Calls fn(blocks, weights per block) with one row of activations quantized for weights of type
 // w, as the block struct it holds: ActQ8_K (K-quants), ActQ8_1 (q4_1, q5_1) or ActQ8_0.
@@ -78,7 +76,7 @@ void quantize_act_q8_k(ActQ8_K* dst, const float* x, int64_t n);
 void quantize_act_q8_0x4(ActQ8_0x4* dst, const float* x, int64_t n);
 
 // The activations decode's dot products (dot_rows_for) read: the blocks above, except ActQ8_0x4
-// for Q4_0 where kQ4_0Groups. Bytes of one row of K, and the quantizer that writes it.
+// for Q4_0 where q4_0_dot_reads_groups(). Bytes of one row of K, and the quantizer that writes it.
 size_t dot_act_row_bytes(DType w, int64_t K);
 void quantize_dot_activations(DType w, void* dst, const float* x, int64_t K);
 

@@ -411,7 +411,6 @@ void dot_rows(float* out, int64_t ld_out, const void* w_row, const void* act, si
 void dot_rows_q4_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
                    int64_t nb) {
 #if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  static_assert(kQ4_0Groups);
   const auto* w = static_cast<const uint8_t*>(w_row);
   const char* a = static_cast<const char*>(act);
   switch (rows) {
@@ -435,6 +434,14 @@ void dot_rows_q5_0(float* out, int64_t ld_out, const void* w_row, const void* ac
 void dot_rows_q5_1(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
                    int64_t nb) {
   dot_rows<Q5_1>(out, ld_out, w_row, act, act_stride, rows, nb);
+}
+
+bool q4_0_dot_reads_groups() {
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace minfer::cpu

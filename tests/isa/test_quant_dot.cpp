@@ -103,7 +103,7 @@ class QuantDot : public testing::TestWithParam<DType> {};
 
 TEST_P(QuantDot, MatchesTheDequantizedSum) {
   std::printf("quantized dot products compiled for %s%s\n", quant_dot_isa(),
-              kQ4_0Groups ? ", Q4_0 in groups of four blocks (VBMI)" : "");
+              q4_0_dot_reads_groups() ? ", Q4_0 in groups of four blocks (VBMI)" : "");
   uint32_t seed = 1 + 100 * uint32_t(GetParam());
   for (int64_t nb : {1, 2, 3, 4, 7, 10})
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
