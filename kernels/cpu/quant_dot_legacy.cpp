@@ -29,15 +29,23 @@ namespace minfer::cpu {
 
 namespace {
 
+#if defined(__AVX2__)
 constexpr int kPrefetch = 4096;  // bytes ahead of the weight stream (bench/results/NOTES.md)
+#endif
+
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define MINFER_Q4_0_GROUPS 1  // Q4_0 takes q4_0_group_rows, not the paths of the other three
+#endif
 
 // Type traits: the block, its activation block, and whether it has a minimum (the _1 types,
 // unsigned codes) or an offset (the _0 types, signed codes).
+#if !defined(MINFER_Q4_0_GROUPS)
 struct Q4_0 {
   using Block = BlockQ4_0;
   using Act = ActQ8_0;
   static constexpr bool kMin = false, kFive = false;
 };
+#endif
 struct Q4_1 {
   using Block = BlockQ4_1;
   using Act = ActQ8_1;
@@ -331,7 +339,7 @@ void rows_mr(float* out, int64_t ld_out, const typename T::Block* w, const char*
 }
 #endif
 
-#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(MINFER_Q4_0_GROUPS)
 // Q4_0 four blocks (72 bytes) at a time, from two overlapping loads (bytes 0..63 and 8..71) and
 // one byte permutation of the pair (vpermt2b): the 16 code bytes of block i land in 128-bit lane
 // i, so the low nibbles are weights 0..15 of the four blocks and the high nibbles weights 16..31,
@@ -380,7 +388,7 @@ void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* a
     }
     const __m512i qs = _mm512_permutex2var_epi8(v0, qs_index, v1);
     const __m512i low = _mm512_and_si512(qs, low4), high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), low4);
-    const __m256i d16 = _mm512_castsi512_si256(_mm512_maskz_permutexvar_epi16(~__mmask32(0), d_index, v0));
+    const __m256i d16 = _mm512_maskz_extracti64x4_epi64(__mmask8(0xF), _mm512_maskz_permutexvar_epi16(~__mmask32(0), d_index, v0), 0);
     const __m512 dw = _mm512_maskz_cvtph_ps(kAll16, d16);
     for (int m = 0; m < MR; ++m) {
       const ActQ8_0x4& a = reinterpret_cast<const ActQ8_0x4*>(act + size_t(m) * stride)[g];
@@ -410,7 +418,7 @@ void dot_rows(float* out, int64_t ld_out, const void* w_row, const void* act, si
 
 void dot_rows_q4_0(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride, int rows,
                    int64_t nb) {
-#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(MINFER_Q4_0_GROUPS)
   const auto* w = static_cast<const uint8_t*>(w_row);
   const char* a = static_cast<const char*>(act);
   switch (rows) {
@@ -437,7 +445,7 @@ void dot_rows_q5_1(float* out, int64_t ld_out, const void* w_row, const void* ac
 }
 
 bool q4_0_dot_reads_groups() {
-#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(MINFER_Q4_0_GROUPS)
   return true;
 #else
   return false;
