@@ -171,8 +171,8 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
               bool quick) {
   const std::vector<WeightTypes> dtypes = {DType::f32,  DType::f16,
                                            DType::bf16, DType::q8_0,
-                                           DType::q6_k, *WeightTypes::parse("q5_k_m"),
-                                           *WeightTypes::parse("q4_k_m"), DType::q4_0};
+                                           DType::q6_k, WeightTypes::k_mix_of(DType::q5_k),
+                                           WeightTypes::k_mix_of(DType::q4_k), DType::q4_0};
   const Roofline roof = measure_roofline(backend, DType::f32);
   std::printf("%s ceilings measured: %s\n", half.c_str(), roof.describe().c_str());
   std::vector<Line> lines;

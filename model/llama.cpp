@@ -88,16 +88,14 @@ DType stored_type(const std::optional<WeightTypes>& wanted, const LayerMatrix& m
   return m.host != nullptr ? m.host->dtype() : DType::f32;
 }
 
-// A layer's matrices (wq, wk, wv, wo, w1, w3, w2) with their shapes and host tensors.
+// A layer's matrices (LlamaConfig::layer_matrix_shapes) with their host tensors.
 std::array<LayerMatrix, 7> layer_matrices(const LlamaConfig& c, int64_t l, const LlamaHostWeights::Layer* h) {
-  const int64_t d = c.dim, hd = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
-  return {{{WeightRole::wq, l, q, d, h ? &h->wq : nullptr},
-           {WeightRole::wk, l, kv, d, h ? &h->wk : nullptr},
-           {WeightRole::wv, l, kv, d, h ? &h->wv : nullptr},
-           {WeightRole::wo, l, d, q, h ? &h->wo : nullptr},
-           {WeightRole::w1, l, hd, d, h ? &h->w1 : nullptr},
-           {WeightRole::w3, l, hd, d, h ? &h->w3 : nullptr},
-           {WeightRole::w2, l, d, hd, h ? &h->w2 : nullptr}}};
+  using Hosts = std::array<const Tensor*, 7>;
+  const Hosts host = h != nullptr ? Hosts{&h->wq, &h->wk, &h->wv, &h->wo, &h->w1, &h->w3, &h->w2} : Hosts{};
+  const auto shapes = c.layer_matrix_shapes();
+  std::array<LayerMatrix, 7> m{};
+  for (size_t i = 0; i < m.size(); ++i) m[i] = {shapes[i].role, l, shapes[i].rows, shapes[i].in, host[i]};
+  return m;
 }
 // The token embedding table and the classifier (the same table where the model ties them, and
 // then typed as the classifier, as llama-quantize types a tied token_embd).

@@ -101,19 +101,22 @@ DType WeightTypes::of(WeightRole role, int64_t layer, int64_t n_layers, int64_t 
   return matrix_dtype(type, in_features);
 }
 
+std::array<LlamaConfig::MatrixShape, 7> LlamaConfig::layer_matrix_shapes() const {
+  const int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+  return {{{WeightRole::wq, q, d},
+           {WeightRole::wk, kv, d},
+           {WeightRole::wv, kv, d},
+           {WeightRole::wo, d, q},
+           {WeightRole::w1, h, d},
+           {WeightRole::w3, h, d},
+           {WeightRole::w2, d, h}}};
+}
+
 uint64_t LlamaConfig::layer_matrix_bytes(const WeightTypes& wanted) const {
   const char* what = "model size";
-  const int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
-  struct Matrix {
-    WeightRole role;
-    int64_t rows, in;
-  };
-  const Matrix matrices[] = {{WeightRole::wq, q, d},  {WeightRole::wk, kv, d}, {WeightRole::wv, kv, d},
-                             {WeightRole::wo, d, q},  {WeightRole::w1, h, d},  {WeightRole::w3, h, d},
-                             {WeightRole::w2, d, h}};
   uint64_t bytes = 0;
   for (int64_t l = 0; l < n_layers; ++l)
-    for (const Matrix& m : matrices)
+    for (const MatrixShape& m : layer_matrix_shapes())
       bytes = checked_add(bytes,
                           dtype_bytes(wanted.of(m.role, l, n_layers, m.in), checked_mul(uint64_t(m.rows), uint64_t(m.in), what)),
                           what);

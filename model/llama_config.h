@@ -3,6 +3,7 @@
 // pass before a byte is allocated and the sizes derived from it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -104,6 +105,12 @@ struct LlamaConfig {
   // Parameters of every weight, counted with overflow checks (call validate() first).
   uint64_t n_params() const;            // including the classifier if it is not shared
   uint64_t n_matmul_params() const;     // the weights each decode step reads: layers + classifier
+  // A layer's seven matrices in the order wq, wk, wv, wo, w1, w3, w2: role, rows and inputs.
+  struct MatrixShape {
+    WeightRole role;
+    int64_t rows, in;
+  };
+  std::array<MatrixShape, 7> layer_matrix_shapes() const;
   // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix).
   uint64_t layer_matrix_bytes(const WeightTypes& wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"

@@ -82,7 +82,8 @@ void quantize_dot_activations(DType w, void* dst, const float* x, int64_t K);
 
 // out[r * ld_out] = dot(w_row, activation row r) for r < rows (1 <= rows <= 4): one weight row of
 // nb blocks against `rows` activation rows as quantize_dot_activations wrote them, the first at act
-// and each act_stride bytes after the last. Reading the weight row once for up to four activation rows is what batched decode gains.
+// and each act_stride bytes after the last. Reading the weight row once for up to four activation
+// rows is what batched decode gains.
 using DotRows = void (*)(float* out, int64_t ld_out, const void* w_row, const void* act, size_t act_stride,
                          int rows, int64_t nb);
 DotRows dot_rows_for(DType w);
