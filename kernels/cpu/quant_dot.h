@@ -36,10 +36,10 @@ struct ActQ8_K {
   int8_t q[kQK];
   int16_t bsums[16];  // sum of q[16i .. 16i + 15]
 };
-// Four ActQ8_0 blocks as decode's Q4_0 dot product reads them on AVX-512 with VBMI and VNNI
-// (quant_dot_legacy.cpp): one 512-bit register holds the 16 code bytes of four weight blocks, so
-// its low nibbles meet `low` and its high nibbles `high`, and each block's 4 int32 lanes meet
-// `d` and `offset` lane by lane. A row's last group is padded with zeros.
+// Four ActQ8_0 blocks as decode's Q4_0 dot product reads them on AVX-512 with VBMI and VNNI, and
+// on AVX2 (quant_dot_legacy.cpp): one 512-bit register (two 256-bit ones) holds the 16 code bytes
+// of four weight blocks, so its low nibbles meet `low` and its high nibbles `high`, and each
+// block's 4 int32 lanes meet `d` and `offset` lane by lane. A row's last group is padded with zeros.
 struct ActQ8_0x4 {
   int8_t low[64];      // q[0 .. 15] of block i at 16i
   int8_t high[64];     // q[16 .. 31] of block i at 16i
@@ -47,7 +47,7 @@ struct ActQ8_0x4 {
   int32_t offset[16];  // -2 * sum(q) of block i in lanes 4i .. 4i + 3: the codes' -8, over 4 lanes
 };
 // Whether Q4_0's decode reads ActQ8_0x4: decided where that kernel is compiled
-// (quant_dot_legacy.cpp, AVX-512 VBMI and VNNI), so that the quantizer writes what it reads.
+// (quant_dot_legacy.cpp: AVX-512 VBMI and VNNI, or AVX2), so that the quantizer writes what it reads.
 bool q4_0_dot_reads_groups();
 
 // Calls fn(blocks, weights per block) with one row of activations quantized for weights of type

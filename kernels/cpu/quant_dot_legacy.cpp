@@ -15,9 +15,11 @@
 //   AVX-512  two blocks (64 codes) per 512-bit register against two activation blocks of a row;
 //            the 5th bits go straight into a mask register, Q4_0's |qw| comes from a 16-byte table,
 //            the f16 scales of four blocks are converted in one instruction.
-//   AVX2     one block per 256-bit register; two sets of accumulators for one or two rows.
+//   AVX2     one block per 256-bit register; two sets of accumulators for one or two rows (Q4_1,
+//            Q5_0, Q5_1; and Q4_0 on AVX-512 without VBMI).
 //   scalar   a block decoded to 32 bytes, integer sums per block.
-// Q4_0 with AVX-512 VBMI and VNNI has a path of its own, four blocks at a time (q4_0_group_rows).
+// Q4_0 has paths of its own on AVX-512 with VBMI and VNNI and on AVX2 (q4_0_group_rows): four
+// blocks at a time against activations laid out to match (ActQ8_0x4), unsigned codes.
 #include "kernels/cpu/quant_dot.h"
 
 #include <array>
@@ -33,8 +35,13 @@ namespace {
 constexpr int kPrefetch = 4096;  // bytes ahead of the weight stream (bench/results/NOTES.md)
 #endif
 
+// Q4_0 takes q4_0_group_rows, not the paths of the other three: on AVX-512 with VBMI and VNNI, and
+// on AVX2 where AVX-512 is absent.
 #if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#define MINFER_Q4_0_GROUPS 1  // Q4_0 takes q4_0_group_rows, not the paths of the other three
+#define MINFER_Q4_0_GROUPS 1
+#elif defined(__AVX2__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
+#define MINFER_Q4_0_GROUPS 1
+#define MINFER_Q4_0_GROUPS_AVX2 1
 #endif
 
 // Type traits: the block, its activation block, and whether it has a minimum (the _1 types,
@@ -339,7 +346,7 @@ void rows_mr(float* out, int64_t ld_out, const typename T::Block* w, const char*
 }
 #endif
 
-#if defined(MINFER_Q4_0_GROUPS)
+#if defined(MINFER_Q4_0_GROUPS) && !defined(MINFER_Q4_0_GROUPS_AVX2)
 // Q4_0 four blocks (72 bytes) at a time, from two overlapping loads (bytes 0..63 and 8..71) and
 // one byte permutation of the pair (vpermt2b): the 16 code bytes of block i land in 128-bit lane
 // i, so the low nibbles are weights 0..15 of the four blocks and the high nibbles weights 16..31,
@@ -398,6 +405,69 @@ void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* a
     }
   }
   for (int m = 0; m < MR; ++m) out[m * ld_out] = hsum512(acc[m]);
+}
+#elif defined(MINFER_Q4_0_GROUPS_AVX2)
+// Q4_0 on AVX2 against the same ActQ8_0x4 groups, two blocks (36 bytes) per 256-bit register:
+// block i of the pair in 128-bit lane i, its low nibbles against `low` and its high nibbles against
+// `high`, unsigned codes u in unsigned-by-signed multiply-adds (|u * q| + |u * q'| <= 3810, so the
+// int16 sum of the low and the high pair stays exact), the int32 lanes of block i starting at
+// -2 * sum(q) as above, and the two f16 scales converted in one instruction, four lanes each.
+// note: no code is negated by its sign and no scale broadcast alone, as the one-block loop of the
+// other types does: about two thirds of its instructions per block.
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Blocks 2h and 2h + 1 of group g (TWO: the second exists) against MR activation rows.
+template <int MR, bool TWO>
+inline void q4_0_pair(__m256* acc, const uint8_t* p, const char* act, size_t stride, int64_t g, int h) {
+  const __m128i qs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+  const __m256i qs = TWO ? _mm256_inserti128_si256(_mm256_castsi128_si256(qs0),
+                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)), 1)
+                         : _mm256_inserti128_si256(_mm256_setzero_si256(), qs0, 0);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low = _mm256_and_si256(qs, low4), high = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4);
+  const uint32_t d16 = uint32_t(load_u16(p)) | (TWO ? uint32_t(load_u16(p + 18)) << 16 : 0u);
+  const __m128i spread = _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3);
+  const __m256 dw = _mm256_cvtph_ps(_mm_shuffle_epi8(_mm_cvtsi32_si128(int(d16)), spread));
+  for (int m = 0; m < MR; ++m) {
+    const ActQ8_0x4& a = reinterpret_cast<const ActQ8_0x4*>(act + size_t(m) * stride)[g];
+    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.low + 32 * h));
+    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.high + 32 * h));
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low, xl), _mm256_maddubs_epi16(high, xh));
+    const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.offset + 8 * h)));
+    acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(a.d + 8 * h)), _mm256_cvtepi32_ps(sum), acc[m]);
+  }
+}
+
+// Two sets of accumulators (the pair of blocks 0, 1 and the pair 2, 3) for one or two rows.
+template <int MR>
+void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* act, size_t stride, int64_t nb) {
+  constexpr int kSets = MR <= 2 ? 2 : 1;
+  __m256 acc[kSets][MR];
+  for (auto& set : acc)
+    for (auto& a : set) a = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; 4 * g + 4 <= nb; ++g) {
+    const uint8_t* p = w + 72 * g;
+    __builtin_prefetch(p + kPrefetch);
+    __builtin_prefetch(p + kPrefetch + 64);
+    q4_0_pair<MR, true>(acc[0], p, act, stride, g, 0);
+    q4_0_pair<MR, true>(acc[kSets - 1], p + 36, act, stride, g, 1);
+  }
+  const int64_t left = nb - 4 * g;  // 0 .. 3 blocks of a last, partial group
+  const uint8_t* p = w + 72 * g;
+  if (left == 1) q4_0_pair<MR, false>(acc[0], p, act, stride, g, 0);
+  if (left >= 2) q4_0_pair<MR, true>(acc[0], p, act, stride, g, 0);
+  if (left == 3) q4_0_pair<MR, false>(acc[0], p + 36, act, stride, g, 1);
+  for (int m = 0; m < MR; ++m) {
+    __m256 sum = acc[0][m];
+    for (int i = 1; i < kSets; ++i) sum = _mm256_add_ps(sum, acc[i][m]);
+    out[m * ld_out] = qsimd::hsum(sum);
+  }
 }
 #endif
 

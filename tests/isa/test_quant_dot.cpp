@@ -72,7 +72,7 @@ void check_type(DType t, int64_t nb, bool edge, uint32_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr int kRows = 4;
   // Rows spaced apart, as a caller may space them, in the layout decode reads (ActQ8_0x4 for Q4_0
-  // on AVX-512 VBMI); their values from the blocks, rounded alike.
+  // on AVX-512 VBMI and on AVX2); their values from the blocks, rounded alike.
   const size_t stride = dot_act_row_bytes(t, K) + 64;
   std::vector<uint8_t> act(stride * kRows, 0xA5);
   std::vector<std::vector<double>> xs;
@@ -103,7 +103,7 @@ class QuantDot : public testing::TestWithParam<DType> {};
 
 TEST_P(QuantDot, MatchesTheDequantizedSum) {
   std::printf("quantized dot products compiled for %s%s\n", quant_dot_isa(),
-              q4_0_dot_reads_groups() ? ", Q4_0 in groups of four blocks (VBMI)" : "");
+              q4_0_dot_reads_groups() ? ", Q4_0 in groups of four blocks" : "");
   uint32_t seed = 1 + 100 * uint32_t(GetParam());
   for (int64_t nb : {1, 2, 3, 4, 7, 10})
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
