@@ -22,7 +22,8 @@
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
-//                                      above (AVX-512 VNNI; dequantized tiles and Eigen elsewhere)
+//                                      above (AVX-512 VNNI or AVX2; dequantized tiles and Eigen
+//                                      for Q8_0 on AVX2 and without SIMD)
 //
 // choose_kernel() below is this table; the measurements behind its boundaries are in
 // bench/results/NOTES.md.

@@ -16,8 +16,9 @@
 // Above 32 rows (prefill), the activations are rounded the same way (so that a token's logits do
 // not depend on whether it was decoded or prefilled), and then:
 //   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant_gemm.h multiplies the codes in
-//     register tiles of 4 rows x 32 columns;
-//   - otherwise each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
+//     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
+//     type but Q8_0);
+//   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
 //     vector code bit for bit as dequantize_row) and hands them to Eigen's GEMM with the rounded
 //     activations, where the dequantization is paid once for all M rows.
 //

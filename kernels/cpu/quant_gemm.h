@@ -1,4 +1,4 @@
-// Prefill with quantized weights in integer arithmetic (AVX-512 VNNI): the product of M rows of
+// Prefill with quantized weights in integer arithmetic (AVX-512 VNNI, or AVX2): the product of M rows of
 // activations, already quantized for the weight type (kernels/cpu/quant_dot.h), with N weight rows.
 #pragma once
 
@@ -9,7 +9,8 @@
 
 namespace minfer::cpu {
 
-// Whether this build multiplies weights of type w with quant_gemm: AVX-512 VNNI and a quantized w.
+// Whether this build multiplies weights of type w with quant_gemm: AVX-512 VNNI and a quantized w,
+// or AVX2 and a quantized w other than Q8_0 (whose unsigned codes would saturate vpmaddubsw).
 bool quant_gemm_supports(DType w);
 
 // out = x * w^T, where x's rows are given quantized: act holds M rows of act_row_bytes(w, K) bytes

@@ -111,18 +111,20 @@ TEST_P(QuantDot, MatchesTheDequantizedSum) {
 
 // Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
 // weights and the activations as quantized: M = 37 (tiles of 4 rows and 1 over) by N = 45 (a
-// strip of 32 columns and a partial one), 3 super-blocks or 9 blocks of 32 along K.
-void check_prefill(DType t, uint32_t seed) {
-  SCOPED_TRACE(dtype_name(t));
+// strip of 32 columns and a partial one), 3 super-blocks or 9 blocks of 32 along K. `edge`: every
+// code at its top and every activation of a row at +127 or -127 (the sign alternating by row): the
+// largest integer sums a run can hold.
+void check_prefill(DType t, uint32_t seed, bool edge) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + (edge ? " edge" : ""));
   std::mt19937 rng(seed);
   constexpr int64_t M = 37, N = 45;
   const int64_t nb = is_k_quant(t) ? 3 : 9, K = nb * dtype_block(t);
-  const std::vector<uint8_t> w = random_blocks(t, N * nb, rng, false);
+  const std::vector<uint8_t> w = random_blocks(t, N * nb, rng, edge);
   std::vector<float> wf(static_cast<size_t>(N * K));
   dequantize_row(t, wf.data(), w.data(), wf.size());
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(M * K));
-  for (auto& v : x) v = normal(rng);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = edge ? (i / size_t(K) % 2 == 0 ? 1.0f : -1.0f) : normal(rng);
   std::vector<std::vector<double>> xs;
   for (int64_t m = 0; m < M; ++m) {
     std::vector<uint8_t> row(act_row_bytes(t, K));
@@ -146,8 +148,8 @@ void check_prefill(DType t, uint32_t seed) {
 
 TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
   std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
-              quant_gemm_supports(GetParam()) ? "the integer GEMM (AVX-512 VNNI)" : "dequantized tiles and Eigen");
-  check_prefill(GetParam(), 11 + 100 * uint32_t(GetParam()));
+              quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and Eigen");
+  for (bool edge : {false, true}) check_prefill(GetParam(), 11 + 100 * uint32_t(GetParam()), edge);
 }
 
 // kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
