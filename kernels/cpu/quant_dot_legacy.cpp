@@ -16,7 +16,7 @@
 //            the 5th bits go straight into a mask register, Q4_0's |qw| comes from a 16-byte table,
 //            the f16 scales of four blocks are converted in one instruction.
 //   AVX2     one block per 256-bit register; two sets of accumulators for one or two rows (Q4_1,
-//            Q5_0, Q5_1; and Q4_0 on AVX-512 without VBMI).
+//            Q5_0, Q5_1; and the AVX-512 path's odd last block).
 //   scalar   a block decoded to 32 bytes, integer sums per block.
 // Q4_0 has paths of its own on AVX-512 with VBMI and VNNI and on AVX2 (q4_0_group_rows): four
 // blocks at a time against activations laid out to match (ActQ8_0x4), unsigned codes.
@@ -36,10 +36,10 @@ constexpr int kPrefetch = 4096;  // bytes ahead of the weight stream (bench/resu
 #endif
 
 // Q4_0 takes q4_0_group_rows, not the paths of the other three: on AVX-512 with VBMI and VNNI, and
-// on AVX2 where AVX-512 is absent.
+// on AVX2 (with FMA and F16C) where AVX-512 F and BW are absent.
 #if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define MINFER_Q4_0_GROUPS 1
-#elif defined(__AVX2__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
 #define MINFER_Q4_0_GROUPS 1
 #define MINFER_Q4_0_GROUPS_AVX2 1
 #endif
@@ -414,22 +414,20 @@ void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* a
 // -2 * sum(q) as above, and the two f16 scales converted in one instruction, four lanes each.
 // note: no code is negated by its sign and no scale broadcast alone, as the one-block loop of the
 // other types does: about two thirds of its instructions per block.
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 
 // Blocks 2h and 2h + 1 of group g (TWO: the second exists) against MR activation rows.
 template <int MR, bool TWO>
-inline void q4_0_pair(__m256* acc, const uint8_t* p, const char* act, size_t stride, int64_t g, int h) {
-  const __m128i qs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+inline void q4_0_pair(__m256* acc,
+                      const BlockQ4_0* b,  // (1 + TWO) blocks: 4g + 2h and the next
+                      const char* act,     // (MR) rows of ActQ8_0x4 groups, stride bytes apart
+                      size_t stride, int64_t g, int h) {
+  const __m128i qs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0].qs));
   const __m256i qs = TWO ? _mm256_inserti128_si256(_mm256_castsi128_si256(qs0),
-                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)), 1)
+                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1].qs)), 1)
                          : _mm256_inserti128_si256(_mm256_setzero_si256(), qs0, 0);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i low = _mm256_and_si256(qs, low4), high = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4);
-  const uint32_t d16 = uint32_t(load_u16(p)) | (TWO ? uint32_t(load_u16(p + 18)) << 16 : 0u);
+  const uint32_t d16 = uint32_t(b[0].d) | (TWO ? uint32_t(b[1].d) << 16 : 0u);
   const __m128i spread = _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3);
   const __m256 dw = _mm256_cvtph_ps(_mm_shuffle_epi8(_mm_cvtsi32_si128(int(d16)), spread));
   for (int m = 0; m < MR; ++m) {
@@ -445,24 +443,28 @@ inline void q4_0_pair(__m256* acc, const uint8_t* p, const char* act, size_t str
 
 // Two sets of accumulators (the pair of blocks 0, 1 and the pair 2, 3) for one or two rows.
 template <int MR>
-void q4_0_group_rows(float* out, int64_t ld_out, const uint8_t* w, const char* act, size_t stride, int64_t nb) {
+void q4_0_group_rows(float* out, int64_t ld_out,
+                     const uint8_t* w,  // (nb) Q4_0 blocks of one weight row
+                     const char* act,   // (MR) rows of ceil(nb / 4) ActQ8_0x4 groups, stride bytes apart
+                     size_t stride, int64_t nb) {
+  const auto* blocks = reinterpret_cast<const BlockQ4_0*>(w);
   constexpr int kSets = MR <= 2 ? 2 : 1;
   __m256 acc[kSets][MR];
   for (auto& set : acc)
     for (auto& a : set) a = _mm256_setzero_ps();
   int64_t g = 0;
   for (; 4 * g + 4 <= nb; ++g) {
-    const uint8_t* p = w + 72 * g;
-    __builtin_prefetch(p + kPrefetch);
-    __builtin_prefetch(p + kPrefetch + 64);
-    q4_0_pair<MR, true>(acc[0], p, act, stride, g, 0);
-    q4_0_pair<MR, true>(acc[kSets - 1], p + 36, act, stride, g, 1);
+    const BlockQ4_0* b = blocks + 4 * g;
+    __builtin_prefetch(reinterpret_cast<const char*>(b) + kPrefetch);
+    __builtin_prefetch(reinterpret_cast<const char*>(b) + kPrefetch + 64);
+    q4_0_pair<MR, true>(acc[0], b, act, stride, g, 0);
+    q4_0_pair<MR, true>(acc[kSets - 1], b + 2, act, stride, g, 1);
   }
   const int64_t left = nb - 4 * g;  // 0 .. 3 blocks of a last, partial group
-  const uint8_t* p = w + 72 * g;
-  if (left == 1) q4_0_pair<MR, false>(acc[0], p, act, stride, g, 0);
-  if (left >= 2) q4_0_pair<MR, true>(acc[0], p, act, stride, g, 0);
-  if (left == 3) q4_0_pair<MR, false>(acc[0], p + 36, act, stride, g, 1);
+  const BlockQ4_0* b = blocks + 4 * g;
+  if (left == 1) q4_0_pair<MR, false>(acc[0], b, act, stride, g, 0);
+  if (left >= 2) q4_0_pair<MR, true>(acc[0], b, act, stride, g, 0);
+  if (left == 3) q4_0_pair<MR, false>(acc[0], b + 2, act, stride, g, 1);
   for (int m = 0; m < MR; ++m) {
     __m256 sum = acc[0][m];
     for (int i = 1; i < kSets; ++i) sum = _mm256_add_ps(sum, acc[i][m]);

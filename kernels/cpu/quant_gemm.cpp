@@ -46,7 +46,7 @@ namespace minfer::cpu {
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define MINFER_QUANT_GEMM_VNNI 1
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__FMA__)
 #define MINFER_QUANT_GEMM_AVX2 1
 #endif
 
@@ -245,8 +245,8 @@ void strip_rows_for(DType, int G, bool symmetric, const Strip& strip, const Acti
 // and adds each pair into int16; S steps of 4 k are summed in int16 (exact while every lane's
 // 2 * S products stay within int16: 2 * S * umax * 128 <= 32767), then vpmaddwd by ones widens the
 // sums to int32, 8 columns a vector, into the run's sum, converted and scaled as above. A tile is
-// R <= 2 rows x 16 columns (half a strip): its int16, int32 and f32 sums, two weight vectors and a
-// broadcast fill the 16 registers.
+// R <= 2 rows x 16 columns (half a strip): its int16, int32 and f32 sums, two weight vectors, a
+// broadcast and the vector of ones fill the 16 registers.
 // note: Q8_0 stays on the dequantized tiles: its codes reach 255 as unsigned bytes, and a pair of
 // products 2 * 255 * 127 saturates vpmaddubsw's int16.
 constexpr int kTileRows = 2;
@@ -401,7 +401,7 @@ void quant_gemm(ThreadPool& pool, float* out, int64_t ld_out, const uint8_t* act
 bool quant_gemm_supports(DType) { return false; }
 
 void quant_gemm(ThreadPool&, float*, int64_t, const uint8_t*, const void*, DType w_dtype, int64_t, int64_t, int64_t) {
-  MINFER_CHECK(false, "quant_gemm: this build has neither AVX-512 VNNI nor AVX2 (", dtype_name(w_dtype), ")");
+  MINFER_CHECK(false, "quant_gemm: this build has neither AVX-512 VNNI nor AVX2 with FMA (", dtype_name(w_dtype), ")");
 }
 
 #endif

@@ -1,6 +1,6 @@
 // The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
-// weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI, the dequantized tiles
-// elsewhere) against the same sums in double over the dequantized weights and activations, and
+// weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
+// tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized weights and activations, and
 // bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) against sums in double. This file is also
 // built with AVX2 only and with no SIMD at all (tests/CMakeLists.txt: minfer_quant_dot_native,
 // _avx2 and _scalar), so every path is checked on a machine with AVX-512.
@@ -110,14 +110,15 @@ TEST_P(QuantDot, MatchesTheDequantizedSum) {
 }
 
 // Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
-// weights and the activations as quantized: M = 37 (tiles of 4 rows and 1 over) by N = 45 (a
-// strip of 32 columns and a partial one), 3 super-blocks or 9 blocks of 32 along K. `edge`: every
+// weights and the activations as quantized: M = 37 (tiles of 4 or 2 rows and 1 over) by N = 45 or
+// 57 (a strip of 32 columns and a partial one of 13 or 25: AVX2's tiles of 16 columns then have a
+// partial first half, or a whole one and a partial second), 3 super-blocks or 9 blocks of 32 along K. `edge`: every
 // code at its top and every activation of a row at +127 or -127 (the sign alternating by row): the
 // largest integer sums a run can hold.
-void check_prefill(DType t, uint32_t seed, bool edge) {
-  SCOPED_TRACE(std::string(dtype_name(t)) + (edge ? " edge" : ""));
+void check_prefill(DType t, int64_t N, uint32_t seed, bool edge) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N) + (edge ? " edge" : ""));
   std::mt19937 rng(seed);
-  constexpr int64_t M = 37, N = 45;
+  constexpr int64_t M = 37;
   const int64_t nb = is_k_quant(t) ? 3 : 9, K = nb * dtype_block(t);
   const std::vector<uint8_t> w = random_blocks(t, N * nb, rng, edge);
   std::vector<float> wf(static_cast<size_t>(N * K));
@@ -149,7 +150,9 @@ void check_prefill(DType t, uint32_t seed, bool edge) {
 TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
   std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
               quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and Eigen");
-  for (bool edge : {false, true}) check_prefill(GetParam(), 11 + 100 * uint32_t(GetParam()), edge);
+  uint32_t seed = 11 + 100 * uint32_t(GetParam());
+  for (int64_t N : {45, 57})
+    for (bool edge : {false, true}) check_prefill(GetParam(), N, seed++, edge);
 }
 
 // kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
