@@ -436,9 +436,13 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
       cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, M == 17});
     }
-  // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU.
-  for (const std::string backend : {"cpu", "cuda"})
+  // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU
+  // with AVX-512; on AVX2 every f32 product above 32 rows takes the panels of 16 weight rows in
+  // tiles of 6 activation rows, here with 1 to 5 rows left over (M = 33 .. 37) and a partial panel.
+  for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
+    for (int64_t M : {33, 34, 35, 36, 37}) cases.push_back({backend, Op::matmul, M, 41, 96, 0, DType::f32, M % 2 == 1});
+  }
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
   // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight
   // rows on the CPU, with a partial last tile; M = 33 to 35: the integer GEMM's tiles of 4 rows

@@ -19,6 +19,8 @@
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
 //   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
 //                                      beats Eigen there, but does not block along K or M
+//   > 32      f32 (AVX2) panels        AVX2 without AVX-512: panels of 16 weight rows packed
+//                                      transposed, register tiles of 6 rows x 16 columns
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
@@ -31,6 +33,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,13 +44,16 @@ namespace minfer::cpu {
 
 namespace {
 
-enum class Kernel { one_row, small_m, outer, gemm };
+enum class Kernel { one_row, small_m, outer, gemm, panels };
 
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
 
 Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype) {
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+  if (w_dtype == DType::f32 && M > kSmallMaxRows) return Kernel::panels;
+#endif
   if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
     return Kernel::outer;
   if (M == 1) return Kernel::one_row;
@@ -380,6 +386,81 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
   });
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// note: prefill's f32 products on AVX2 (more than 32 rows) multiply panels of 16 weight rows,
+// packed transposed (K, 16) once per call so that one k of the 16 columns is two vector loads, by
+// the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
+// broadcasts of x[m, k] feed 12 independent FMAs, as many as AVX2's FMA units need in flight
+// (two a cycle, four or five cycles of latency), and the outputs are stored as they are, with no
+// transpose. The outer-product tile above keeps 8 accumulators and needs a broadcast load per
+// FMA; Eigen's blocked GEMM, called per slice of weight rows, repacks the activations each time.
+// On a Zen 2 core (107 GFLOP/s of FMAs), one thread, 256 x 4096 x 768: 83 GFLOP/s against
+// Eigen's 60 (bench/results/NOTES.md).
+constexpr int kPanelCols = 2 * simd::kWidth;  // 16 weight rows, the columns of the output
+constexpr int kPanelRows = 6;                 // activation rows per register tile
+
+// Packs weight rows w[0 .. cols) transposed into panel (K, 16); columns past `cols` are zeros.
+void pack_panel(float* panel, const float* w, int64_t cols, int64_t K) {
+  for (int64_t c = 0; c < kPanelCols; ++c)
+    for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = c < cols ? w[c * K + k] : 0.0f;
+}
+
+// out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, 16).
+template <int R>
+void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
+                int64_t cols) {
+  simd::Vec acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = simd::zero();
+  for (int64_t k = 0; k < K; ++k) {
+    const simd::Vec w0 = simd::load(panel + k * kPanelCols), w1 = simd::load(panel + k * kPanelCols + simd::kWidth);
+    for (int r = 0; r < R; ++r) {
+      const simd::Vec xv = simd::set1(x[r * ld_x + k]);
+      acc[r][0] = simd::fma(xv, w0, acc[r][0]);
+      acc[r][1] = simd::fma(xv, w1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (cols == kPanelCols) {
+      simd::store(out + r * ld_out, acc[r][0]);
+      simd::store(out + r * ld_out + simd::kWidth, acc[r][1]);
+    } else {
+      alignas(32) float row[kPanelCols];
+      simd::store(row, acc[r][0]);
+      simd::store(row + simd::kWidth, acc[r][1]);
+      std::copy(row, row + cols, out + r * ld_out);
+    }
+  }
+}
+
+void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M,
+            int64_t N, int64_t K) {
+  const int64_t n_panels = (N + kPanelCols - 1) / kPanelCols;
+  pool.parallel_for(n_panels, 1, [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> panel;  // grows once, then reused
+    panel.resize(static_cast<size_t>(K * kPanelCols));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n0 = p * kPanelCols, cols = std::min<int64_t>(kPanelCols, N - n0);
+      pack_panel(panel.data(), w + n0 * K, cols, K);
+      int64_t m = 0;
+      for (; m + kPanelRows <= M; m += kPanelRows)
+        panel_tile<kPanelRows>(out + m * ld_out + n0, ld_out, x + m * ld_x, ld_x, panel.data(), K, cols);
+      const auto rest = [&](auto rows) {
+        panel_tile<decltype(rows)::value>(out + m * ld_out + n0, ld_out, x + m * ld_x, ld_x, panel.data(), K, cols);
+      };
+      switch (M - m) {
+        case 5: rest(std::integral_constant<int, 5>()); break;
+        case 4: rest(std::integral_constant<int, 4>()); break;
+        case 3: rest(std::integral_constant<int, 3>()); break;
+        case 2: rest(std::integral_constant<int, 2>()); break;
+        case 1: rest(std::integral_constant<int, 1>()); break;
+        default: break;
+      }
+    }
+  });
+}
+#define MINFER_F32_PANELS 1
+#endif
+
 // Rows of weights widened per step on the GEMM path: 64 rows of K floats stay in L2.
 constexpr int64_t kGemmTileRows = 64;
 
@@ -431,6 +512,11 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
       case Kernel::gemm: gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
       case Kernel::outer:
         if constexpr (std::is_same_v<W, simd::F32>) outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
+        return;
+      case Kernel::panels:
+#if defined(MINFER_F32_PANELS)
+        if constexpr (std::is_same_v<W, simd::F32>) panels(pool, out, ld_out, x, ld_x, weights, M, N, K);
+#endif
         return;
     }
   });
