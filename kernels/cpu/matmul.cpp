@@ -131,22 +131,34 @@ inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
   }
 }
 
+// How far ahead of the weight stream decode's one-row kernels prefetch every cache line, in bytes:
+// 4 KiB with AVX-512, 256 B with AVX2. On the Intel AVX-512 VM 4 KiB read a fifth more GB/s than
+// 512 B; on a Zen 2 (AVX2) 4 KiB cost a sixth at one thread against 256 B, which beat 1 KiB, 0 and
+// no prefetch, and on a Zen 3 256 B was level with 512 B (bench/results/NOTES.md).
+// note: keyed on the vector width, the machines measured so far: Intel and AMD Zen 4 with
+// AVX-512, AMD Zen 2 and Zen 3 with AVX2.
+constexpr int64_t kStreamAhead = simd::kWidth >= 16 ? 4096 : 256;
+
+// Prefetches the cache lines of [p + kStreamAhead, p + kStreamAhead + bytes).
+inline void prefetch_stream(const void* p, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(static_cast<const char*>(p) + kStreamAhead + line);
+}
+
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
-// sequential stream, every cache line of it prefetched 4 KiB ahead (bench/results/NOTES.md).
+// sequential stream (prefetched kStreamAhead ahead).
 // note: at one row this beats the 4-row tile below, whose four rows are four interleaved streams
 // (by a quarter on stories110M; bench/results/NOTES.md), once each step reads 256 bytes.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
   // U vectors a step: 256 bytes of weights with AVX-512, 128 with AVX2
   constexpr int VW = simd::kWidth, U = 16 / sizeof(typename W::Stored);
-  constexpr int64_t kAhead = 4096 / sizeof(typename W::Stored), kLine = 64 / sizeof(typename W::Stored);
   for (int64_t n = n0; n < n1; ++n) {
     const typename W::Stored* row = w + n * K;
     simd::Vec acc[U];
     for (auto& a : acc) a = simd::zero();
     int64_t k = 0;
     for (; k + U * VW <= K; k += U * VW) {
-      for (int64_t line = 0; line < U * VW; line += kLine) __builtin_prefetch(row + k + kAhead + line);
+      prefetch_stream(row + k, U * VW * int64_t(sizeof(typename W::Stored)));
       for (int u = 0; u < U; ++u) acc[u] = simd::fma(W::load(row + k + u * VW), simd::load(x + k + u * VW), acc[u]);
     }
     for (; k + VW <= K; k += VW) acc[0] = simd::fma(W::load(row + k), simd::load(x + k), acc[0]);
@@ -170,14 +182,14 @@ void one_row_bf16(float* out,            // (N) of which [n0, n1)
                   const uint16_t* w,     // (N, K)
                   int64_t n0, int64_t n1, int64_t K) {
   constexpr int VW = simd::kWidth, U = 4;  // 4 loads of 2 * VW weights: 256 bytes with AVX-512
-  constexpr int64_t kStep = 2 * VW * U, kAhead = 2048, kLine = 32;  // 4 KiB ahead, every 64-byte line
+  constexpr int64_t kStep = 2 * VW * U;
   for (int64_t n = n0; n < n1; ++n) {
     const uint16_t* row = w + n * K;
     simd::Vec acc[2 * U];
     for (auto& a : acc) a = simd::zero();
     int64_t k = 0;
     for (; k + kStep <= K; k += kStep) {
-      for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(row + k + kAhead + line);
+      prefetch_stream(row + k, kStep * 2);
       for (int u = 0; u < U; ++u) {
         simd::Vec even, odd;
         simd::load_bf16_pairs(row + k + 2 * u * VW, &even, &odd);
