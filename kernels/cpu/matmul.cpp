@@ -46,12 +46,16 @@ namespace {
 
 enum class Kernel { one_row, small_m, outer, gemm, panels };
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define MINFER_F32_PANELS 1  // f32 prefill takes the panels (below) instead of outer and Eigen
+#endif
+
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
 
 Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype) {
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(MINFER_F32_PANELS)
   if (w_dtype == DType::f32 && M > kSmallMaxRows) return Kernel::panels;
 #endif
   if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
@@ -398,7 +402,7 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
   });
 }
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(MINFER_F32_PANELS)
 // note: prefill's f32 products on AVX2 (more than 32 rows) multiply panels of 16 weight rows,
 // packed transposed (K, 16) once per call so that one k of the 16 columns is two vector loads, by
 // the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
@@ -470,7 +474,6 @@ void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
     }
   });
 }
-#define MINFER_F32_PANELS 1
 #endif
 
 // Rows of weights widened per step on the GEMM path: 64 rows of K floats stay in L2.
