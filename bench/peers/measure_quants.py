@@ -8,6 +8,7 @@ llama-cpp-python, e.g. /tmp/venv/bin/python). Subcommands:
   mfppl JSON                    minfer perplexity -o json: "ppl kl_mean kl_p99 top1 base_ppl" (or na)
   lpppl LOG                     llama-perplexity --kl-divergence log: "ppl kl_mean kl_p99 top1 base_ppl"
   lptokens BASEFILE IDS         do the tokens llama-perplexity saved in its --kl-divergence-base file equal IDS?
+  lpids BASEFILE                the tokens llama-perplexity saved in its --kl-divergence-base file, one a line
   lcppkl IDS CTX BASE FILE...   llama.cpp's PPL and KL through llama-cpp-python over the reference windows
                                 (tests/data/real_models/make_smollm2_reference.py: windows of CTX tokens, the
                                 first replaced by BOS, predictions CTX/2 .. CTX-2 scored), each FILE against
@@ -64,13 +65,22 @@ def cmd_lpppl(path):
           grab(r"^Same top p:\s*([0-9.eE+-]+)", 0.01), grab(r"^Mean PPL\(base\)\s*:\s*([0-9.eE+-]+)"))
 
 
-def cmd_lptokens(base, ids_path):
+def lp_tokens(base):
+    """The tokens of a llama-perplexity --kl-divergence-base file, and its n_ctx and chunks."""
     import numpy as np
-    ids = [int(x) for x in open(ids_path).read().split()]
     with open(base, "rb") as f:
         assert f.read(8) == b"_logits_", "not a llama-perplexity logits file"
         n_ctx, n_vocab, n_chunk = np.frombuffer(f.read(12), dtype=np.int32)
-        toks = np.frombuffer(f.read(4 * n_ctx * n_chunk), dtype=np.int32).tolist()
+        return np.frombuffer(f.read(4 * n_ctx * n_chunk), dtype=np.int32).tolist(), n_ctx, n_chunk
+
+
+def cmd_lpids(base):
+    print("\n".join(map(str, lp_tokens(base)[0])))
+
+
+def cmd_lptokens(base, ids_path):
+    ids = [int(x) for x in open(ids_path).read().split()]
+    toks, n_ctx, n_chunk = lp_tokens(base)
     same = toks == ids[:len(toks)]
     first = next((i for i, (a, b) in enumerate(zip(toks, ids)) if a != b), None)
     print(f"llama-perplexity tokens: {len(toks)} (n_ctx {n_ctx} x {n_chunk} chunks); "
@@ -244,6 +254,8 @@ def main():
         cmd_lpppl(args[0])
     elif cmd == "lptokens":
         return cmd_lptokens(args[0], args[1])
+    elif cmd == "lpids":
+        cmd_lpids(args[0])
     elif cmd == "lcppkl":
         cmd_lcppkl(args[0], args[1], args[2], args[3:])
     elif cmd == "summary":

@@ -11,7 +11,9 @@
 #        CMAKE_ARGS=-DLLAMA_BUILD=OFF pip install llama-cpp-python==0.3.36; LLAMA_CPP_LIB_PATH defaults to $LBIN), SMOL_F32 (default /tmp/smol/smollm2-f32.gguf),
 #        SMOL_Q41 (default ~/.cache/minfer/models/SmolLM2-135M-Instruct.Q4_1.gguf), TOKENIZER (llama2.c tokenizer.bin,
 #        default <repo>/../shared/golden/tokenizer.bin), THREADS (default "1 2"), TMO (seconds one measurement may
-#        take before it is recorded as na, default 90), OUTDIR (default a new $PEERS/quants.XXXXXX)
+#        take before it is recorded as na, default 90), OUTDIR (default a new $PEERS/quants.XXXXXX),
+#        TEXT and CHUNKS (the quality step's text and its windows of 256, default the reference's text.txt and its
+#        3 windows; any other text is tokenized by llama-perplexity and its first CHUNKS x 256 ids used by all)
 #
 # Models (step setup, each made only when missing):
 #   stories110M  $PEERS/s110-f32.gguf from `minfer make-model --preset stories110M` (seeded random weights, 768
@@ -58,7 +60,9 @@ TOKENIZER=${TOKENIZER:-$REPO/../shared/golden/tokenizer.bin}
 THREADS=${THREADS:-1 2}
 TMO=${TMO:-90}
 REF=$REPO/tests/data/real_models/smollm2-q4_1.reference.json
-TEXT=$REPO/tests/data/real_models/text.txt
+DEFAULT_TEXT=$REPO/tests/data/real_models/text.txt
+TEXT=${TEXT:-$DEFAULT_TEXT}
+CHUNKS=${CHUNKS:-3}
 OUTDIR=${OUTDIR:-$(mktemp -d "$P/quants.XXXXXX")}
 mkdir -p "$OUTDIR/logs"
 RES=$OUTDIR/results.tsv
@@ -140,17 +144,21 @@ has prefill && speed prefill "$PROUNDS" "$PROMPT" 0 '^stories110M (F32|Q4_K_M) '
 # ------------------------------------------------------------------------------------------- quality
 if has quality; then
     IDS=$OUTDIR/smollm2-text.ids
-    python3 -c "import json,sys; print('\n'.join(map(str, json.load(open(sys.argv[1]))['perplexity']['ids'])))" "$REF" >"$IDS"
-    echo "--- quality on $(wc -l <"$IDS") ids  ($(uptime | sed 's/.*load/load/'))"
+    KBASE=$OUTDIR/smollm2-f32.kld
+    "$LBIN/llama-perplexity" -m "$SMOL_F32" -f "$TEXT" -c 256 -b 256 --chunks "$CHUNKS" -t 2 --kl-divergence-base "$KBASE" \
+        >"$OUTDIR/logs/lp.F32.log" 2>&1 || echo "llama-perplexity F32 failed" >&2
+    if [ "$TEXT" = "$DEFAULT_TEXT" ]; then
+        python3 -c "import json,sys; print('\n'.join(map(str, json.load(open(sys.argv[1]))['perplexity']['ids'])))" "$REF" >"$IDS"
+    else
+        "$PY" "$H" lpids "$KBASE" >"$IDS"
+    fi
+    echo "--- quality on $(wc -l <"$IDS") ids of $TEXT  ($(uptime | sed 's/.*load/load/'))"
     put() { # engine qtype "ppl kl p99 top1 base_ppl"
         set -- "$1" "$2" $3
         local e=$1 q=$2; shift 2
         for m in ppl kl_mean kl_p99 top1 base_ppl; do row quality - smollm2 "$q" 2 "$e" 256 "$m" "$1" "$(load1)"; shift; done
     }
-    # llama-perplexity: the F32 run saves the base log-probs (and the tokens, checked against the ids)
-    KBASE=$OUTDIR/smollm2-f32.kld
-    "$LBIN/llama-perplexity" -m "$SMOL_F32" -f "$TEXT" -c 256 -b 256 --chunks 3 -t 2 --kl-divergence-base "$KBASE" \
-        >"$OUTDIR/logs/lp.F32.log" 2>&1 || echo "llama-perplexity F32 failed" >&2
+    # llama-perplexity: the F32 run (above) saved the base log-probs and the tokens, checked against the ids
     "$PY" "$H" lptokens "$KBASE" "$IDS" | tee "$OUTDIR/lp-tokens.txt"
     lpf32=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$OUTDIR/logs/lp.F32.log")
     put llama-perplexity F32 "${lpf32:-na} 0 0 1 ${lpf32:-na}"
@@ -169,7 +177,7 @@ if has quality; then
                 "${flag[@]}" -o json >"$OUTDIR/logs/$e.$q.json" 2>"$OUTDIR/logs/$e.$q.err"
             put "$e" "$q" "$("$PY" "$H" mfppl "$OUTDIR/logs/$e.$q.json")"
         done
-        "$LBIN/llama-perplexity" -m "$f" -c 256 -b 256 --chunks 3 -t 2 --kl-divergence-base "$KBASE" --kl-divergence \
+        "$LBIN/llama-perplexity" -m "$f" -c 256 -b 256 --chunks "$CHUNKS" -t 2 --kl-divergence-base "$KBASE" --kl-divergence \
             >"$OUTDIR/logs/lp.$q.log" 2>&1 || echo "llama-perplexity $q failed" >&2
         put llama-perplexity "$q" "$("$PY" "$H" lpppl "$OUTDIR/logs/lp.$q.log")"
         echo "  $q done"
