@@ -437,11 +437,15 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, M == 17});
     }
   // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU
-  // with AVX-512; on AVX2 every f32 product above 32 rows takes the panels of 16 weight rows in
+  // with AVX-512; on AVX2 every f32, f16 and bf16 product above 32 rows takes the panels of 16
+  // weight rows (16-bit ones widened while packed, K = 99 with a tail of 3 past the vectors) in
   // tiles of 6 activation rows, here with 1 to 5 rows left over (M = 33 .. 37) and a partial panel.
   for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
-    for (int64_t M : {33, 34, 35, 36, 37}) cases.push_back({backend, Op::matmul, M, 41, 96, 0, DType::f32, M % 2 == 1});
+    for (int64_t M : {33, 34, 35, 36, 37}) {
+      cases.push_back({backend, Op::matmul, M, 41, 96, 0, DType::f32, M % 2 == 1});
+      for (DType t : {DType::f16, DType::bf16}) cases.push_back({backend, Op::matmul, M, 41, 99, 0, t, M % 2 == 0});
+    }
   }
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
   // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight

@@ -19,8 +19,9 @@
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
 //   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
 //                                      beats Eigen there, but does not block along K or M
-//   > 32      f32 (AVX2) panels        AVX2 without AVX-512: panels of 16 weight rows packed
-//                                      transposed, register tiles of 6 rows x 16 columns
+//   > 32      any (AVX2) panels        AVX2 without AVX-512: panels of 16 weight rows packed
+//                                      transposed (f16/bf16 widened), register tiles of 6 rows x
+//                                      16 columns
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
@@ -47,7 +48,7 @@ namespace {
 enum class Kernel { one_row, small_m, outer, gemm, panels };
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define MINFER_F32_PANELS 1  // f32 prefill takes the panels (below) instead of outer and Eigen
+#define MINFER_PANELS 1  // prefill takes the panels (below) instead of outer and Eigen
 #endif
 
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
@@ -55,8 +56,8 @@ constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  //
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
 
 Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype) {
-#if defined(MINFER_F32_PANELS)
-  if (w_dtype == DType::f32 && M > kSmallMaxRows) return Kernel::panels;
+#if defined(MINFER_PANELS)
+  if (M > kSmallMaxRows) return Kernel::panels;
 #endif
   if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
     return Kernel::outer;
@@ -402,7 +403,7 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
   });
 }
 
-#if defined(MINFER_F32_PANELS)
+#if defined(MINFER_PANELS)
 // note: prefill's f32 products on AVX2 (more than 32 rows) multiply panels of 16 weight rows,
 // packed transposed (K, 16) once per call so that one k of the 16 columns is two vector loads, by
 // the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
@@ -415,10 +416,21 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
 constexpr int kPanelCols = 2 * simd::kWidth;  // 16 weight rows, the columns of the output
 constexpr int kPanelRows = 6;                 // activation rows per register tile
 
-// Packs weight rows w[0 .. cols) transposed into panel (K, 16); columns past `cols` are zeros.
-void pack_panel(float* panel, const float* w, int64_t cols, int64_t K) {
-  for (int64_t c = 0; c < kPanelCols; ++c)
-    for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = c < cols ? w[c * K + k] : 0.0f;
+// Packs weight rows w[0 .. cols) (cols, K) transposed into panel (K, 16), widened to f32 a vector
+// at a time; columns past `cols` are zeros.
+template <class W>
+void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K) {
+  alignas(32) float wide[simd::kWidth];
+  for (int64_t c = 0; c < kPanelCols; ++c) {
+    const typename W::Stored* row = w + c * K;
+    int64_t k = 0;
+    if (c < cols)
+      for (; k + simd::kWidth <= K; k += simd::kWidth) {
+        simd::store(wide, W::load(row + k));
+        for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
+      }
+    for (; k < K; ++k) panel[k * kPanelCols + c] = c < cols ? W::scalar(row + k) : 0.0f;
+  }
 }
 
 // out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, 16).
@@ -448,29 +460,44 @@ void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const 
   }
 }
 
-void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M,
-            int64_t N, int64_t K) {
+// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= 16: one panel packed
+// into `panel` (K * 16 floats), then every register tile of activation rows.
+template <class W>
+void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
+                   int64_t M, int64_t cols, int64_t K, float* panel) {
+  pack_panel<W>(panel, w, cols, K);
+  int64_t m = 0;
+  for (; m + kPanelRows <= M; m += kPanelRows)
+    panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
+  const auto rest = [&](auto rows) {
+    panel_tile<decltype(rows)::value>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
+  };
+  switch (M - m) {
+    case 5: rest(std::integral_constant<int, 5>()); break;
+    case 4: rest(std::integral_constant<int, 4>()); break;
+    case 3: rest(std::integral_constant<int, 3>()); break;
+    case 2: rest(std::integral_constant<int, 2>()); break;
+    case 1: rest(std::integral_constant<int, 1>()); break;
+    default: break;
+  }
+}
+
+// The panel buffer of the calling thread, K * 16 floats: grows once, then reused.
+float* panel_buffer(int64_t K) {
+  thread_local std::vector<float> panel;
+  panel.resize(static_cast<size_t>(K * kPanelCols));
+  return panel.data();
+}
+
+template <class W>
+void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
+            int64_t M, int64_t N, int64_t K) {
   const int64_t n_panels = (N + kPanelCols - 1) / kPanelCols;
   pool.parallel_for(n_panels, 1, [&](int64_t p0, int64_t p1) {
-    thread_local std::vector<float> panel;  // grows once, then reused
-    panel.resize(static_cast<size_t>(K * kPanelCols));
+    float* buffer = panel_buffer(K);
     for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n0 = p * kPanelCols, cols = std::min<int64_t>(kPanelCols, N - n0);
-      pack_panel(panel.data(), w + n0 * K, cols, K);
-      int64_t m = 0;
-      for (; m + kPanelRows <= M; m += kPanelRows)
-        panel_tile<kPanelRows>(out + m * ld_out + n0, ld_out, x + m * ld_x, ld_x, panel.data(), K, cols);
-      const auto rest = [&](auto rows) {
-        panel_tile<decltype(rows)::value>(out + m * ld_out + n0, ld_out, x + m * ld_x, ld_x, panel.data(), K, cols);
-      };
-      switch (M - m) {
-        case 5: rest(std::integral_constant<int, 5>()); break;
-        case 4: rest(std::integral_constant<int, 4>()); break;
-        case 3: rest(std::integral_constant<int, 3>()); break;
-        case 2: rest(std::integral_constant<int, 2>()); break;
-        case 1: rest(std::integral_constant<int, 1>()); break;
-        default: break;
-      }
+      const int64_t n0 = p * kPanelCols;
+      panel_product<W>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
     }
   });
 }
@@ -506,6 +533,21 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
 
 }  // namespace
 
+void matmul_f32_on_this_thread(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M,
+                               int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0) return;
+#if defined(MINFER_PANELS)
+  float* buffer = panel_buffer(K);
+  for (int64_t n0 = 0; n0 < N; n0 += kPanelCols)
+    panel_product<simd::F32>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
+#else
+  Eigen::Map<const RowMajor, 0, Stride> X(x, M, K, Stride(ld_x));
+  Eigen::Map<const RowMajor> Wt(w, N, K);
+  Eigen::Map<RowMajor, 0, Stride> O(out, M, N, Stride(ld_out));
+  O.noalias() = X * Wt.transpose();
+#endif
+}
+
 void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
             const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K) {
   if (M <= 0 || N <= 0) return;
@@ -529,8 +571,8 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
         if constexpr (std::is_same_v<W, simd::F32>) outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
         return;
       case Kernel::panels:
-#if defined(MINFER_F32_PANELS)
-        if constexpr (std::is_same_v<W, simd::F32>) panels(pool, out, ld_out, x, ld_x, weights, M, N, K);
+#if defined(MINFER_PANELS)
+        panels<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
 #endif
         return;
     }

@@ -19,8 +19,9 @@
 //     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
 //     type but Q8_0);
 //   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
-//     vector code bit for bit as dequantize_row) and hands them to Eigen's GEMM with the rounded
-//     activations, where the dequantization is paid once for all M rows.
+//     vector code bit for bit as dequantize_row) and multiplies them with the rounded activations
+//     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels on AVX2,
+//     Eigen's GEMM elsewhere), where the dequantization is paid once for all M rows.
 //
 // note: the integer GEMM against the dequantized tiles, stories110M's shape, AMD EPYC Zen 4
 // (AVX-512 VNNI), 2 threads, pp256, 4 interleaved rounds: Q4_K_M 2.67x, Q8_0 3.00x the tokens/s
@@ -51,6 +52,7 @@
 #include "core/error.h"
 #include "core/quants.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm.h"
 
@@ -104,9 +106,6 @@ void small_rows(ThreadPool& pool, float* out, int64_t ld_out, const float* x, in
   });
 }
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Stride = Eigen::OuterStride<>;
-
 void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w, DType w_dtype,
           int64_t M, int64_t N, int64_t K) {
   const size_t row_bytes = act_row_bytes(w_dtype, K);
@@ -118,7 +117,6 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
   pool.parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) round_trip_row(w_dtype, xr + m * K, act + size_t(m) * row_bytes, K);
   });
-  Eigen::Map<const RowMajor> X(xr, M, K);
   const int64_t w_row_bytes = K / dtype_block(w_dtype) * dtype_block_bytes(w_dtype);
   // Up to kTileRows a tile, fewer where that would leave threads idle (768 rows on 16 threads).
   const int64_t tile_rows = std::clamp<int64_t>((N + pool.size() - 1) / pool.size(), kMinTileRows, kTileRows);
@@ -129,9 +127,7 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
     for (int64_t t0 = n0; t0 < n1; t0 += tile_rows) {
       const int64_t rows = std::min(tile_rows, n1 - t0);
       dequantize_f32(w_dtype, tile.data(), static_cast<const char*>(w) + t0 * w_row_bytes, static_cast<size_t>(rows * K));
-      Eigen::Map<const RowMajor> Wt(tile.data(), rows, K);
-      Eigen::Map<RowMajor, 0, Stride> O(out + t0, M, rows, Stride(ld_out));
-      O.noalias() = X * Wt.transpose();
+      matmul_f32_on_this_thread(out + t0, ld_out, xr, K, tile.data(), M, rows, K);
     }
   });
 }
