@@ -436,8 +436,8 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
       cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, M == 17});
     }
-  // f32 products whose activations outgrow L2 (M x K above 256 x 1024): Eigen's GEMM on the CPU
-  // with AVX-512; on AVX2 every f32, f16 and bf16 product above 32 rows takes the panels of 16
+  // Prefill-sized products: f32 whose activations outgrow L2 (M x K above 256 x 1024), Eigen's GEMM
+  // on the CPU with AVX-512; on AVX2 every f32, f16 and bf16 product above 32 rows takes the panels of 16
   // weight rows (16-bit ones widened while packed, K = 99 with a tail of 3 past the vectors) in
   // tiles of 6 activation rows, here with 1 to 5 rows left over (M = 33 .. 37) and a partial panel.
   for (const std::string backend : {"cpu", "cuda"}) {

@@ -31,13 +31,13 @@
 #   value     decode: minfer bench tgN (-p 0 -n N -r 1: one warm-up, then N single-token steps from an empty
 #               cache, avg_ts) vs llama-bench tgN (-p 0 -n N -r 1 -ngl 0, after its own warm-up, avg_ts)
 #             prefill: minfer bench ppP (-p P -n 0 -r 1) vs llama-bench ppP (-p P -n 0 -r 1; P fits one batch)
-#             quality, engine minfer / llama-cpp-python: windows of 256 of the reference ids, each window's
-#               first token replaced by BOS, predictions 128..254 scored (3 x 127); KL(F32 || file) in
+#             quality, engine minfer / llama-cpp-python: windows of 256 of the reference ids (or of TEXT's),
+#               each window's first token replaced by BOS, predictions 128..254 scored (CHUNKS x 127); KL(F32 || file) in
 #               float64 over the whole vocabulary; minfer `perplexity --kl-base-model`, llama.cpp through
 #               llama-cpp-python with logits_all (bench/peers/measure_quants.py lcppkl)
 #             quality, engine minfer-nobos / llama-perplexity: the same windows without the BOS replacement,
 #               which is what llama-perplexity does for a model whose add_bos_token is false (SmolLM2);
-#               llama-perplexity -f text.txt -c 256 --chunks 3 (its tokens checked equal to the ids),
+#               llama-perplexity -f "$TEXT" -c 256 --chunks "$CHUNKS" (its tokens checked equal to the ids),
 #               --kl-divergence against the F32 run's --kl-divergence-base (which stores base log-probs
 #               rounded to 16 bits); minfer `perplexity --no-bos --kl-base-model`
 #   load1     the 1-minute load average just before the measurement (the machine is shared)
@@ -63,6 +63,10 @@ REF=$REPO/tests/data/real_models/smollm2-q4_1.reference.json
 DEFAULT_TEXT=$REPO/tests/data/real_models/text.txt
 TEXT=${TEXT:-$DEFAULT_TEXT}
 CHUNKS=${CHUNKS:-3}
+if [ "$TEXT" = "$DEFAULT_TEXT" ] && [ "$CHUNKS" != 3 ]; then
+    echo "CHUNKS=$CHUNKS: the reference text is 3 windows of 256 (its ids are the reference's); give another TEXT" >&2
+    exit 2
+fi
 OUTDIR=${OUTDIR:-$(mktemp -d "$P/quants.XXXXXX")}
 mkdir -p "$OUTDIR/logs"
 RES=$OUTDIR/results.tsv
@@ -150,6 +154,7 @@ if has quality; then
     if [ "$TEXT" = "$DEFAULT_TEXT" ]; then
         python3 -c "import json,sys; print('\n'.join(map(str, json.load(open(sys.argv[1]))['perplexity']['ids'])))" "$REF" >"$IDS"
     else
+        [ -s "$KBASE" ] || { echo "llama-perplexity saved no tokens of $TEXT ($OUTDIR/logs/lp.F32.log)" >&2; exit 1; }
         "$PY" "$H" lpids "$KBASE" >"$IDS"
     fi
     echo "--- quality on $(wc -l <"$IDS") ids of $TEXT  ($(uptime | sed 's/.*load/load/'))"

@@ -25,8 +25,8 @@
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
-//                                      above (AVX-512 VNNI or AVX2; dequantized tiles and Eigen
-//                                      for Q8_0 on AVX2 and without SIMD)
+//                                      above (AVX-512 VNNI or AVX2; for Q8_0 on AVX2 and without
+//                                      them, dequantized tiles into the panels or Eigen's GEMM)
 //
 // choose_kernel() below is this table; the measurements behind its boundaries are in
 // bench/results/NOTES.md.
@@ -404,15 +404,17 @@ void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t
 }
 
 #if defined(MINFER_PANELS)
-// note: prefill's f32 products on AVX2 (more than 32 rows) multiply panels of 16 weight rows,
-// packed transposed (K, 16) once per call so that one k of the 16 columns is two vector loads, by
+// note: prefill's products on AVX2 (more than 32 rows) multiply panels of 16 weight rows, packed
+// transposed (K, 16) once per call (f16 and bf16 widened to f32 as they are packed; Q8_0's
+// dequantized tiles come through matmul_f32_on_this_thread) so that one k of the 16 columns is two vector loads, by
 // the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
 // broadcasts of x[m, k] feed 12 independent FMAs, as many as AVX2's FMA units need in flight
 // (two a cycle, four or five cycles of latency), and the outputs are stored as they are, with no
 // transpose. The outer-product tile above keeps 8 accumulators and needs a broadcast load per
 // FMA; Eigen's blocked GEMM, called per slice of weight rows, repacks the activations each time.
 // On a Zen 2 core (107 GFLOP/s of FMAs), one thread, 256 x 4096 x 768: 83 GFLOP/s against
-// Eigen's 60 (bench/results/NOTES.md).
+// Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16 1.41x, Q8_0 1.30x what Eigen did
+// (bench/results/NOTES.md).
 constexpr int kPanelCols = 2 * simd::kWidth;  // 16 weight rows, the columns of the output
 constexpr int kPanelRows = 6;                 // activation rows per register tile
 
@@ -422,14 +424,17 @@ template <class W>
 void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K) {
   alignas(32) float wide[simd::kWidth];
   for (int64_t c = 0; c < kPanelCols; ++c) {
+    if (c >= cols) {
+      for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = 0.0f;
+      continue;
+    }
     const typename W::Stored* row = w + c * K;
     int64_t k = 0;
-    if (c < cols)
-      for (; k + simd::kWidth <= K; k += simd::kWidth) {
-        simd::store(wide, W::load(row + k));
-        for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
-      }
-    for (; k < K; ++k) panel[k * kPanelCols + c] = c < cols ? W::scalar(row + k) : 0.0f;
+    for (; k + simd::kWidth <= K; k += simd::kWidth) {
+      simd::store(wide, W::load(row + k));
+      for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
+    }
+    for (; k < K; ++k) panel[k * kPanelCols + c] = W::scalar(row + k);
   }
 }
 
@@ -503,18 +508,24 @@ void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
 }
 #endif
 
+// out (M, N) = x (M, K) times w (N, K) transposed, by Eigen's blocked GEMM on the calling thread.
+void eigen_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M, int64_t N,
+                   int64_t K) {
+  Eigen::Map<const RowMajor, 0, Stride> X(x, M, K, Stride(ld_x));
+  Eigen::Map<const RowMajor> Wt(w, N, K);
+  Eigen::Map<RowMajor, 0, Stride> O(out, M, N, Stride(ld_out));
+  O.noalias() = X * Wt.transpose();
+}
+
 // Rows of weights widened per step on the GEMM path: 64 rows of K floats stay in L2.
 constexpr int64_t kGemmTileRows = 64;
 
 template <class W>
 void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
           const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
-  Eigen::Map<const RowMajor, 0, Stride> X(x, M, K, Stride(ld_x));
   pool.parallel_for(N, kGemmTileRows, [&](int64_t n0, int64_t n1) {
     if constexpr (std::is_same_v<W, simd::F32>) {
-      Eigen::Map<const RowMajor> Wt(w + n0 * K, n1 - n0, K);
-      Eigen::Map<RowMajor, 0, Stride> O(out + n0, M, n1 - n0, Stride(ld_out));
-      O.noalias() = X * Wt.transpose();
+      eigen_product(out + n0, ld_out, x, ld_x, w + n0 * K, M, n1 - n0, K);
     } else {
       // Grows once, then reused; aligned so that every thread computes with the same alignment.
       thread_local std::vector<float, Eigen::aligned_allocator<float>> tile;
@@ -523,9 +534,7 @@ void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t 
         int64_t rows = std::min(kGemmTileRows, n1 - t0);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t k = 0; k < K; ++k) tile[r * K + k] = W::scalar(w + (t0 + r) * K + k);
-        Eigen::Map<const RowMajor> Wt(tile.data(), rows, K);
-        Eigen::Map<RowMajor, 0, Stride> O(out + t0, M, rows, Stride(ld_out));
-        O.noalias() = X * Wt.transpose();
+        eigen_product(out + t0, ld_out, x, ld_x, tile.data(), M, rows, K);
       }
     }
   });
@@ -541,10 +550,7 @@ void matmul_f32_on_this_thread(float* out, int64_t ld_out, const float* x, int64
   for (int64_t n0 = 0; n0 < N; n0 += kPanelCols)
     panel_product<simd::F32>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
 #else
-  Eigen::Map<const RowMajor, 0, Stride> X(x, M, K, Stride(ld_x));
-  Eigen::Map<const RowMajor> Wt(w, N, K);
-  Eigen::Map<RowMajor, 0, Stride> O(out, M, N, Stride(ld_out));
-  O.noalias() = X * Wt.transpose();
+  eigen_product(out, ld_out, x, ld_x, w, M, N, K);
 #endif
 }
 

@@ -15,9 +15,9 @@ void matmul(ThreadPool& pool,
             const void* w, DType w_dtype,    // (N, K), dense
             int64_t M, int64_t N, int64_t K);
 
-// The same product with f32 weights on the calling thread alone, by the kernel matmul() takes for
-// prefill (panels on AVX2 without AVX-512, Eigen's GEMM elsewhere): for callers that have split the
-// work across the pool already (matmul_quant.cpp's dequantized tiles).
+// The same product with f32 weights on the calling thread alone: AVX2's prefill panels (without
+// AVX-512), Eigen's GEMM elsewhere. For callers that have split the work across the pool already
+// (matmul_quant.cpp's dequantized tiles).
 void matmul_f32_on_this_thread(float* out, int64_t ld_out,    // (M, N)
                                const float* x, int64_t ld_x,  // (M, K)
                                const float* w,                // (N, K), dense

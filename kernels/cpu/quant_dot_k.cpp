@@ -23,7 +23,7 @@
 
 #include "kernels/cpu/quant_simd.h"
 
-// The vector paths need FMA and F16C beside AVX2 (every AVX2 CPU has them; -mavx2 alone does not).
+// The vector code below uses FMA and F16C beside AVX2 (every AVX2 CPU has both).
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MINFER_K_SIMD 1
 #endif
@@ -84,12 +84,15 @@ inline void scale_rows(__m256* acc, const Acts<MR>& a, const __m256i* sumi, floa
 // The types with minimums (Q2_K, Q4_K, Q5_K):
 //   acc[m] += d * dx * sumi[m]   and   macc[m] -= dmin * dx * sum_i m_i * bsum_i (mins16: m_i as 16 int16)
 // note: one conversion for both f16 and a separate accumulator for the minimums (no chain of two
-// FMAs per block). AVX2 on a Zen 2, one thread: Q4_K's product 1 x 2048 x 768 in L2 1.07x; decode
+// FMAs per block). AVX2 on a Zen 2, one thread: Q4_K's product 1 x 768 x 2048 in cache 1.07x; decode
 // of stories110M's shape, 4 interleaved rounds, Q4_K_M 1.03x, Q5_K_M 1.02x (bench/results/NOTES.md).
 template <int MR>
 inline void scale_and_mins_rows(__m256* acc, __m256* macc, const Acts<MR>& a, const __m256i* sumi,
                                 uint16_t d, uint16_t dmin, __m256i mins16) {
-  const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(uint32_t(d) | uint32_t(dmin) << 16)));
+  const uint32_t both = uint32_t(d) | uint32_t(dmin) << 16;
+  int32_t bits;
+  std::memcpy(&bits, &both, 4);
+  const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
   for (int m = 0; m < MR; ++m) {
     const __m128 scaled = _mm_mul_ps(d_dmin, _mm_broadcast_ss(&a.x[m]->d));  // d * dx, dmin * dx
     acc[m] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scaled), _mm256_cvtepi32_ps(sumi[m]), acc[m]);

@@ -1,7 +1,7 @@
 // The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
 // weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
 // tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized weights and activations, and
-// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) against sums in double. This file is also
+// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16 prefill (AVX2's panels) against sums in double. This file is also
 // built with AVX2 only and with no SIMD at all (tests/CMakeLists.txt: minfer_quant_dot_native,
 // _avx2 and _scalar), so every path is checked on a machine with AVX-512.
 #include <gtest/gtest.h>
@@ -149,7 +149,7 @@ void check_prefill(DType t, int64_t N, uint32_t seed, bool edge) {
 
 TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
   std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
-              quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and Eigen");
+              quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and the f32 prefill kernel");
   uint32_t seed = 11 + 100 * uint32_t(GetParam());
   for (int64_t N : {45, 57})
     for (bool edge : {false, true}) check_prefill(GetParam(), N, seed++, edge);
@@ -207,6 +207,37 @@ TEST(Bf16Decode, OneRowMatchesTheDoubleSum) {
       ASSERT_NEAR(out[size_t(n)], want, 1e-6 * magnitude) << "n=" << n;
     }
   }
+}
+
+// Prefill with 16-bit weights (more than 32 rows): on AVX2 without AVX-512, the panels of 16 weight
+// rows widened while packed, tiles of 6 rows with 1 to 5 left over, a partial panel (41 columns) and
+// a K with a tail past the vectors (99); Eigen's GEMM on the widened rows elsewhere.
+TEST(Dense16Prefill, PanelsMatchTheDoubleSum) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  constexpr int64_t N = 41, K = 99;
+  for (DType t : {DType::f16, DType::bf16})
+    for (int64_t M = 33; M <= 38; ++M) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M));
+      std::vector<uint16_t> w(static_cast<size_t>(N * K));
+      for (auto& v : w) v = t == DType::f16 ? f32_to_f16(normal(rng)) : f32_to_bf16(normal(rng));
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> out(static_cast<size_t>(M * N), -1.0f);
+      matmul(pool, out.data(), N, x.data(), K, w.data(), t, M, N, K);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            const uint16_t h = w[size_t(n * K + k)];
+            const double p = double(t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h)) * double(x[size_t(m * K + k)]);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_NEAR(out[size_t(m * N + n)], want, 1e-6 * magnitude) << "m=" << m << " n=" << n;
+        }
+    }
 }
 
 TEST(QuantDotActivations, QuantizeAsLlamaCpp) {
