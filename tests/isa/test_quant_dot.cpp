@@ -109,6 +109,23 @@ TEST_P(QuantDot, MatchesTheDequantizedSum) {
     for (bool edge : {false, true}) check_type(GetParam(), nb, edge, seed++);
 }
 
+// out (M, N) against the sums over k of weight(n, k) * act(m, k) in double, each within
+// rel * sum |products| + abs.
+template <class Weight, class Act>
+void expect_double_sums(const std::vector<float>& out, int64_t M, int64_t N, int64_t K, Weight weight, Act act,
+                        double rel, double abs) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = weight(n, k) * act(m, k);
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_NEAR(out[size_t(m * N + n)], want, rel * magnitude + abs) << "m=" << m << " n=" << n;
+    }
+}
+
 // Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
 // weights and the activations as quantized: M = 37 (tiles of 4 or 2 rows and 1 over) by N = 45 or
 // 57 (a strip of 32 columns and a partial one of 13 or 25: AVX2's tiles of 16 columns then have a
@@ -135,16 +152,9 @@ void check_prefill(DType t, int64_t N, uint32_t seed, bool edge) {
   ThreadPool pool(2);
   std::vector<float> out(static_cast<size_t>(M * N), -1.0f);
   matmul(pool, out.data(), N, x.data(), K, w.data(), t, M, N, K);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double want = 0.0, magnitude = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = double(wf[size_t(n * K + k)]) * xs[size_t(m)][size_t(k)];
-        want += p;
-        magnitude += std::fabs(p);
-      }
-      ASSERT_NEAR(out[size_t(m * N + n)], want, 2e-5 * magnitude + 1e-6) << "m=" << m << " n=" << n;
-    }
+  expect_double_sums(
+      out, M, N, K, [&](int64_t n, int64_t k) { return double(wf[size_t(n * K + k)]); },
+      [&](int64_t m, int64_t k) { return xs[size_t(m)][size_t(k)]; }, 2e-5, 1e-6);
 }
 
 TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
@@ -197,15 +207,9 @@ TEST(Bf16Decode, OneRowMatchesTheDoubleSum) {
     for (auto& v : x) v = normal(rng);
     std::vector<float> out(N, -1.0f);
     matmul(pool, out.data(), N, x.data(), K, w.data(), DType::bf16, 1, N, K);
-    for (int64_t n = 0; n < N; ++n) {
-      double want = 0.0, magnitude = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = double(bf16_to_f32(w[size_t(n * K + k)])) * double(x[size_t(k)]);
-        want += p;
-        magnitude += std::fabs(p);
-      }
-      ASSERT_NEAR(out[size_t(n)], want, 1e-6 * magnitude) << "n=" << n;
-    }
+    expect_double_sums(
+        out, 1, N, K, [&](int64_t n, int64_t k) { return double(bf16_to_f32(w[size_t(n * K + k)])); },
+        [&](int64_t, int64_t k) { return double(x[size_t(k)]); }, 1e-6, 0.0);
   }
 }
 
@@ -226,17 +230,13 @@ TEST(Dense16Prefill, PanelsMatchTheDoubleSum) {
       for (auto& v : x) v = normal(rng);
       std::vector<float> out(static_cast<size_t>(M * N), -1.0f);
       matmul(pool, out.data(), N, x.data(), K, w.data(), t, M, N, K);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          double want = 0.0, magnitude = 0.0;
-          for (int64_t k = 0; k < K; ++k) {
+      expect_double_sums(
+          out, M, N, K,
+          [&](int64_t n, int64_t k) {
             const uint16_t h = w[size_t(n * K + k)];
-            const double p = double(t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h)) * double(x[size_t(m * K + k)]);
-            want += p;
-            magnitude += std::fabs(p);
-          }
-          ASSERT_NEAR(out[size_t(m * N + n)], want, 1e-6 * magnitude) << "m=" << m << " n=" << n;
-        }
+            return double(t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h));
+          },
+          [&](int64_t m, int64_t k) { return double(x[size_t(m * K + k)]); }, 1e-6, 0.0);
     }
 }
 
