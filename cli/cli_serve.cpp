@@ -3,11 +3,11 @@
 //
 // Threads: this one starts the others and then waits for a reason to stop; the engine's runs
 // Scheduler::run; httplib's acceptor and one per connection serve HTTP; a signal-watching thread
-// takes SIGINT and SIGTERM.
+// takes SIGINT, SIGTERM and SIGHUP.
 //
-// Signals: SIGINT and SIGTERM are blocked in every thread (before the first thread starts, so
-// that each inherits the mask) and taken by sigtimedwait on the watching thread, never in a
-// handler. Until the server listens, a signal ends the process as it ends minfer's other
+// Signals: SIGINT, SIGTERM and SIGHUP (a closed terminal, taken as the other two) are blocked in
+// every thread (before the first thread starts, so that each inherits the mask) and taken by
+// sigtimedwait on the watching thread, never in a handler. Until the server listens, a signal ends the process as it ends minfer's other
 // commands (re-raised, so that core/files.h's cleanup handler runs; serve writes no files).
 // Once serving, the first signal drains: /health and new completions answer 503, the requests
 // in flight have --shutdown-grace seconds to finish, what is left is cancelled (2 s to end), the
@@ -69,10 +69,11 @@ class ServeEvents {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] { return done(signals_, !engine_error_.empty(), listener_ended_); });
   }
+  // The same, for at most `timeout`; returns whether done(...) holds.
   template <class Done>
-  void wait_for(Done done, Clock::duration timeout) {
+  bool wait_for(Done done, Clock::duration timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait_for(lock, timeout, [&] { return done(signals_, !engine_error_.empty(), listener_ended_); });
+    return changed_.wait_for(lock, timeout, [&] { return done(signals_, !engine_error_.empty(), listener_ended_); });
   }
 
  private:
@@ -98,6 +99,7 @@ class SignalWatch {
     sigemptyset(&signals_);
     sigaddset(&signals_, SIGINT);
     sigaddset(&signals_, SIGTERM);
+    sigaddset(&signals_, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
     thread_ = std::thread([this] { watch(); });
   }
@@ -233,8 +235,10 @@ struct Joiner {
 void wait_for_requests(ServeHttp& http, ServeEvents& events, double grace, bool failed) {
   const auto grace_end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace));
-  while (http.in_flight() > 0 && Clock::now() < grace_end && !failed)
-    events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20));
+  if (failed) return;
+  // (The requests in flight are counted, not signalled: they are looked at every 20 ms.)
+  while (http.in_flight() > 0 && Clock::now() < grace_end)
+    if (events.wait_for([](int n_signals, bool, bool) { return n_signals > 1; }, std::chrono::milliseconds(20))) return;
 }
 
 // What is left is cancelled, again while handlers that were still parsing submit; a body still
@@ -346,7 +350,7 @@ int cmd_serve(int argc, char** argv) {
                                     "                              (default: none); a request from another Origin gets 403"},
       {"--header-timeout", "S", "seconds a request's line and headers have to arrive whole, or 408 (default 10)"},
       {"--body-timeout", "S", "seconds its body has to arrive after them, or 408 (default 30)"},
-      {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT or SIGTERM (default 5)"},
+      {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT, SIGTERM or SIGHUP (default 5)"},
       {"--chat-template", "NAME", "the chat template of /v1/chat/completions: chatml, llama2, llama3, mistral,\n"
                                   "                              zephyr, gemma or phi3 (default: the model's own)"},
       {"--no-prompt-cache", "", "prefill every prompt whole, instead of reusing a free slot's cache for the\n"

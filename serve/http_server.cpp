@@ -17,10 +17,12 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "serve/http_framing.h"
 
 namespace minfer::serve {
 
@@ -29,7 +31,6 @@ namespace {
 thread_local int t_socket = -1;           // the connection this thread serves
 thread_local bool t_close_after = false;  // its current answer ends it
 thread_local bool t_over_limit = false;   // the acceptor runs this connection only to refuse it
-thread_local bool t_body_late = false;    // the current request's body missed its deadline
 
 using Clock = std::chrono::steady_clock;
 
@@ -150,65 +151,89 @@ class ConnectionPool : public httplib::TaskQueue {
 
 }  // namespace
 
-// A connection's socket as httplib's Stream: reads through a buffer (httplib reads the request
-// line and headers a byte at a time), each read and write waiting at most the server's timeouts
-// and never past the request's deadline; every wait is cut into 0.1 s slices that give up once
-// `aborting` is set (reads also once `reads_stopped` is).
+// A connection's socket as httplib's Stream. The front door reads each request's head and body
+// from the socket through a buffer, each wait not past the request's deadline (read_head,
+// read_body); httplib then reads the canonical request made of them (replay), and nothing else.
+// Writes wait at most the server's write timeout. Every wait is cut into 0.1 s slices that give up
+// once `aborting` is set (reads also once `reads_stopped` is).
 class SocketStream final : public httplib::Stream {
  public:
-  SocketStream(int sock, int read_timeout_ms, int write_timeout_ms, size_t max_head_bytes,
-               const std::atomic<bool>& reads_stopped, const std::atomic<bool>& aborting)
+  SocketStream(int sock, int write_timeout_ms, size_t max_head_bytes, const std::atomic<bool>& reads_stopped,
+               const std::atomic<bool>& aborting)
       : sock_(sock),
-        read_timeout_ms_(read_timeout_ms),
         write_timeout_ms_(write_timeout_ms),
         buffer_(max_head_bytes + kChunk),
         reads_stopped_(reads_stopped),
         aborting_(aborting) {}
 
   bool buffered() const { return begin_ < end_; }
-  bool is_readable() const override { return buffered() || wait(POLLIN, read_timeout_ms_); }
+  bool is_readable() const override { return replay_left(); }
   bool is_writable() const override { return wait(POLLOUT, write_timeout_ms_); }
   bool aborted() const { return aborting_ || reads_stopped_; }
+  // httplib did not read the whole request it was handed (an answer made before its body was read).
+  bool replay_left() const { return replayed_ < replay_.size(); }
 
   // Reads fail from `deadline` on (Clock::time_point::max(): none); writes only wait their timeout.
-  void set_deadline(Clock::time_point deadline) {
-    deadline_ = deadline;
-    late_ = false;
+  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+
+  enum class Read { whole, closed, late, too_large };
+  // Receives until the buffer holds a whole head (up to the blank line that ends the headers, or a
+  // bare LF's, to be refused), within the deadline and max_head_bytes. Empty lines before a request
+  // line are dropped (RFC 9112, 2.2).
+  Read read_head() {
+    const size_t max_head = buffer_.size() - kChunk;
+    for (size_t scanned = begin_;;) {
+      while (end_ - begin_ >= 2 && buffer_[begin_] == '\r' && buffer_[begin_ + 1] == '\n') begin_ += 2;
+      for (scanned = std::max(scanned, begin_); scanned < end_; ++scanned)
+        if (buffer_[scanned] == '\n' && ends_head(scanned)) {
+          head_end_ = scanned + 1;
+          return Read::whole;
+        }
+      if (end_ - begin_ >= max_head) return Read::too_large;
+      scanned -= begin_;
+      const Read r = receive_more();
+      if (r != Read::whole) return r;
+    }
+  }
+  std::string_view head() const { return {buffer_.data() + begin_, head_end_ - begin_}; }
+
+  // Reads the body `head` announces, after the head, into `body` (the limits bound it); `refusal`
+  // says why a chunked body was refused (Read::too_large).
+  Read read_body(const RequestHead& head, const FramingLimits& limits, std::string& body, Refusal& refusal) {
+    begin_ = head_end_;
+    if (head.body == RequestHead::Body::length) body.reserve(static_cast<size_t>(head.content_length));
+    ChunkedDecoder chunks(limits);
+    for (;;) {
+      if (head.body == RequestHead::Body::chunked) {
+        size_t used = 0;
+        const auto state = chunks.feed(buffer_.data() + begin_, end_ - begin_, used, body);
+        begin_ += used;
+        if (state == ChunkedDecoder::State::done) return Read::whole;
+        if (state == ChunkedDecoder::State::refused) {
+          refusal = chunks.refusal();
+          return Read::too_large;
+        }
+      } else {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(head.content_length - body.size(), end_ - begin_));
+        body.append(buffer_.data() + begin_, n);
+        begin_ += n;
+        if (body.size() == head.content_length) return Read::whole;
+      }
+      const Read r = receive_more();
+      if (r != Read::whole) return r;
+    }
   }
 
-  enum class Head { whole, closed, late, too_large };
-  // Receives until the buffer holds a whole head (up to the blank line that ends the headers),
-  // within the deadline and max_head_bytes.
-  Head fill_head() {
-    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-    const size_t max_head = buffer_.size() - kChunk;
-    for (size_t scanned = 0;;) {
-      for (; scanned < end_; ++scanned)
-        if (buffer_[scanned] == '\n' && ends_head(scanned)) return Head::whole;
-      if (end_ >= max_head) return Head::too_large;
-      if (!wait(POLLIN, std::numeric_limits<int>::max())) return aborted() ? Head::closed : Head::late;
-      const ssize_t n = receive(buffer_.data() + end_, max_head - end_);
-      if (n <= 0) return Head::closed;
-      end_ += static_cast<size_t>(n);
-    }
+  // What httplib reads next: the canonical request (serve/http_framing.h).
+  void replay(std::string request) {
+    replay_ = std::move(request);
+    replayed_ = 0;
   }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (!buffered()) {
-      if (!wait(POLLIN, read_timeout_ms_)) {
-        t_body_late = late_;
-        return -1;
-      }
-      const ssize_t n = receive(buffer_.data(), kChunk);
-      if (n <= 0) return n;  // 0: the peer closed its side
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
-    }
-    const size_t n = std::min(size, end_ - begin_);
-    std::memcpy(ptr, buffer_.data() + begin_, n);
-    begin_ += n;
+    const size_t n = std::min(size, replay_.size() - replayed_);
+    std::memcpy(ptr, replay_.data() + replayed_, n);
+    replayed_ += n;
     return static_cast<ssize_t>(n);
   }
 
@@ -228,15 +253,25 @@ class SocketStream final : public httplib::Stream {
  private:
   static constexpr size_t kChunk = 4096;
 
-  // The '\n' at `i` ends the head as httplib reads it: a line that is only "\r\n" after the line
-  // before (httplib, built without CPPHTTPLIB_ALLOW_LF_AS_LINE_TERMINATOR, skips a bare "\n").
-  bool ends_head(size_t i) const { return i >= 2 && buffer_[i - 1] == '\r' && buffer_[i - 2] == '\n'; }
+  // The '\n' at `i` ends the head: the line it ends is empty, or only "\r".
+  bool ends_head(size_t i) const {
+    return (i >= begin_ + 1 && buffer_[i - 1] == '\n') ||
+           (i >= begin_ + 2 && buffer_[i - 1] == '\r' && buffer_[i - 2] == '\n');
+  }
 
-  ssize_t receive(char* into, size_t size) {
+  // Moves what is buffered to the front and receives more after it, within the deadline.
+  Read receive_more() {
+    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    head_end_ -= std::min(head_end_, begin_);
+    begin_ = 0;
+    if (!wait(POLLIN, std::numeric_limits<int>::max())) return aborted() ? Read::closed : Read::late;
     ssize_t n;
-    do n = ::recv(sock_, into, size, MSG_DONTWAIT);
+    do n = ::recv(sock_, buffer_.data() + end_, buffer_.size() - end_, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
-    return n;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return Read::closed;
+    end_ += static_cast<size_t>(std::max<ssize_t>(n, 0));
+    return Read::whole;
   }
 
   // Waits up to `timeout_ms` for `events` (and for POLLIN not past the deadline), in slices that
@@ -247,23 +282,21 @@ class SocketStream final : public httplib::Stream {
     for (;;) {
       if (aborting_ || (events == POLLIN && reads_stopped_)) return false;
       const auto now = Clock::now();
-      if (now >= end) {
-        late_ = now >= limit;
-        return false;
-      }
+      if (now >= end) return false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now).count() + 1;
       if (wait_socket(sock_, events, static_cast<int>(std::min<int64_t>(left, 100)))) return true;
     }
   }
 
   int sock_;
-  int read_timeout_ms_, write_timeout_ms_;
+  int write_timeout_ms_;
   std::vector<char> buffer_;
-  size_t begin_ = 0, end_ = 0;
+  size_t begin_ = 0, end_ = 0, head_end_ = 0;
+  std::string replay_;
+  size_t replayed_ = 0;
   const std::atomic<bool>& reads_stopped_;
   const std::atomic<bool>& aborting_;
   Clock::time_point deadline_ = Clock::time_point::max();
-  mutable bool late_ = false;
 };
 
 // Closes refused connections in the background, each lingering up to 100 ms (close_lingering), so
@@ -404,41 +437,50 @@ void ConnectionServer::close_after_response(httplib::Response& res) {
   res.set_header("Connection", "close");
 }
 
-bool ConnectionServer::body_deadline_passed() { return t_body_late; }
-
 // An answer the server makes without httplib, on a connection that then closes in the background
 // (its send buffer takes the whole answer at once: nothing has been written to it before).
-void ConnectionServer::answer_and_close(int sock, int status, const char* reason, const std::string& message) {
+void ConnectionServer::answer_and_close(int sock, int status, const std::string& message) {
   const std::string body = error_body_(status, message);
-  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
                              "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                              "\r\nConnection: close\r\n\r\n" + body;
   (void)::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   closer_->add(sock);
 }
 
-// Reads the next request's head into the stream's buffer within the head deadline and size; when
-// it cannot, answers 408 or 431 (or nothing, to a peer that left or a server that is aborting)
-// and returns false, the connection closed.
-bool ConnectionServer::read_head(SocketStream& stream, int sock, Clock::time_point since) {
+// Reads the next request, its head within the head deadline and size and its body within the body
+// deadline and size, checks its framing (serve/http_framing.h), and hands the stream its
+// canonical form for httplib to read: nothing is returned then. Else the refusal to answer
+// (status 0: none, to a peer that left or a server that is aborting).
+std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, int sock, Clock::time_point since) {
   stream.set_deadline(since + std::chrono::milliseconds(limits_.head_timeout_ms));
-  switch (stream.fill_head()) {
-    case SocketStream::Head::whole:
-      stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
-      return true;
-    case SocketStream::Head::too_large:
-      answer_and_close(sock, 431, "Request Header Fields Too Large",
-                       "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes");
-      return false;
-    case SocketStream::Head::late:
-      answer_and_close(sock, 408, "Request Timeout",
-                       "the request line and headers did not arrive within " + seconds_text(limits_.head_timeout_ms) +
-                           " s (--header-timeout)");
-      return false;
-    case SocketStream::Head::closed: break;
+  switch (stream.read_head()) {
+    case SocketStream::Read::too_large:
+      return Refusal{431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes"};
+    case SocketStream::Read::late:
+      return Refusal{408, "the request line and headers did not arrive within " +
+                              seconds_text(limits_.head_timeout_ms) + " s (--header-timeout)"};
+    case SocketStream::Read::closed: return Refusal{};
+    case SocketStream::Read::whole: break;
   }
-  close_lingering(sock, stream.aborted() ? 0 : 1000);
-  return false;
+  const FramingLimits framing{FramingLimits{}.max_line_bytes, limits_.max_body_bytes};
+  RequestHead head;
+  Refusal refusal;
+  if (!parse_request_head(stream.head(), framing, head, refusal)) return refusal;
+  stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
+  if (head.expects_continue) (void)probe_with_interim(sock);  // the client waits for it to send its body
+  std::string body;
+  switch (stream.read_body(head, framing, body, refusal)) {
+    case SocketStream::Read::too_large: return refusal;
+    case SocketStream::Read::late:
+      return Refusal{408, "the request body did not arrive within " + seconds_text(limits_.body_timeout_ms) +
+                              " s (--body-timeout)"};
+    case SocketStream::Read::closed: return Refusal{};
+    case SocketStream::Read::whole: break;
+  }
+  stream.set_deadline(Clock::time_point::max());
+  stream.replay(canonical_request(head, body));
+  return std::nullopt;
 }
 
 // Waits for the first bytes of the next request: false when the connection is idle past the
@@ -455,13 +497,13 @@ bool ConnectionServer::wait_for_request(const SocketStream& stream, bool first) 
 
 bool ConnectionServer::process_and_close_socket(int sock) {
   if (t_over_limit) {
-    answer_and_close(sock, 503, "Service Unavailable",
+    answer_and_close(sock, 503,
                      "too many open connections (--max-connections " + std::to_string(limits_.max_connections) + ")");
     return true;
   }
   t_socket = sock;
-  SocketStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_), to_ms(write_timeout_sec_, write_timeout_usec_),
-                      limits_.max_head_bytes, reads_stopped_, aborting_);
+  SocketStream stream(sock, to_ms(write_timeout_sec_, write_timeout_usec_), limits_.max_head_bytes, reads_stopped_,
+                      aborting_);
   // Compression would hold back a stream of events until the end: answers go uncompressed.
   auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
   bool first = true;
@@ -469,17 +511,18 @@ bool ConnectionServer::process_and_close_socket(int sock) {
   for (size_t left = keep_alive_max_count_; left > 0 && wait_for_request(stream, first); --left, first = false) {
     // The first request's head is due head_timeout after the connection came (an idle wait does
     // not extend it); a kept-alive one's after its first byte.
-    if (!read_head(stream, sock, first ? accepted : Clock::now())) {
+    const std::optional<Refusal> refusal = take_request(stream, sock, first ? accepted : Clock::now());
+    if (refusal) {
+      if (refusal->status != 0) answer_and_close(sock, refusal->status, refusal->message);
+      else close_lingering(sock, stream.aborted() ? 0 : 1000);
       t_socket = -1;
       return true;
     }
     t_close_after = false;
-    t_body_late = false;
     bool connection_closed = false;
     const bool last = left == 1 || closing_;
     const bool ok = process_request(stream, last, connection_closed, no_compression);
-    stream.set_deadline(Clock::time_point::max());
-    if (!ok || connection_closed || last || t_close_after || stream.aborted()) break;
+    if (!ok || connection_closed || last || t_close_after || stream.aborted() || stream.replay_left()) break;
   }
   t_socket = -1;
   t_close_after = false;

@@ -1,4 +1,4 @@
-// cpp-httplib's Server with the three things `minfer serve` needs from the connections themselves,
+// cpp-httplib's Server with the things `minfer serve` needs from the connections themselves,
 // which httplib 0.11 (Debian 12's) does not give a handler:
 //   - a limit on open connections: one more is answered 503 at once and closed, instead of
 //     waiting in a queue behind streams that can last minutes (ConnectionServer's task queue runs
@@ -6,20 +6,20 @@
 //   - the socket of the request a thread is handling (current_socket), so that a handler waiting
 //     for tokens can notice that its client has gone (peer_state, probe_with_interim) and cancel
 //     the request;
-//   - answers that end their connection (close_after_response): a refusal sent before the body
-//     was read (404, 405, 413) must not leave the unread body to be parsed as the next request,
-//     and the connection is closed lingering, so that the client reads the answer instead of a
-//     reset.
-//   - deadlines and a size limit that hold whatever a client does (httplib 0.11 only times out each
+//   - answers that end their connection (close_after_response), closed lingering, so that the
+//     client reads the answer instead of a reset;
+//   - deadlines and size limits that hold whatever a client does (httplib 0.11 only times out each
 //     read, so a client sending a byte a second holds its connection for good): a request's head
 //     (request line and headers) must arrive whole within `head_timeout_ms` (from the connection's
 //     start for its first request, from the first byte for the next ones) and in at most
 //     `max_head_bytes` (else 408 or 431, and the connection closes), its body within
-//     `body_timeout_ms` after that; abort_connections() ends every connection within 0.1 s, so a
-//     shutdown is bounded.
+//     `body_timeout_ms` after that and in at most `max_body_bytes` (else 408 or 413);
+//     abort_connections() ends every connection within 0.1 s, so a shutdown is bounded;
+//   - a strict front door (serve/http_framing.h): the connection reads the head and the whole body
+//     itself, refuses what RFC 9112 does not allow (a 4xx, and the connection closes), and hands
+//     httplib a canonical request, so that httplib's lenient parser never sees a client's bytes.
 // It does so by overriding Server::process_and_close_socket (the hook httplib's own SSLServer
-// overrides) with the same keep-alive loop over its own socket stream, which reads the head itself
-// before httplib parses it.
+// overrides) with the same keep-alive loop over its own socket stream.
 #pragma once
 
 #if MINFER_HAVE_HTTPLIB
@@ -29,9 +29,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "serve/http_framing.h"
 
 namespace minfer::serve {
 
@@ -43,6 +47,7 @@ struct ConnectionLimits {
   int head_timeout_ms = 10000;
   int body_timeout_ms = 30000;
   size_t max_head_bytes = 64 * 1024;
+  uint64_t max_body_bytes = 1 << 20;
 };
 
 class ConnectionServer : public httplib::Server {
@@ -76,14 +81,12 @@ class ConnectionServer : public httplib::Server {
   static bool probe_with_interim(int socket);
   // The answer this thread is writing ends its connection (and says so: Connection: close).
   static void close_after_response(httplib::Response& res);
-  // Whether the request this thread is handling failed to read its body within the deadline.
-  static bool body_deadline_passed();
 
  private:
   bool process_and_close_socket(int sock) override;
   bool wait_for_request(const SocketStream& stream, bool first) const;
-  bool read_head(SocketStream& stream, int sock, std::chrono::steady_clock::time_point since);
-  void answer_and_close(int sock, int status, const char* reason, const std::string& message);
+  std::optional<Refusal> take_request(SocketStream& stream, int sock, std::chrono::steady_clock::time_point since);
+  void answer_and_close(int sock, int status, const std::string& message);
 
   ConnectionLimits limits_;
   ErrorBody error_body_;

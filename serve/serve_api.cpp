@@ -1,6 +1,7 @@
 #include "serve/serve_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,6 +16,8 @@ namespace {
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
+constexpr size_t kMaxJsonDepth = 64;    // arrays and objects inside each other, at most
+constexpr size_t kMaxModelBytes = 256;  // the model's name a request gives, echoed in every answer
 constexpr size_t kMaxStopStrings = 4;
 constexpr size_t kMaxStopBytes = 1024;  // per stop string: the engine's thread searches for each per token
 
@@ -50,10 +53,11 @@ double number(const std::string& name, const json& v) {
   return v.get<double>();
 }
 
+// The shortest text that reads back as `v` (1.0000001 stays 1.0000001).
 std::string format_number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof(text), v).ptr;
+  return std::string(text, end);
 }
 
 void parse_prompt(const json& v, int64_t vocab_size, bool has_tokenizer, CompletionRequest& r) {
@@ -156,13 +160,13 @@ namespace {
 void parse_stream_options(const json& v, CompletionRequest& r) {
   if (v.is_null()) return;
   if (!v.is_object())
-    throw ApiError{400, "stream_options must be an object, not " + one_line(v.dump(), 64), "stream_options", ""};
+    throw ApiError{400, "stream_options must be an object, not " + type_of(v), "stream_options", ""};
   for (const auto& [key, value] : v.items()) {
     if (key != "include_usage")
       throw ApiError{400, "stream_options: unknown field '" + one_line(key, 64) + "' (only include_usage)",
                      "stream_options", ""};
     if (!value.is_null() && !value.is_boolean())
-      throw ApiError{400, "stream_options.include_usage must be a boolean, not " + one_line(value.dump(), 64),
+      throw ApiError{400, "stream_options.include_usage must be a boolean, not " + type_of(value),
                      "stream_options", ""};
     r.include_usage = value.is_boolean() && value.get<bool>();
   }
@@ -171,12 +175,37 @@ void parse_stream_options(const json& v, CompletionRequest& r) {
 
 namespace {
 
+// How deep arrays and objects nest in `text`, read as JSON (brackets inside strings do not count).
+// note: nlohmann's parser is iterative, but copying, comparing or printing a value recurses once per
+// level; a body nested 100,000 deep would overflow the stack. So nesting is capped before parsing.
+size_t json_depth(const std::string& text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 json parse_body(const std::string& body) {
+  if (json_depth(body) > kMaxJsonDepth)
+    refuse("", "the JSON body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " deep");
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
+  } catch (const json::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ...", or
+    // out_of_range.406 for a number past double's range.
     std::string what = e.what();
     const size_t at = what.find("] ");
     refuse("", "malformed JSON: " + one_line(at == std::string::npos ? what : what.substr(at + 2)));
@@ -199,6 +228,8 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
                         CompletionRequest& r) {
   if (key == "model") {
     if (!v.is_null() && !v.is_string()) wrong_type("model", "a string", v);
+    if (v.is_string() && v.get_ref<const std::string&>().size() > kMaxModelBytes)
+      refuse("model", "model is over " + std::to_string(kMaxModelBytes) + " bytes");
     if (v.is_string()) r.model = v.get<std::string>();
   } else if (key == "max_tokens") {
     if (!v.is_null()) r.max_tokens = parse_max_tokens(key, v, limits);
@@ -311,7 +342,8 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
   else if (key == "logprobs") only(v.is_null() || v == false, "false");
   else if (key == "top_logprobs") only(v.is_null() || v == 0, "0");
   else if (key == "response_format")
-    only(v.is_null() || (v.is_object() && v.value("type", json()) == "text" && v.size() == 1), "{\"type\": \"text\"}");
+    only(v.is_null() || (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text"),
+         "{\"type\": \"text\"}");
   else if (key == "store") only(v.is_null() || v == false, "false");
   else if (key == "modalities") only(v.is_null() || v == json::array({"text"}), "[\"text\"]");
   else if (key == "parallel_tool_calls") only(v.is_null() || v.is_boolean(), "a boolean, with no tools");

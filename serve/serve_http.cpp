@@ -88,20 +88,11 @@ void set_cors_headers(Response& res, const std::string& origin) {
   res.set_header("Vary", "Origin");
 }
 
-ApiError late_body(const ServeHttpOptions& options) {
-  char seconds[32];
-  std::snprintf(seconds, sizeof(seconds), "%g", options.body_timeout_ms / 1000.0);
-  return {408, std::string("the request body did not arrive within ") + seconds + " s (--body-timeout)", "", ""};
-}
-
 const char* default_message(int status) {
   switch (status) {
     case 400: return "malformed HTTP request";
     case 404: return "no such route";
     case 405: return "method not allowed";
-    case 413: return "the request is too large";
-    case 414: return "the request line is too long";
-    case 416: return "bad Range header";
     default: return status >= 500 ? "internal server error" : "bad request";
   }
 }
@@ -112,9 +103,11 @@ struct ServeHttp::Impl {
   Impl(Scheduler& s, const ModelInfo& i, const TextTokenizer* t, ServeHttpOptions o)
       : scheduler(s), info(i), tokenizer(t), options(std::move(o)),
         server(ConnectionLimits{static_cast<size_t>(options.max_connections), options.head_timeout_ms,
-                                options.body_timeout_ms, static_cast<size_t>(options.max_head_bytes)},
+                                options.body_timeout_ms, static_cast<size_t>(options.max_head_bytes),
+                                static_cast<uint64_t>(options.max_body_bytes)},
                [](int status, const std::string& message) {
-                 return error_body({status, message, "", status == 503 ? "too_many_connections" : ""});
+                 return error_body({status, message, "",
+                                    status == 503 ? "too_many_connections" : status == 413 ? "body_too_large" : ""});
                }),
         started(static_cast<int64_t>(std::time(nullptr))) {
     if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
@@ -154,7 +147,7 @@ struct ServeHttp::Impl {
                     bool http11);
   void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                      uint64_t id, const std::vector<int32_t>& prompt, std::vector<std::string> stops,
-                     std::shared_ptr<InFlight> flight);
+                     std::shared_ptr<InFlight> flight, bool http11);
   enum class Wait { tokens, finished, client_gone, engine_down };
   // Until the request finished or (for a stream) has tokens past `seen`, or the client is gone.
   // `may_probe`: a whole answer to an HTTP/1.1 request, whose half-closed client is probed
@@ -216,25 +209,12 @@ ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool 
 void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11, bool chat_route) {
   auto flight = std::make_shared<InFlight>(in_flight);
   try {
+    // (The front door has read the body already, within its limits: serve/http_framing.h.)
     std::string body;
-    bool over = false;
-    const bool read_whole = read([&](const char* data, size_t n) {
-      if (body.size() + n > static_cast<size_t>(options.max_body_bytes)) {
-        over = true;
-        return false;
-      }
+    read([&](const char* data, size_t n) {
       body.append(data, n);
       return true;
     });
-    if (over || !read_whole) {
-      ConnectionServer::close_after_response(res);
-      if (over)
-        throw ApiError{413, "the request body is over the limit of " + std::to_string(options.max_body_bytes) +
-                                " bytes (--max-body-bytes)", "", "body_too_large"};
-      if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
-      if (ConnectionServer::body_deadline_passed()) throw late_body(options);
-      throw ApiError{400, "the request body could not be read", "", ""};
-    }
     if (draining) throw ApiError{503, "the server is shutting down", "", "shutting_down"};
     CompletionRequest request = chat_route ? parse_chat_request(body, options.limits)
                                            : parse_completion_request(body, info.vocab_size, tokenizer != nullptr,
@@ -258,7 +238,8 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     job.temperature = request.temperature;
     job.top_p = request.top_p;
     job.stop_at_eos = !request.ignore_eos;
-    if (request.chat) job.stop_tokens = chat->end_of_turn_ids();  // the end of the assistant's turn
+    // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
+    if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
     job.seed = request.seed ? *request.seed : random_seed();
     job.on_token = [channel](int32_t token) {
       Channel& c = *channel;
@@ -307,7 +288,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
                             static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage};
     if (request.stream)
-      answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight));
+      answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight), http11);
     else
       answer_whole(res, header, channel, id, prompt, request.stop, http11);
   } catch (const ApiError& e) {
@@ -353,7 +334,7 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
 void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
                                     const std::shared_ptr<Channel>& channel, uint64_t id,
                                     const std::vector<int32_t>& prompt, std::vector<std::string> stops,
-                                    std::shared_ptr<InFlight> flight) {
+                                    std::shared_ptr<InFlight> flight, bool http11) {
   struct Stream {
     std::shared_ptr<Channel> channel;
     std::shared_ptr<InFlight> flight;
@@ -371,7 +352,7 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
   res.set_header("Cache-Control", "no-cache");
   // httplib calls the provider until sink.done(), on this connection's thread; false ends the
   // connection (the client is gone).
-  res.set_chunked_content_provider("text/event-stream", [this, s](size_t, httplib::DataSink& sink) {
+  httplib::ContentProviderWithoutLength provider = [this, s](size_t, httplib::DataSink& sink) {
     auto gone = [&] {
       scheduler.cancel(s->id);
       return false;
@@ -434,7 +415,15 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     if (!sink.write(tail.data(), tail.size())) return false;
     sink.done();
     return true;
-  });
+  };
+  // note: chunked transfer coding is HTTP/1.1's; an HTTP/1.0 client's stream ends where its
+  // connection does (RFC 9112, 6.3).
+  if (http11) {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider));
+  } else {
+    ConnectionServer::close_after_response(res);
+    res.set_content_provider("text/event-stream", std::move(provider));
+  }
 }
 
 namespace {
@@ -506,21 +495,12 @@ bool refuse_route(const Request& req, Response& res, const Route* route) {
                       "method_not_allowed"});
 }
 
-bool refuse_length(const Request& req, Response& res, int64_t max_body_bytes) {
-  const std::string length = req.get_header_value("Content-Length");
-  // RFC 9112, 6.3: Content-Length headers that disagree make the body's end unknowable.
-  for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
-    if (req.get_header_value("Content-Length", i) != length)
-      return refuse(res, {400, "two different Content-Length headers", "", ""});
-  if (length.find_first_not_of("0123456789") != std::string::npos)
-    return refuse(res, {400, "Content-Length: '" + one_line(length, 24) + "' is not a number of bytes", "", ""});
-  // (More than 19 digits is past what strtoull reads, and over any limit.)
-  if (!length.empty() &&
-      (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > uint64_t(max_body_bytes)))
-    return refuse(res, {413, "the request body of " + one_line(length, 24) + " bytes is over the limit of " +
-                                 std::to_string(max_body_bytes) + " bytes (--max-body-bytes)", "",
-                        "body_too_large"});
-  return false;
+// The routes that take a body read it as JSON: a multipart form is refused before httplib's form
+// parser would read it.
+bool refuse_content_type(const Request& req, Response& res) {
+  if (!req.is_multipart_form_data()) return false;
+  return refuse(res, {415, "the body must be JSON (Content-Type: application/json), not a multipart form", "",
+                      "unsupported_media_type"});
 }
 
 }  // namespace
@@ -530,7 +510,7 @@ void ServeHttp::Impl::routes() {
     const Route* route = find_route(req.path);
     const bool answered = refuse_access(options.access, req, res, route) ||
                           answer_preflight(options.access, req, res, route) || refuse_route(req, res, route) ||
-                          refuse_length(req, res, options.max_body_bytes);
+                          refuse_content_type(req, res);
     return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
@@ -557,11 +537,10 @@ void ServeHttp::Impl::routes() {
   });
   // Answers httplib makes itself (a malformed request line, a body it could not read) get the
   // same JSON error as the rest.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request&, Response& res) {
+  server.set_error_handler(httplib::Server::HandlerWithResponse([](const Request&, Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ConnectionServer::close_after_response(res);
-    if (ConnectionServer::body_deadline_passed()) send_error(res, late_body(options));
-    else send_error(res, {res.status, default_message(res.status), "", ""});
+    send_error(res, {res.status, default_message(res.status), "", ""});
     return httplib::Server::HandlerResponse::Handled;
   }));
   server.set_exception_handler([](const Request&, Response& res, std::exception_ptr thrown) {
@@ -574,6 +553,13 @@ void ServeHttp::Impl::routes() {
     }
     ConnectionServer::close_after_response(res);
     send_error(res, {500, one_line(what, 400), "", ""});
+  });
+  // An answer that ends its connection says so once, without httplib's Keep-Alive beside it.
+  server.set_post_routing_handler([](const Request&, Response& res) {
+    if (res.get_header_value("Connection") != "close") return;
+    res.headers.erase("Connection");
+    res.headers.erase("Keep-Alive");
+    res.set_header("Connection", "close");
   });
   server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
   server.set_keep_alive_max_count(100);

@@ -76,6 +76,14 @@ ServerProcess::~ServerProcess() {
 
 std::string ServerProcess::log() const { return read_file(log_path_); }
 
+bool ServerProcess::signal(int sig) { return pid_ > 0 && !exited_ && kill(pid_, sig) == 0; }
+
+int64_t ServerProcess::rss_kib() const {
+  const std::string status = read_file("/proc/" + std::to_string(pid_) + "/status");
+  const size_t at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::atoll(status.c_str() + at + 6);
+}
+
 int ServerProcess::signal_and_wait(int sig, double timeout_s) {
   if (pid_ <= 0 || exited_) return -1;
   kill(pid_, sig);

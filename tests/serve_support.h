@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +31,10 @@ class ServerProcess {
   // Sends `sig` and waits for the exit: its status (128 + the signal when one ended it), or -1
   // when it still runs after `timeout_s`.
   int signal_and_wait(int sig, double timeout_s);
+  // Sends `sig` without waiting (false when it has exited).
+  bool signal(int sig);
+  // Its resident memory now (VmRSS), in KiB; -1 when it cannot be read.
+  int64_t rss_kib() const;
 
  private:
   ScratchDir dir_;

@@ -175,6 +175,32 @@ TEST(ServeChatless, AModelWithoutATemplateSaysSo) {
   expect_clean_exit(server);
 }
 
+// ignore_eos on the chat route generates past the end of the turn too, as on /v1/completions (and
+// as llama-server and vLLM do). The text fixture with the llama2 template, whose end of turn is the
+// EOS: near-uniform draws from its 1003 tokens meet it within 64 for some seeds.
+TEST(ServeChatIgnoreEos, GoesPastTheEndOfTheTurn) {
+  ServerProcess server({"-m", kTextModel, "--chat-template", "llama2", "--slots", "1", "--ctx", "128"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    json request = {{"messages", {{{"role", "user"}, {"content", "The end."}}}},
+                    {"max_tokens", 64}, {"temperature", 1e6}, {"seed", seed}};
+    Answer ended = post(server.port(), request.dump(), "/v1/chat/completions");
+    ASSERT_EQ(ended.status, 200) << ended.raw;
+    if (ended.body["usage"]["completion_tokens"] == 64) continue;
+    EXPECT_EQ(ended.body["choices"][0]["finish_reason"], "stop");
+    request["ignore_eos"] = true;
+    Answer past = post(server.port(), request.dump(), "/v1/chat/completions");
+    ASSERT_EQ(past.status, 200) << past.raw;
+    EXPECT_EQ(past.body["usage"]["completion_tokens"], 64) << "seed " << seed << ": " << past.raw;
+    EXPECT_EQ(past.body["choices"][0]["finish_reason"], "length");
+    const std::string before = ended.body["choices"][0]["message"]["content"];
+    EXPECT_EQ(past.body["choices"][0]["message"]["content"].get<std::string>().rfind(before, 0), 0u) << "seed " << seed;
+    expect_clean_exit(server);
+    return;
+  }
+  FAIL() << "no seed of 200 met the end of the turn in 64 near-uniform draws";
+}
+
 #else
 
 TEST(ServeChat, SkippedWithoutHttplib) {

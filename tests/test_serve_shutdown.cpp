@@ -1,5 +1,6 @@
 // Shutting `minfer serve` down: SIGTERM lets requests in flight finish within the grace period,
-// cancels what outlasts it, and a trickling client cannot hold the shutdown.
+// cancels what outlasts it, a second signal ends the grace, SIGHUP drains too, and a trickling
+// client cannot hold the shutdown.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -91,6 +92,49 @@ TEST(ServeShutdown, ATricklingClientCannotHoldTheShutdown) {
   bodies.join();
   EXPECT_EQ(status, 0) << server.log();
   EXPECT_LT(seconds, 0.5 + 2 + 2.0) << "grace 0.5 s, then 2 s for what was being written";
+}
+
+TEST(ServeShutdown, ASecondSignalEndsTheGraceAtOnce) {
+  ServerProcess server(
+      {"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--ctx", "256", "--shutdown-grace", "60"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  Answer answer;
+  std::thread in_flight([&] { answer = post(server.port(), kLongStream); });
+  ASSERT_TRUE(
+      wait_metrics(server.port(), 30, [](const Metrics& m) { return m.get("minfer_generation_tokens_total") >= 1; }));
+  const auto start = Clock::now();
+  ASSERT_TRUE(server.signal(SIGTERM));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int status = server.signal_and_wait(SIGTERM, 30);
+  const double seconds = since(start);
+  in_flight.join();
+  EXPECT_EQ(status, 0) << server.log();
+  // Not the 60 s grace: the cancel (at most 2 s) and the cut of what is still open (2 s) at most.
+  EXPECT_LT(seconds, 0.3 + 2 + 2 + 1.0) << server.log();
+  const SseEvents sse = parse_sse(answer.raw);
+  EXPECT_TRUE(sse.well_formed) << answer.raw;
+  ASSERT_FALSE(sse.events.empty());
+  EXPECT_EQ(sse.events.back()["error"]["code"], "shutting_down") << answer.raw;
+}
+
+// SIGHUP (the terminal closed) drains as SIGTERM does: the stream in flight ends whole.
+TEST(ServeShutdown, SighupDrainsAsSigtermDoes) {
+  ServerProcess server(
+      {"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--ctx", "128", "--shutdown-grace", "60"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  Answer answer;
+  std::thread in_flight([&] {
+    answer = post(server.port(), R"({"prompt": [1, 500], "max_tokens": 20, "temperature": 0, "stream": true})");
+  });
+  ASSERT_TRUE(
+      wait_metrics(server.port(), 30, [](const Metrics& m) { return m.get("minfer_generation_tokens_total") >= 1; }));
+  const int status = server.signal_and_wait(SIGHUP, 60);
+  in_flight.join();
+  EXPECT_EQ(status, 0) << server.log();
+  const SseEvents sse = parse_sse(answer.raw);
+  EXPECT_TRUE(sse.well_formed && sse.done) << answer.raw;
+  EXPECT_NE(server.log().find("minfer: shut down; requests finished: 1, cancelled: 0"), std::string::npos)
+      << server.log();
 }
 
 #endif  // MINFER_HAVE_HTTPLIB
