@@ -61,12 +61,12 @@ std::vector<std::string_view> list_elements(std::string_view value) {
 }
 
 // Host's value (RFC 9110, 7.2: uri-host [":" port]): the characters of a reg-name, an IP literal
-// or a port; empty is allowed.
+// or a port, but for '%' (no client names a host in percent-encoding); empty is allowed.
 bool valid_host(std::string_view host) {
   for (char c : host) {
     const unsigned char u = static_cast<unsigned char>(c);
     const bool ok = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-                    std::string_view("-._~!$&'()*+,;=:[]%").find(c) != std::string_view::npos;
+                    std::string_view("-._~!$&'()*+,;=:[]").find(c) != std::string_view::npos;
     if (!ok) return false;
   }
   return true;
@@ -152,6 +152,8 @@ struct Parse {
   }
 
   bool field_line(std::string_view line) {
+    if (line.size() + 2 > limits.max_line_bytes)
+      return refuse(431, "a header line is over " + std::to_string(limits.max_line_bytes) + " bytes");
     if (line.front() == ' ' || line.front() == '\t')
       return refuse(400, "a header line starts with whitespace (obsolete line folding is not accepted)");
     const size_t colon = line.find(':');
@@ -237,11 +239,7 @@ struct Parse {
 
   void finish() {
     std::string head = out.method + " " + target + " " + out.version + "\r\n";
-    if (hosts > 0 || host_from_target) {
-      head += "Host: ";
-      append_escaped(head, host);
-      head += "\r\n";
-    }
+    if (hosts > 0 || host_from_target) head += "Host: " + host + "\r\n";
     if (out.close) head += "Connection: close\r\n";
     else if (out.version == "HTTP/1.0") head += "Connection: Keep-Alive\r\n";
     out.canonical = head + out.canonical;
