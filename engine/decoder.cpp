@@ -20,6 +20,11 @@ void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
          n_new, " - 1 = ", needed, " positions > context ", n_ctx);
 }
 
+DType default_kv_dtype(DeviceKind device, DType weights) {
+  if (device != DeviceKind::cuda) return DType::f32;
+  return is_quantized(weights) ? DType::f16 : weights;
+}
+
 Decoder::Decoder(Model& model, const DecoderOptions& options)
     : model_(model), backend_(model.backend()), n_seqs_(options.n_seqs),
       vocab_(model.info().vocab_size) {
@@ -35,12 +40,7 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   const int64_t seq_logit_rows = n_seqs_ * options.logits_per_seq;  // at most 4096 x 64
   max_rows_ = std::max(options.max_prefill_rows, seq_logit_rows);
   logit_rows_ = options.logits_every_row ? max_rows_ : seq_logit_rows;
-  // On CUDA a 16-bit model keeps a 16-bit cache; a q8_0 model an f16 one (its weights' blocks are
-  // no format for keys and values written a row at a time).
-  const DType kv_dtype = options.kv_dtype                          ? *options.kv_dtype
-                         : backend_.device() != DeviceKind::cuda  ? DType::f32
-                         : info.dtype == DType::q8_0               ? DType::f16
-                                                                  : info.dtype;
+  const DType kv_dtype = options.kv_dtype ? *options.kv_dtype : default_kv_dtype(backend_.device(), info.dtype);
   MINFER_CHECK(kv_dtype == DType::f32 || kv_dtype == DType::f16 || kv_dtype == DType::bf16,
                "the KV cache is f32, f16 or bf16, not ", dtype_name(kv_dtype));
   MINFER_CHECK(kv_dtype != DType::bf16 || backend_.kind() != BackendKind::cpu,

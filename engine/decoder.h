@@ -27,8 +27,7 @@ struct DecoderOptions {
   int64_t n_seqs = 1;               // the sequences decoded together (the batch size, -B)
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
   int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
-  // The KV cache's type. Unset: f32 on the CPU; on CUDA the weights' type (an f16 model keeps
-  // f16 keys and values, halving the cache's bytes), f32 for an f32 model, f16 for a q8_0 one.
+  // The KV cache's type. Unset: default_kv_dtype.
   std::optional<DType> kv_dtype;
   // Room for the logits of every row of a prefill chunk (max_prefill_rows x vocab, on the device
   // and the host), which prefill_scored needs; otherwise one row per sequence.
@@ -37,6 +36,12 @@ struct DecoderOptions {
   // speculative verify pass (engine/speculative.h) wants k + 1 per sequence.
   int64_t logits_per_seq = 1;
 };
+
+// The KV cache's type when none is asked for: f32 on the CPU; on CUDA the weights' type for f32,
+// f16 and bf16 models (a 16-bit model keeps 16-bit keys and values, halving the cache's bytes), and
+// f16 for every quantized one (a block format is no format for keys and values written a row at
+// a time).
+DType default_kv_dtype(DeviceKind device, DType weights);
 
 struct GenerateOptions {
   int64_t n_new = 256;         // new tokens per sequence after the prompt

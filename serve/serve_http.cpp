@@ -444,8 +444,9 @@ const Route* find_route(const std::string& path) {
   return nullptr;
 }
 
-// Each of the checks below answers (true) or lets the request through (false). Routing errors are
-// decided before a body is read, so their answers close the connection.
+// Each of the checks below answers (true) or lets the request through (false). Their answers end
+// the connection: httplib has not read the body the front door holds for it (and a connection
+// whose request httplib did not read whole closes anyway: ConnectionServer).
 bool refuse(Response& res, const ApiError& error) {
   ConnectionServer::close_after_response(res);
   send_error(res, error);
@@ -468,9 +469,6 @@ bool refuse_access(const AccessOptions& access, const Request& req, Response& re
 // OPTIONS on a route: the methods it takes, and for an allowed origin what its requests may carry.
 bool answer_preflight(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
   if (req.method != "OPTIONS" || route == nullptr) return false;
-  // Answered before any body is read: the connection ends, so that a body is never read as the
-  // next request.
-  ConnectionServer::close_after_response(res);
   const std::string methods = std::string(route->method) + ", OPTIONS";
   res.status = 204;
   res.set_header("Allow", methods);

@@ -34,6 +34,19 @@ std::vector<std::string> greedy_rows(const std::vector<std::string>& extra) {
   return lines(r.out);
 }
 
+// The cache type chosen when none is asked for, decided on the host for every weight type: every
+// choice is one the KV cache takes (a 4-bit GGUF on CUDA once asked for a q4_k cache and failed).
+TEST(Decoder, TheDefaultKvTypeIsACacheTypeForEveryWeightType) {
+  for (int t = 0; t <= static_cast<int>(DType::q6_k); ++t) {
+    const DType weights = static_cast<DType>(t);
+    if (weights == DType::i32) continue;
+    EXPECT_EQ(default_kv_dtype(DeviceKind::cpu, weights), DType::f32) << dtype_name(weights);
+    const DType cuda = default_kv_dtype(DeviceKind::cuda, weights);
+    EXPECT_TRUE(cuda == DType::f32 || cuda == DType::f16 || cuda == DType::bf16) << dtype_name(weights);
+    EXPECT_EQ(cuda, is_quantized(weights) ? DType::f16 : weights) << dtype_name(weights);
+  }
+}
+
 TEST(Decoder, BatchSizesGiveTheSameGreedyIds) {
   SKIP_WITHOUT_GOLDEN("stories260K.bin");
   std::vector<std::string> one = greedy_rows({"--prompt-ids", "1", "-n", "200", "--batch", "1"});

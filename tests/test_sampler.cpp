@@ -75,6 +75,29 @@ TEST(Sampler, TiesKeepIndexOrder) {
   EXPECT_EQ(sample_argmax(logits.data(), 4), 1) << "the first of equal maxima";
 }
 
+// Many ties: std::sort (an introsort past 16 elements) reorders equal keys, so only the index
+// tie-break keeps run.c's order. 64 equal tokens at top_p 0.5: the nucleus is tokens 0..32
+// (33/64 > 0.5), and coin c picks token floor(33 c).
+TEST(Sampler, ManyTiesKeepIndexOrder) {
+  std::vector<float> p(64, 1.0f / 64);
+  std::vector<ProbIndex> scratch(p.size());
+  for (float coin : {0.0f, 0.1f, 0.37f, 0.5f, 0.8f, 0.99f})
+    EXPECT_EQ(sample_topp(p.data(), 64, 0.5f, coin, scratch.data()), static_cast<int32_t>(coin * 33)) << coin;
+  // 48 ties, with 16 larger tokens spread among them, which come first.
+  std::vector<float> q(64, 0.5f / 48);
+  for (int i = 0; i < 64; i += 4) q[static_cast<size_t>(i)] = 0.5f / 16;
+  std::vector<int32_t> order;  // run.c's: the larger ones by index, then the ties by index
+  for (int i = 0; i < 64; i += 4) order.push_back(i);
+  for (int i = 0; i < 64; ++i)
+    if (i % 4 != 0) order.push_back(i);
+  // top_p 0.99: every token (the cumulative passes 0.99 only at the last); coin c lands on the
+  // token whose cumulative share first exceeds c.
+  for (int k = 0; k < 64; ++k) {
+    const float share = k < 16 ? (k + 0.5f) * (0.5f / 16) : 0.5f + (k - 16 + 0.5f) * (0.5f / 48);
+    EXPECT_EQ(sample_topp(q.data(), 64, 0.99f, share, scratch.data()), order[static_cast<size_t>(k)]) << k;
+  }
+}
+
 // With top_p 1 (or 0) the sampler draws from the whole distribution: the first coin of seed 1
 // (0.2808...) falls in token 0's share of {1/2, 1/4, 1/8, 1/8}, the second (0.6711...) in token 1's.
 TEST(Sampler, TopPOfOneSamplesTheWholeDistribution) {

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "serve/serve_access.h"
 #include "tests/serve_http_support.h"
 
 namespace minfer::test {
@@ -60,7 +61,7 @@ TEST_F(ServeAccess, EveryRouteButHealthWantsTheKey) {
   EXPECT_EQ(raw_answer(port(), "GET", "/metrics", host() + key).rfind("HTTP/1.1 200", 0), 0u);
 }
 
-TEST_F(ServeAccess, APreflightEndsItsConnectionAndTheSchemeIsCaseInsensitive) {
+TEST_F(ServeAccess, APreflightCarriesNoBodyAndTheSchemeIsCaseInsensitive) {
   // A body after an OPTIONS is never read as a request of its own: only a POST carries a body
   // (serve/http_framing.h).
   const std::string smuggled = "GET /v1/models HTTP/1.1\r\n" + host() + "Authorization: Bearer s3cret-key\r\n\r\n";
@@ -101,6 +102,28 @@ TEST_F(ServeAccess, AForeignHostOrOriginIsRefusedAnAllowedOriginGetsCors) {
 }
 
 #endif  // MINFER_HAVE_HTTPLIB
+
+// The key itself, on the check alone: only the very key opens, whatever part of it a guess shares.
+TEST(ServeAccessKey, OnlyTheExactKeyIsAccepted) {
+  const serve::AccessOptions access = serve::make_access_options("127.0.0.1", "s3cret-key", "", "");
+  auto status = [&](const std::string& authorization) {
+    const auto refusal = serve::check_access(access, "localhost", "", authorization, true);
+    return refusal ? refusal->status : 200;
+  };
+  EXPECT_EQ(status("Bearer s3cret-key"), 200);
+  EXPECT_EQ(status("bEaReR s3cret-key"), 200);  // the scheme's name is case-insensitive
+  for (const std::string wrong : {"s3cret-ke", "s3cret-keyX", "s3cret-key ", "s", "S3CRET-KEY", "s3cret-kez",
+                                  "xs3cret-key", "s3cret-keys3cret-key"})
+    EXPECT_EQ(status("Bearer " + wrong), 401) << "'" << wrong << "'";
+  EXPECT_EQ(status("Bearer s3cret-key" + std::string(1, '\0')), 401);
+  EXPECT_EQ(status("Bearer "), 401);
+  EXPECT_EQ(status("Bearer"), 401);
+  EXPECT_EQ(status("Basic s3cret-key"), 401);
+  EXPECT_EQ(status("s3cret-key"), 401);
+  EXPECT_EQ(status(""), 401);
+  // /health wants none.
+  EXPECT_FALSE(serve::check_access(access, "localhost", "", "", false));
+}
 
 }  // namespace
 }  // namespace minfer::test
