@@ -45,7 +45,7 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
-  // Bytes per element of a plain dtype; quantized types have none (their bytes count per block).
+  // Bytes per element of a plain dtype; for a quantized type, the bytes of one block (dtype_size).
   size_t element_size() const { return static_cast<size_t>(dtype_size(dtype_)); }
   size_t nbytes() const { return static_cast<size_t>(dtype_bytes(dtype_, static_cast<uint64_t>(numel()))); }
   bool is_contiguous() const;

@@ -87,7 +87,7 @@ class LlamaModel final : public Model {
   Kernels kernels_;
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;
-  // note: Q, K and V weights are stored as one (dim + 2 kv_dim, dim) matrix per layer, and W1
+  // note: Q, K and V weights are stored as one (q_dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
   // unfused path multiplies its row blocks separately; the memory is the same. Where a file
   // stores them in different types (Q4_K_M: V in Q6_K, Q and K in Q4_K), the matrix is kept in

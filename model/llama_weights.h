@@ -44,7 +44,7 @@ struct LlamaHostWeights {
   std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
 
   // Checks that every tensor is a dense 2-D (or 1-D for norms) host tensor of the shape the
-  // config implies, in f32, f16, bf16 or q8_0; Error naming the tensor otherwise.
+  // config implies, of a float or quantized type (not i32); Error naming the tensor otherwise.
   void validate(const std::string& source) const;
 };
 

@@ -23,8 +23,8 @@ namespace minfer {
 
 class NaiveLlama {
  public:
-  // Copies the weights (f32, f16, bf16 or q8_0 host tensors, as any loader in formats/ returns
-  // them) as f32, and keeps a KV cache of `n_ctx` positions (0: the model's context).
+  // Copies the weights (host tensors of any float or quantized type, as the loaders in formats/
+  // return them) as f32, and keeps a KV cache of `n_ctx` positions (0: the model's context).
   explicit NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx = 0);
   // Feeds `token` at position `pos` (0, 1, 2, ... in order) and returns the logits (vocab).
   const std::vector<float>& forward(int32_t token, int64_t pos);
