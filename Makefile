@@ -1,5 +1,6 @@
 # A thin wrapper over CMake. The quick start is two commands:
 #   make run    install what is missing, build the minfer executable (Release), run the main job
+#               (without a visible GPU: the CPU engine alone, in build-cpu/, skipping the CUDA compile)
 #   make test   the same set-up, then the whole suite: normal build, sanitizer build, fuzzers
 BUILD      ?= build
 SAN_BUILD  ?= build-asan
@@ -8,7 +9,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps models configure build build-minfer run test test-normal test-asan fuzz clean
+.PHONY: all deps models configure build run test test-normal test-asan fuzz clean
 
 all: build
 
@@ -21,17 +22,22 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Only what the main job runs: the tests and micro-benchmarks are built by `make test`.
-build-minfer: configure
-	@cmake --build $(BUILD) -j $(JOBS) --target minfer
+# A GPU the driver lists. Without one the main job runs on the CPU, so `make run` compiles no CUDA:
+# it builds the CPU engine alone in its own folder (build/ keeps every CUDA source for `make test`).
+HAVE_GPU  := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo yes)
+RUN_BUILD ?= $(if $(HAVE_GPU),$(BUILD),build-cpu)
 
 # The main job, on the best device against the measured roofline of this machine (each decode
 # row against the memory level its bytes fit in): first a model 4x the last cache, which every
 # decode step must stream from main memory; then stories15M, which fits in many last caches,
 # at batch 1 and 8: the same roofline, a faster level.
-run: build-minfer
-	./$(BUILD)/minfer bench -m preset:dram-bound -B 1 -r 3 --roofline
-	./$(BUILD)/minfer bench -m preset:stories15M -B 1,8 --roofline
+# Only what the main job runs: the tests and micro-benchmarks are built by `make test`.
+run: deps
+	@$(if $(HAVE_GPU),,echo "make run: no GPU visible (nvidia-smi lists none): building the CPU engine only, in $(RUN_BUILD)/")
+	@cmake -S . -B $(RUN_BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(HAVE_GPU),,-DMINFER_CUDA=OFF) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(RUN_BUILD) -j $(JOBS) --target minfer
+	./$(RUN_BUILD)/minfer bench -m preset:dram-bound -B 1 -r 3 --roofline
+	./$(RUN_BUILD)/minfer bench -m preset:stories15M -B 1,8 --roofline
 
 test: test-normal test-asan fuzz
 
@@ -71,4 +77,4 @@ fuzz: deps
 	done
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) build-cpu $(SAN_BUILD) $(FUZZ_BUILD)

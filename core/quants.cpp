@@ -42,7 +42,6 @@ void quantize_q8_0(BlockQ8* dst, const float* src, size_t n) {
   }
 }
 
-void dequantize_q8_0(float* dst, const BlockQ8* src, size_t n) { each_block<BlockQ8>(dst, src, n); }
 
 void dequantize_row(DType t, float* dst, const void* src, size_t n) {
   const size_t block = size_t(dtype_block(t));

@@ -129,8 +129,7 @@ void dequantize_row(DType t, float* dst, const void* src, size_t n);
 // n weights to blocks of q4_0, q4_1, q5_0, q5_1 or q8_0 (n whole blocks of 32).
 void quantize_row(DType t, void* dst, const float* src, size_t n);
 
-// llama.cpp's quantize_row_q8_0 and dequantize_row_q8_0 (n a multiple of 32).
+// llama.cpp's quantize_row_q8_0 (n a multiple of 32).
 void quantize_q8_0(BlockQ8* dst, const float* src, size_t n);
-void dequantize_q8_0(float* dst, const BlockQ8* src, size_t n);
 
 }  // namespace minfer

@@ -111,15 +111,6 @@ Tensor Tensor::select(int dim, int64_t index) const {
   return t;
 }
 
-Tensor Tensor::transpose(int dim_a, int dim_b) const {
-  dim_a = check_dim(dim_a);
-  dim_b = check_dim(dim_b);
-  Tensor t = *this;
-  std::swap(t.shape_[dim_a], t.shape_[dim_b]);
-  std::swap(t.stride_[dim_a], t.stride_[dim_b]);
-  return t;
-}
-
 namespace {
 
 // Walks every dense run of the innermost dimension of two same-shaped tensors.

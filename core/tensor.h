@@ -2,7 +2,7 @@
 //
 // A tensor is a pointer, a shape of up to 4 dimensions, strides counted in elements, a dtype and a
 // device, plus a shared reference to the storage that keeps the memory alive. Views (reshape,
-// slice, select, transpose) share that storage and copy nothing. Memory comes from a CachingPool
+// slice, select) share that storage and copy nothing. Memory comes from a CachingPool
 // (Tensor::empty) or from elsewhere, e.g. a memory-mapped checkpoint (Tensor::wrap).
 //
 // Kernels take raw pointers, row strides and sizes; the backends unpack tensors into those, so
@@ -60,7 +60,6 @@ class Tensor {
   Tensor reshape(const std::vector<int64_t>& shape) const;  // contiguous tensors only
   Tensor slice(int dim, int64_t begin, int64_t end) const;   // [begin, end) along dim
   Tensor select(int dim, int64_t index) const;               // drops dim
-  Tensor transpose(int dim_a, int dim_b) const;
 
   // Copies src's elements into this tensor: same shape and dtype, any devices. Host-to-host copies
   // take any strides; copies that involve a device need dense rows on both sides.

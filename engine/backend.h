@@ -118,8 +118,6 @@ class Backend {
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // out = a + b                    (M, D) each; out may alias a or b
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
-  // row-wise softmax in place      x (M, N)
-  virtual void softmax(const Tensor& x) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;
   // out[0] = sum of x                out (1) f32; x (n) f32, contiguous. A pure streaming read,

@@ -12,7 +12,6 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/cpu/softmax.h"
 #include "kernels/cpu/sum.h"
 #include "kernels/cpu/swiglu.h"
 
@@ -112,11 +111,6 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
 void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   checks::elementwise("add", out, a, b, kCpu);
   cpu::add(threads_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
-}
-
-void CpuBackend::softmax(const Tensor& x) {
-  checks::activation("softmax", "x", x, kCpu);
-  cpu::softmax(threads_, f32(x), ld(x), x.size(0), x.size(1));
 }
 
 void CpuBackend::argmax(const Tensor& out, const Tensor& x) {

@@ -32,7 +32,6 @@
 #include "kernels/cuda/matvec.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
-#include "kernels/cuda/softmax.cuh"
 #include "kernels/cuda/sum.cuh"
 #include "kernels/cuda/swiglu.cuh"
 
@@ -210,11 +209,6 @@ class CudaBackend final : public Backend, private Recorder {
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
     checks::elementwise("add", out, a, b, kCuda);
     cuda::add(stream_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
-  }
-
-  void softmax(const Tensor& x) override {
-    checks::activation("softmax", "x", x, kCuda);
-    cuda::softmax(stream_, f32(x), ld(x), x.size(0), x.size(1));
   }
 
   void argmax(const Tensor& out, const Tensor& x) override {

@@ -11,7 +11,6 @@
 #include "kernels/ref/matmul.h"
 #include "kernels/ref/rmsnorm.h"
 #include "kernels/ref/rope.h"
-#include "kernels/ref/softmax.h"
 #include "kernels/ref/sum.h"
 #include "kernels/ref/swiglu.h"
 
@@ -92,11 +91,6 @@ void RefBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
 void RefBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   checks::elementwise("add", out, a, b, kHost);
   ref::add(f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
-}
-
-void RefBackend::softmax(const Tensor& x) {
-  checks::activation("softmax", "x", x, kHost);
-  ref::softmax(f32(x), ld(x), x.size(0), x.size(1));
 }
 
 void RefBackend::argmax(const Tensor& out, const Tensor& x) {

@@ -65,9 +65,6 @@ void ProfilingBackend::swiglu(const Tensor& out, const Tensor& gate, const Tenso
 void ProfilingBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   timed("add", [&] { inner_.add(out, a, b); });
 }
-void ProfilingBackend::softmax(const Tensor& x) {
-  timed("softmax", [&] { inner_.softmax(x); });
-}
 void ProfilingBackend::argmax(const Tensor& out, const Tensor& x) {
   timed("argmax", [&] { inner_.argmax(out, x); });
 }

@@ -39,7 +39,6 @@ class ProfilingBackend final : public Backend {
                  AttentionAlgorithm algorithm) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
-  void softmax(const Tensor& x) override;
   void argmax(const Tensor& out, const Tensor& x) override;
   void sum(const Tensor& out, const Tensor& x) override;
   void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) override;

@@ -137,7 +137,7 @@ TEST(DType, Q8_0QuantizesBitForBitLikeLlamaCpp) {
     }
     // Dequantizing gives d * q exactly.
     float back[32];
-    dequantize_q8_0(back, &block, 32);
+    dequantize_row(DType::q8_0, back, &block, 32);
     for (int i = 0; i < 32; ++i) EXPECT_EQ(back[i], f16_to_f32(block.d) * block.q[i]);
     ++n_blocks;
   }
