@@ -3,9 +3,11 @@
 
 The same GGUF file, the same prompt ids (minfer's tokenizer, in the model's ChatML template) and
 16 greedy tokens each, one request at a time, under four shapes:
-  one-by-one  the prompt read a row per pass   (minfer --step-tokens 1;  llama-server -b 1 -ub 1)
-  chunks-16   16 rows per pass                 (minfer --step-tokens 16; llama-server -b 16 -ub 16)
-  whole       the prompt in one pass           (minfer --step-tokens 512; llama-server -b 512 -ub 512)
+  one-by-one  the prompt read a row per pass   (minfer --step-tokens 1;  llama-server -ub 1)
+  chunks-16   16 rows per pass                 (minfer --step-tokens 16; llama-server -ub 16)
+  whole       the prompt in one pass           (minfer --step-tokens 512; llama-server -ub 512)
+(llama-server's logical batch -b stays 512: at -b 1 it aborts in get_sub_batch; -ub is the rows
+of each pass.)
   cached      the system prompt from a cache, the rest in one pass (a request for the system
               prompt alone first; minfer's slot cache, llama-server's cache_prompt)
 An answer "changed" when its ids differ from the same engine's whole-prompt answer. Prints a table,
@@ -118,7 +120,7 @@ def llama_answers(args, prompts, prefix, shape):
     port = free_port()
     batch = {"one-by-one": 1, "chunks-16": 16}.get(shape, 512)
     argv = [args.llama_server, "-m", args.model, "--port", str(port), "-np", "1", "-c", "1024",
-            "-t", str(args.threads), "-b", str(batch), "-ub", str(batch), "--no-warmup"]
+            "-t", str(args.threads), "-b", "512", "-ub", str(batch), "--no-warmup"]
     server = Server(argv, port)
     try:
         answers = []
