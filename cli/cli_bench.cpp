@@ -345,6 +345,7 @@ int cmd_bench(int argc, char** argv) {
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
+             {"--batch-invariant", "", "CPU: every row of a matrix product computed as a lone row (docs/serving.md)"},
              {"--roofline", "", "measure each memory level's read bandwidth and the matmul peak first; rows show % of theirs"},
              {"--profile", "", "time every op (serialising the device) and print a table per test"},
              {"--draft", "MODEL", "also time greedy generation of each -n plainly and with speculative decoding:\n"
@@ -385,6 +386,7 @@ int cmd_bench(int argc, char** argv) {
   s.graphs = parse_list(args.get("--graphs", "on"), "--graphs");
   for (const auto& g : s.graphs) parse_on_off(g, "--graphs");
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
+  s.backend.batch_invariant = args.has("--batch-invariant");
   s.explicit_prompt = args.has("-p");
   s.profile = args.has("--profile");
   s.kv_dtype = kv_dtype_option(args);

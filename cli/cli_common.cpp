@@ -21,6 +21,9 @@ std::vector<Option> engine_options() {
                           "                              and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
+      {"--batch-invariant", "", "CPU: compute every row of a matrix product as a lone row, so greedy answers do not\n"
+                                "                              depend on how prompts are split into passes or batched; prefill\n"
+                                "                              is slower (docs/serving.md)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
       {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
                              "                              type, f16 for quantized weights); bf16 is CUDA only"},
@@ -38,9 +41,9 @@ void check_backend_options(const Args& args, BackendKind kind) {
   for (const char* option : {"--gemm", "--graphs"})
     if (args.declared(option) && args.has(option) && kind != BackendKind::cuda)
       fail(option, " applies to CUDA only; it does nothing on the ", backend_kind_name(kind), " device");
-  for (const char* option : {"--threads", "--spin-us"})
+  for (const char* option : {"--threads", "--spin-us", "--batch-invariant"})
     if (args.declared(option) && args.has(option) && kind != BackendKind::cpu)
-      fail(option, " sets the CPU backend's workers; it does nothing on the ", backend_kind_name(kind), " device");
+      fail(option, " applies to the CPU backend only; it does nothing on the ", backend_kind_name(kind), " device");
 }
 
 BackendOptions backend_options(const Args& args) {
@@ -49,6 +52,7 @@ BackendOptions backend_options(const Args& args) {
   options.spin_us = static_cast<int>(args.get_int("--spin-us", options.spin_us, 0, 1000000));
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
+  options.batch_invariant = args.declared("--batch-invariant") && args.has("--batch-invariant");
   return options;
 }
 

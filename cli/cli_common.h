@@ -25,8 +25,8 @@ std::vector<Option> engine_options();
 
 BackendOptions backend_options(const Args& args);
 // An option that does nothing on the chosen backend is an error naming it: --gemm and --graphs
-// (CUDA only) on ref or cpu; --threads and --spin-us (CPU workers) on cuda, and on ref, which
-// runs on one thread.
+// (CUDA only) on ref or cpu; --threads, --spin-us (CPU workers) and --batch-invariant (the CPU
+// kernels' choice) on cuda, and on ref, which runs on one thread.
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
 LlamaOptions llama_options(const Args& args);

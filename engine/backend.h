@@ -49,6 +49,10 @@ struct BackendOptions {
   int spin_us = ThreadPool::kDefaultSpinMicros;  // how long idle CPU workers spin before sleeping
   GemmKind gemm = GemmKind::cublas;            // CUDA matrix products
   bool graphs = true;                          // CUDA: record decode steps as CUDA Graphs
+  // CPU: every row of a matrix product computed as a lone row is, whatever the rows with it
+  // (kernels/cpu/matmul.h), so greedy answers do not depend on how prompts are split into passes
+  // or batched; prefill is slower.
+  bool batch_invariant = false;
 };
 
 class Backend {

@@ -32,10 +32,13 @@ void require_cpu_cache(const char* op, const Tensor& cache) {
 }  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : pool_(std::make_unique<HostUpstream>()), threads_(options.threads, options.spin_us) {}
+    : pool_(std::make_unique<HostUpstream>()),
+      threads_(options.threads, options.spin_us),
+      batch_invariant_(options.batch_invariant) {}
 
 std::string CpuBackend::name() const {
-  return detail::concat("cpu (", threads_.size(), " threads, ", cpu::simd::name(), ")");
+  return detail::concat("cpu (", threads_.size(), " threads, ", cpu::simd::name(),
+                        batch_invariant_ ? ", batch-invariant" : "", ")");
 }
 
 void CpuBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
@@ -59,7 +62,7 @@ void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tens
 void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
   checks::matmul(out, x, w, kCpu);
   cpu::matmul(threads_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0),
-              w.size(0), w.size(1));
+              w.size(0), w.size(1), batch_invariant_);
 }
 
 void CpuBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) {

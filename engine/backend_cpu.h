@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
  private:
   CachingPool pool_;
   ThreadPool threads_;
+  bool batch_invariant_;  // BackendOptions::batch_invariant
 };
 
 }  // namespace minfer

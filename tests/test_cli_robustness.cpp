@@ -92,6 +92,8 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"bench", "-m", "preset:tiny", "--device", "cpu", "--gemm", "mma"}, 1, "--gemm applies to CUDA only"},
       {{"generate", "-m", "preset:tiny", "--device", "cpu", "--graphs", "off"}, 1, "on the cpu device"},
       {{"generate", "-m", "preset:tiny", "--device", "ref", "--threads", "2"}, 1, "does nothing on the ref device"},
+      {{"generate", "-m", "preset:tiny", "--device", "ref", "--batch-invariant"}, 1,
+       "--batch-invariant applies to the CPU backend only"},
       {{"generate", "-m", "preset:tiny", "--temp", "1", "--temp", "2"}, 1, "--temp is given twice"},
       {{"generate", "-m", "preset:tiny", "--top-p", "0"}, 1, "--top-p: 0 is outside (0, 1]"},
       {{"generate", "-m", "preset:tiny", "--top-p", "1.5"}, 1, "--top-p: 1.5 is outside [0, 1]"},

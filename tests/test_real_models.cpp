@@ -115,5 +115,61 @@ TEST(RealModels, SmolLM2PerplexityMatchesLlamaCpp) {
   EXPECT_NEAR(r.ppl, want, 0.01 * want) << "minfer " << r.ppl << ", llama.cpp " << want;
 }
 
+// How often greedy answers change with the shape of the prompt's passes (docs/serving.md): windows
+// of 40 to 55 tokens of text.txt, 16 greedy tokens after the prompt read in one pass, against the
+// prompt read a row per pass and 16 rows per pass. Above 32 rows a pass takes prefill's kernels,
+// which round apart from decode's, so answers at a near-tie change: the count is printed. With
+// BackendOptions::batch_invariant (--batch-invariant) every row is computed as decode computes
+// it: the logits after the prompt are equal bit for bit whatever the passes, and no answer changes.
+TEST(RealModels, SmolLM2GreedyAnswersAgainstPassShape) {
+  REQUIRE_SMOLLM2();
+  std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kSmolLM2);
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int32_t> text =
+      tokenizer->encode(read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/text.txt"), false);
+  constexpr int kPrompts = 12, kNew = 16;
+  ASSERT_GE(text.size(), size_t(kPrompts * 60));
+  for (bool invariant : {false, true}) {
+    BackendOptions options;
+    options.batch_invariant = invariant;
+    auto cpu = make_backend(BackendKind::cpu, options);
+    auto model = load_model(kSmolLM2, *cpu, LlamaOptions{});
+    const int64_t vocab = model->info().vocab_size;
+    int changed = 0;
+    float largest = 0.0f;  // the largest difference of a logit after the prompt
+    for (int p = 0; p < kPrompts; ++p) {
+      const std::vector<int32_t> prompt(text.begin() + 60 * p, text.begin() + 60 * p + 40 + p);
+      std::vector<std::vector<int32_t>> answers;
+      std::vector<std::vector<float>> first_logits;
+      for (int64_t rows_per_pass : {2048, 1, 16}) {
+        DecoderOptions dec;
+        dec.n_ctx = int64_t(prompt.size()) + kNew;
+        dec.max_prefill_rows = rows_per_pass;
+        Decoder decoder(*model, dec);
+        decoder.prefill({prompt});
+        first_logits.emplace_back(decoder.logits(0), decoder.logits(0) + vocab);
+        std::vector<int32_t> answer, next;
+        for (int i = 0; i < kNew; ++i) {
+          decoder.argmax(&next);
+          answer.push_back(next[0]);
+          if (i + 1 < kNew) decoder.decode({next[0]});
+        }
+        answers.push_back(answer);
+      }
+      for (size_t shape = 1; shape < answers.size(); ++shape) {
+        changed += answers[shape] != answers[0];
+        for (int64_t v = 0; v < vocab; ++v)
+          largest = std::max(largest, std::fabs(first_logits[shape][size_t(v)] - first_logits[0][size_t(v)]));
+        if (invariant) {
+          EXPECT_EQ(answers[shape], answers[0]) << "prompt " << p << ", shape " << shape;
+          EXPECT_EQ(first_logits[shape], first_logits[0]) << "prompt " << p << ", shape " << shape;
+        }
+      }
+    }
+    std::printf("%s: %d of %d greedy answers changed with the passes' shape; logits after the prompt %.3g apart\n",
+                cpu->name().c_str(), changed, 2 * kPrompts, double(largest));
+  }
+}
+
 }  // namespace
 }  // namespace minfer::test

@@ -10,12 +10,14 @@ The same GGUF file, the same prompt ids (minfer's tokenizer, in the model's Chat
 of each pass.)
   cached      the system prompt from a cache, the rest in one pass (a request for the system
               prompt alone first; minfer's slot cache, llama-server's cache_prompt)
+minfer runs twice: as it is, and with --batch-invariant (every row computed as decode computes it).
 An answer "changed" when its ids differ from the same engine's whole-prompt answer. Prints a table,
 and writes it with every answer as JSON (--out).
 
 usage: greedy_shapes.py --minfer BIN --model GGUF [--llama-server BIN] [--threads 2] [--out FILE]
 """
 import argparse
+import functools
 import json
 import os
 import signal
@@ -95,11 +97,11 @@ class Server:
             self.proc.kill()
 
 
-def minfer_answers(args, prompts, prefix, shape):
+def minfer_answers(args, prompts, prefix, shape, flags=()):
     port = free_port()
     step = {"one-by-one": 1, "chunks-16": 16}.get(shape, 512)
     argv = [args.minfer, "serve", "-m", args.model, "--port", str(port), "--slots", "1", "--ctx", "1024",
-            "--threads", str(args.threads), "--step-tokens", str(step)]
+            "--threads", str(args.threads), "--step-tokens", str(step), *flags]
     if shape != "cached":
         argv.append("--no-prompt-cache")
     server = Server(argv, port)
@@ -153,7 +155,8 @@ def main():
     prompts = [tokenize(args.minfer, args.model, chatml(q)) for q in QUESTIONS]
     prefix = tokenize(args.minfer, args.model, f"<|im_start|>system\n{SYSTEM}<|im_end|>\n")
     assert all(p[:len(prefix)] == prefix for p in prompts), "the system prompt is not a prefix of every prompt"
-    engines = {"minfer": minfer_answers}
+    engines = {"minfer": minfer_answers,
+               "minfer --batch-invariant": functools.partial(minfer_answers, flags=["--batch-invariant"])}
     if args.llama_server:
         engines["llama.cpp"] = llama_answers
     result = {"model": os.path.basename(args.model), "prompts": len(prompts), "tokens": N_TOKENS, "engines": {}}

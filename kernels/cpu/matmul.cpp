@@ -10,7 +10,8 @@
 //   1         any        one_row       one sequential stream over the weight rows, the pattern the
 //                                      hardware prefetcher follows best; f16/bf16 widened in
 //                                      registers, so only 2 bytes per weight cross the bus (bf16
-//                                      as even and odd halves: one_row_bf16)
+//                                      as even and odd halves: one_row_bf16); with batch_invariant
+//                                      (matmul.h) every M, a row at a time
 //   2-7       any        small_m       4 weight rows x M activation rows per tile: each weight
 //                                      loaded feeds M FMAs, and is still read exactly once
 //   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
@@ -24,7 +25,8 @@
 //                                      16 columns
 //   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
 //                                      weights; f16/bf16 widened 64 rows at a time first
-//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows, an integer GEMM
+//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows (every M with
+//                                      batch_invariant), an integer GEMM
 //                                      above (AVX-512 VNNI or AVX2; for Q8_0 on AVX2 and without
 //                                      them, dequantized tiles into the panels or Eigen's GEMM)
 //
@@ -55,7 +57,8 @@ constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
 
-Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype) {
+Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) {
+  if (batch_invariant) return Kernel::one_row;  // every row as a lone one (matmul.h)
 #if defined(MINFER_PANELS)
   if (M > kSmallMaxRows) return Kernel::panels;
 #endif
@@ -210,17 +213,26 @@ void one_row_bf16(float* out,            // (N) of which [n0, n1)
   }
 }
 
-void one_row_bf16_blocks(ThreadPool& pool, float* out, const float* x, const uint16_t* w, int64_t N, int64_t K) {
+// Each of the M activation rows against all N weight rows, as one_row_bf16 computes a lone row;
+// a thread's 16 weight rows stay in cache while the M rows pass over them.
+void one_row_bf16_blocks(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
+                         const uint16_t* w, int64_t M, int64_t N, int64_t K) {
   // Grows once, then reused; the workers get the caller's by pointer.
   thread_local std::vector<float> split;
-  split.resize(static_cast<size_t>(K));
-  float* x_even = split.data();
-  float* x_odd = x_even + K / 2;
-  for (int64_t i = 0; i < K / 2; ++i) {
-    x_even[i] = x[2 * i];
-    x_odd[i] = x[2 * i + 1];
+  split.resize(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m) {
+    float* x_even = split.data() + m * K;
+    float* x_odd = x_even + K / 2;
+    for (int64_t i = 0; i < K / 2; ++i) {
+      x_even[i] = x[m * ld_x + 2 * i];
+      x_odd[i] = x[m * ld_x + 2 * i + 1];
+    }
   }
-  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { one_row_bf16(out, x, x_even, x_odd, w, n0, n1, K); });
+  const float* halves = split.data();
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t m = 0; m < M; ++m)
+      one_row_bf16(out + m * ld_out, x + m * ld_x, halves + m * K, halves + m * K + K / 2, w, n0, n1, K);
+  });
 }
 
 // Every activation row against weight rows [n0, n1): the weight tile stays in L1 while all M
@@ -257,9 +269,13 @@ void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64
   pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K); });
 }
 
+// Each of the M activation rows as one_row computes a lone row, as one_row_bf16_blocks does.
 template <class W>
-void one_row_blocks(ThreadPool& pool, float* out, const float* x, const typename W::Stored* w, int64_t N, int64_t K) {
-  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { one_row<W>(out, x, w, n0, n1, K); });
+void one_row_blocks(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
+                    const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
+  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t m = 0; m < M; ++m) one_row<W>(out + m * ld_out, x + m * ld_x, w, n0, n1, K);
+  });
 }
 
 // note: from kOuterMinRows activation rows up, f32 weights are multiplied as outer products
@@ -555,21 +571,21 @@ void matmul_f32_on_this_thread(float* out, int64_t ld_out, const float* x, int64
 }
 
 void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
-            const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K) {
+            const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K, bool batch_invariant) {
   if (M <= 0 || N <= 0) return;
   if (is_quantized(w_dtype)) {
-    matmul_quant(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+    matmul_quant(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K, batch_invariant);
     return;
   }
   simd::dispatch_weight_type(w_dtype, [&](auto type) {
     using W = decltype(type);
     const auto* weights = static_cast<const typename W::Stored*>(w);
-    switch (choose_kernel(M, K, w_dtype)) {
+    switch (choose_kernel(M, K, w_dtype, batch_invariant)) {
       case Kernel::one_row:
         if constexpr (std::is_same_v<W, simd::BF16>)
-          one_row_bf16_blocks(pool, out, x, weights, N, K);
+          one_row_bf16_blocks(pool, out, ld_out, x, ld_x, weights, M, N, K);
         else
-          one_row_blocks<W>(pool, out, x, weights, N, K);
+          one_row_blocks<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
         return;
       case Kernel::small_m: small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
       case Kernel::gemm: gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;

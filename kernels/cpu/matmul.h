@@ -7,13 +7,17 @@
 
 namespace minfer::cpu {
 
-// out = x * w^T (see kernels/ref/matmul.h); w in f32, bf16 or f16. The kernel is chosen by the
-// number of rows M and the weights' type: the table atop matmul.cpp.
+// out = x * w^T (see kernels/ref/matmul.h); w in f32, bf16, f16 or a quantized type
+// (matmul_quant.h). The kernel is chosen by the number of rows M and the weights' type: the table
+// atop matmul.cpp. So a row's rounding depends on how many rows come with it, unless
+// batch_invariant: then every row is computed as a lone row is (one_row, or the quantized types'
+// dot products), whatever M, and a token's logits do not depend on how a prompt was split into
+// passes or how many sequences decode together, at the price of prefill speed.
 void matmul(ThreadPool& pool,
             float* out, int64_t ld_out,      // (M, N)
             const float* x, int64_t ld_x,    // (M, K)
             const void* w, DType w_dtype,    // (N, K), dense
-            int64_t M, int64_t N, int64_t K);
+            int64_t M, int64_t N, int64_t K, bool batch_invariant = false);
 
 // The same product with f32 weights on the calling thread alone: AVX2's prefill panels (without
 // AVX-512), Eigen's GEMM elsewhere. For callers that have split the work across the pool already

@@ -13,8 +13,8 @@
 // integer path costs an NMSE of about 1.6e-5 per product for Q8_0 (tests/test_backend_ops.cpp);
 // llama.cpp makes the same choice.
 //
-// Above 32 rows (prefill), the activations are rounded the same way (so that a token's logits do
-// not depend on whether it was decoded or prefilled), and then:
+// Above 32 rows (prefill), the activations are rounded the same way, so both paths multiply the
+// same codes, and then:
 //   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant_gemm.h multiplies the codes in
 //     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
 //     type but Q8_0);
@@ -39,6 +39,12 @@
 // VNNI), in tokens/s, dot products against the dequantized tiles: q8_0 210 against 546, q4_k 275
 // against 541. They reload every activation for each weight row; the GEMM's register tiles reuse
 // each loaded weight vector for 4 rows and each activation for 32 columns.
+//
+// note: the GEMM sums each block's integer product whole before scaling it, the dot products keep
+// per-lane partial sums to the end, so the two round apart in the last bits of a sum, and a
+// token's logits depend on whether it was prefilled or decoded. With the shipped SmolLM2 Q4_1 a
+// near-tie flips often enough to change 9 of 32 greedy answers (docs/serving.md).
+// batch_invariant sends every M to the dot products instead (prefill about 2.5x slower there).
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
 // quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
@@ -140,12 +146,12 @@ void integer_gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, 
 }  // namespace
 
 void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
-                  DType w_dtype, int64_t M, int64_t N, int64_t K) {
+                  DType w_dtype, int64_t M, int64_t N, int64_t K, bool batch_invariant) {
   MINFER_CHECK(is_quantized(w_dtype), "matmul_quant: ", dtype_name(w_dtype), " is not quantized");
   MINFER_CHECK(K % dtype_block(w_dtype) == 0, dtype_name(w_dtype), " matmul: K = ", K, " is not whole blocks of ",
                dtype_block(w_dtype));
   if (M <= 0 || N <= 0) return;
-  if (M <= kSmallMaxRows)
+  if (M <= kSmallMaxRows || batch_invariant)
     small_rows(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
   else if (quant_gemm_supports(w_dtype))
     integer_gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);

@@ -9,10 +9,11 @@
 namespace minfer::cpu {
 
 // out = x * w^T with w in a quantized type (see kernels/ref/matmul.h); K whole blocks of w's type.
+// batch_invariant: every M takes decode's dot products (matmul.h says why).
 void matmul_quant(ThreadPool& pool,
                   float* out, int64_t ld_out,   // (M, N)
                   const float* x, int64_t ld_x, // (M, K)
                   const void* w, DType w_dtype, // (N, K / block) blocks, dense
-                  int64_t M, int64_t N, int64_t K);
+                  int64_t M, int64_t N, int64_t K, bool batch_invariant = false);
 
 }  // namespace minfer::cpu

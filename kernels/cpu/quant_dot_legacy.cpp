@@ -15,7 +15,7 @@
 //   AVX-512  two blocks (64 codes) per 512-bit register against two activation blocks of a row;
 //            the 5th bits go straight into a mask register, Q4_0's |qw| comes from a 16-byte table,
 //            the f16 scales of four blocks are converted in one instruction.
-//   AVX2     one block per 256-bit register; two sets of accumulators for one or two rows (Q4_1,
+//   AVX2     one block per 256-bit register; two sets of accumulators, even and odd blocks (Q4_1,
 //            Q5_0, Q5_1; and the AVX-512 path's odd last block).
 //   scalar   a block decoded to 32 bytes, integer sums per block.
 // Q4_0 has paths of its own on AVX-512 with VBMI and VNNI and on AVX2 (q4_0_group_rows): four
@@ -286,11 +286,14 @@ void rows_mr(float* out, int64_t ld_out, const typename T::Block* w, const char*
   }
 }
 #elif defined(__AVX2__)
-// Two sets of accumulators for one or two rows (even and odd blocks), so that the additions into
-// one accumulator, four cycles apart, do not set the pace.
+// Two sets of accumulators (even and odd blocks), so that the additions into one accumulator, four
+// cycles apart, do not set the pace at one or two rows.
+// note: two sets for every MR, though three or four rows would keep the adders busy with one, so
+// that a row's sum is added in the same order whatever the rows with it: batched decode then gives
+// each sequence the logits it gets alone (tests/isa/test_quant_dot.cpp, BatchInvariant).
 template <class T, int MR>
 void rows_mr(float* out, int64_t ld_out, const typename T::Block* w, const char* act, size_t stride, int64_t nb) {
-  constexpr int kSets = MR <= 2 ? 2 : 1;
+  constexpr int kSets = 2;
   __m256 acc[kSets][MR];
   float mins[kSets][MR];
   for (int i = 0; i < kSets; ++i)
@@ -441,14 +444,14 @@ inline void q4_0_pair(__m256* acc,
   }
 }
 
-// Two sets of accumulators (the pair of blocks 0, 1 and the pair 2, 3) for one or two rows.
+// Two sets of accumulators (the pair of blocks 0, 1 and the pair 2, 3), for every MR as in rows_mr.
 template <int MR>
 void q4_0_group_rows(float* out, int64_t ld_out,
                      const uint8_t* w,  // (nb) Q4_0 blocks of one weight row
                      const char* act,   // (MR) rows of ceil(nb / 4) ActQ8_0x4 groups, stride bytes apart
                      size_t stride, int64_t nb) {
   const auto* blocks = reinterpret_cast<const BlockQ4_0*>(w);
-  constexpr int kSets = MR <= 2 ? 2 : 1;
+  constexpr int kSets = 2;
   __m256 acc[kSets][MR];
   for (auto& set : acc)
     for (auto& a : set) a = _mm256_setzero_ps();

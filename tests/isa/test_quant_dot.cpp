@@ -1,7 +1,8 @@
 // The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
 // weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
 // tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized weights and activations, and
-// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16 prefill (AVX2's panels) against sums in double. This file is also
+// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16 prefill (AVX2's panels) against sums in double, and
+// batch-invariant products row by row against rows alone. This file is also
 // built with AVX2 only and with no SIMD at all (tests/CMakeLists.txt: minfer_quant_dot_native,
 // _avx2 and _scalar), so every path is checked on a machine with AVX-512.
 #include <gtest/gtest.h>
@@ -238,6 +239,46 @@ TEST(Dense16Prefill, PanelsMatchTheDoubleSum) {
           },
           [&](int64_t m, int64_t k) { return double(x[size_t(m * K + k)]); }, 1e-6, 0.0);
     }
+}
+
+// batch_invariant (kernels/cpu/matmul.h): every row of a product of M rows equals, bit for bit,
+// the same row multiplied alone (M = 1, decode's kernel), for every weight type and for M across
+// each kernel boundary of the table atop matmul.cpp (2-7 small_m, 8-32 outer, above 32 the GEMMs),
+// with rows of x and out strided. Without it, prefill's GEMMs round apart from decode's kernels.
+TEST(BatchInvariant, EveryRowEqualsTheRowAlone) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  constexpr int64_t N = 45;
+  std::vector<DType> types = {DType::f32, DType::f16, DType::bf16};
+  types.insert(types.end(), std::begin(kTypes), std::end(kTypes));
+  for (DType t : types) {
+    const int64_t K = !is_quantized(t) ? 99 : is_k_quant(t) ? 2 * kQK : 9 * 32, ld_x = K + 3, ld_out = N + 5;
+    std::vector<uint8_t> w;
+    if (is_quantized(t)) {
+      w = random_blocks(t, N * K / dtype_block(t), rng, false);
+    } else {
+      std::vector<float> wf(static_cast<size_t>(N * K));
+      for (auto& v : wf) v = normal(rng);
+      w.resize(wf.size() * dtype_size(t));
+      for (size_t i = 0; i < wf.size(); ++i) {
+        const uint16_t h = t == DType::f16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+        if (t == DType::f32) std::memcpy(w.data() + 4 * i, &wf[i], 4);
+        else std::memcpy(w.data() + 2 * i, &h, 2);
+      }
+    }
+    for (int64_t M : {2, 5, 17, 33, 37, 100}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M));
+      std::vector<float> x(static_cast<size_t>(M * ld_x));
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> out(static_cast<size_t>(M * ld_out), -1.0f), alone(N, -2.0f);
+      matmul(pool, out.data(), ld_out, x.data(), ld_x, w.data(), t, M, N, K, /*batch_invariant=*/true);
+      for (int64_t m = 0; m < M; ++m) {
+        matmul(pool, alone.data(), N, x.data() + m * ld_x, K, w.data(), t, 1, N, K);
+        ASSERT_EQ(std::memcmp(alone.data(), out.data() + m * ld_out, sizeof(float) * size_t(N)), 0) << "row " << m;
+      }
+    }
+  }
 }
 
 TEST(QuantDotActivations, QuantizeAsLlamaCpp) {
