@@ -1,10 +1,11 @@
 // The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
 // weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
-// tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized weights and activations, and
-// bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16 prefill (AVX2's panels) against sums in double, and
-// batch-invariant products row by row against rows alone. This file is also
-// built with AVX2 only and with no SIMD at all (tests/CMakeLists.txt: minfer_quant_dot_native,
-// _avx2 and _scalar), so every path is checked on a machine with AVX-512.
+// tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized
+// weights and activations; bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16
+// prefill (AVX2's panels) against sums in double; batch-invariant products row by row against rows
+// alone. This file is built four times (tests/CMakeLists.txt): minfer_quant_dot_native, _avx2 (AVX2
+// only), _scalar (no SIMD) and _avx512 (AVX-512 with VNNI and VBMI, run only on a CPU that has
+// them), so a machine with AVX-512 checks every path, and an AVX2 machine all but the AVX-512 ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,15 +129,14 @@ void expect_double_sums(const std::vector<float>& out, int64_t M, int64_t N, int
 }
 
 // Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
-// weights and the activations as quantized: M = 37 (tiles of 4 or 2 rows and 1 over) by N = 45 or
-// 57 (a strip of 32 columns and a partial one of 13 or 25: AVX2's tiles of 16 columns then have a
-// partial first half, or a whole one and a partial second), 3 super-blocks or 9 blocks of 32 along K. `edge`: every
-// code at its top and every activation of a row at +127 or -127 (the sign alternating by row): the
-// largest integer sums a run can hold.
-void check_prefill(DType t, int64_t N, uint32_t seed, bool edge) {
-  SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N) + (edge ? " edge" : ""));
+// weights and the activations as quantized: M = 33 to 40 (every remainder of the tiles of 4 or 2
+// rows, and whole tiles) by N = 45 or 57 (a strip of 32 columns and a partial one of 13 or 25:
+// AVX2's tiles of 16 columns then have a partial first half, or a whole one and a partial second),
+// 3 super-blocks or 9 blocks of 32 along K. `edge`: every code at its top and every activation of
+// a row at +127 or -127 (the sign alternating by row): the largest integer sums a run can hold.
+void check_prefill(DType t, int64_t M, int64_t N, uint32_t seed, bool edge) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + (edge ? " edge" : ""));
   std::mt19937 rng(seed);
-  constexpr int64_t M = 37;
   const int64_t nb = is_k_quant(t) ? 3 : 9, K = nb * dtype_block(t);
   const std::vector<uint8_t> w = random_blocks(t, N * nb, rng, edge);
   std::vector<float> wf(static_cast<size_t>(N * K));
@@ -162,8 +162,9 @@ TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
   std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
               quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and the f32 prefill kernel");
   uint32_t seed = 11 + 100 * uint32_t(GetParam());
-  for (int64_t N : {45, 57})
-    for (bool edge : {false, true}) check_prefill(GetParam(), N, seed++, edge);
+  for (int64_t M = 33; M <= 40; ++M)
+    for (int64_t N : {45, 57})
+      for (bool edge : {false, true}) check_prefill(GetParam(), M, N, seed++, edge);
 }
 
 // kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
