@@ -200,14 +200,17 @@ class GgufMetadata {
 
 }  // namespace
 
-void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype, const GgufVocab* vocab) {
+void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype, const GgufVocab* vocab,
+                const GgufLayout& layout) {
   check_writable(w, dtype);
+  MINFER_CHECK(layout.alignment > 0 && (layout.alignment & (layout.alignment - 1)) == 0,
+               "GGUF alignment ", layout.alignment, " is not a power of two");
   const LlamaConfig& c = w.config;
-  constexpr uint64_t kAlignment = 32;
+  const uint64_t alignment = layout.alignment;
   GgufMetadata m;
   m.string("general.architecture", "llama");
-  m.string("general.name", "minfer make-model");
-  m.u32("general.alignment", kAlignment);
+  m.string("general.name", layout.name);
+  m.u32("general.alignment", layout.alignment);
   m.u32("general.file_type", llama_file_type(dtype));
   m.u32("llama.context_length", uint32_t(c.n_ctx));
   m.u32("llama.embedding_length", uint32_t(c.dim));
@@ -292,7 +295,7 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
     put(&type, 4);
     put(&offset, 8);
     offsets.push_back(offset);
-    offset += (dtype_bytes(t.dtype, uint64_t(t.tensor.numel())) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (dtype_bytes(t.dtype, uint64_t(t.tensor.numel())) + alignment - 1) / alignment * alignment;
   }
   std::string head;
   const uint32_t magic = 0x46554747u, version = 3;
@@ -303,13 +306,13 @@ void write_gguf(const std::string& path, const LlamaHostWeights& w, DType dtype,
   head.append(reinterpret_cast<const char*>(&n_keys), 8);
   head += m.bytes();
   head += infos;
-  head.append((kAlignment - head.size() % kAlignment) % kAlignment, '\0');
+  head.append((alignment - head.size() % alignment) % alignment, '\0');
   AtomicFile out(path, head.size() + offset);
   out.write(head);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::vector<uint8_t> bytes = encode(tensors[i].tensor, tensors[i].dtype);
     out.write(bytes.data(), bytes.size());
-    const std::string pad((kAlignment - bytes.size() % kAlignment) % kAlignment, '\0');
+    const std::string pad((alignment - bytes.size() % alignment) % alignment, '\0');
     out.write(pad);
   }
   out.commit();

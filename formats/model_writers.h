@@ -5,6 +5,7 @@
 // whole or not at all (core/files.h). llama2.c checkpoints: formats/checkpoint.h.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/dtype.h"
@@ -15,8 +16,16 @@ namespace minfer {
 
 // Matrices and the embedding in `dtype` (f32, f16, bf16), norms in f32.
 void write_hf_folder(const std::string& folder, const LlamaHostWeights& weights, DType dtype);
+// What a GGUF file may choose: general.alignment (a power of two: where the data and every tensor
+// start) and general.name, whose length moves the end of the header, and so the padding before the
+// data.
+struct GgufLayout {
+  uint32_t alignment = 32;
+  std::string name = "minfer make-model";
+};
 // Matrices and the embedding in `dtype` (f32, f16, bf16, q8_0), norms in f32; `vocab` (may be null) goes into the
 // tokenizer.ggml.* metadata, which llama.cpp needs to load the file.
-void write_gguf(const std::string& path, const LlamaHostWeights& weights, DType dtype, const GgufVocab* vocab);
+void write_gguf(const std::string& path, const LlamaHostWeights& weights, DType dtype, const GgufVocab* vocab,
+                const GgufLayout& layout = {});
 
 }  // namespace minfer

@@ -17,6 +17,7 @@
 #include "engine/decoder.h"
 #include "model/llama.h"
 #include "formats/checkpoint.h"
+#include "formats/gguf.h"
 #include "formats/model_files.h"
 #include "formats/model_writers.h"
 #include "tests/random_llama.h"
@@ -149,6 +150,33 @@ TEST(ModelFiles, WrittenFoldersAndGgufFilesReadBackAndRunLikeTheNaiveForwardPass
       }
     }
   }
+}
+
+// GGUF data starts at the first multiple of general.alignment after the header, whatever the
+// header's length: for the default 32 and for 64, general.name 0 to A - 1 bytes longer ends the
+// header at every offset from a multiple of A, and each file reads back to the weights written. A
+// reader that skipped no padding, or took 32 for every file, reads shifted bytes.
+TEST(ModelFiles, GgufDataStartsAtTheAlignmentAfterAnyHeader) {
+  ScratchDir dir("gguf-alignment");
+  const LlamaHostWeights w = random_llama_weights(base_config(4, 2, false), 11, 2.5);
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  for (uint32_t alignment : {32u, 64u})
+    for (uint32_t extra = 0; extra < alignment; ++extra) {
+      const std::string label = "alignment " + std::to_string(alignment) + ", name " + std::to_string(extra) + " longer";
+      const std::string path = dir.file("model-" + std::to_string(alignment) + "-" + std::to_string(extra) + ".gguf");
+      write_gguf(path, w, DType::f32, nullptr, GgufLayout{alignment, "model" + std::string(extra, 'x')});
+      const GgufFile file(path);
+      EXPECT_EQ(file.contents().alignment, alignment) << label;
+      EXPECT_EQ(file.contents().data_offset % alignment, 0u) << label;
+      const LlamaHostWeights read = load_model_weights(path);
+      EXPECT_TRUE(same_bytes(read.token_embedding, w.token_embedding)) << label;
+      EXPECT_TRUE(same_bytes(read.rms_final, w.rms_final)) << label;
+      EXPECT_TRUE(same_bytes(read.classifier, w.classifier)) << label;
+      EXPECT_TRUE(same_bytes(read.layers.back().w2, w.layers.back().w2)) << label;
+      EXPECT_TRUE(same_bytes(read.layers.front().rms_ffn, w.layers.front().rms_ffn)) << label;
+    }
 }
 
 // The format comes from the path (a folder) and the first bytes, not the extension; a folder, a
