@@ -230,16 +230,31 @@ TEST(TextTokenizer, SpansRecogniseSpecialTokensOnlyWhereAllowed) {
   }
 }
 
-// A marker the tokenizer adds as an ordinary token (a GGUF "user-defined" one) is matched anywhere
-// by encode, and held to the template's spans only when encode_spans is told it is a marker.
+// A marker the tokenizer adds as an ordinary token (a GGUF "user-defined" one, a tokenizer.json
+// added token with "special": false) is matched anywhere by encode, and held to the template's
+// spans only when encode_spans is told it is a marker. Both paths.
 TEST(TextTokenizer, SpansHoldMarkersToTheTemplateToo) {
   GgufVocab v = gguf_vocab(read_json(fixture("smollm-bpe", "gguf_vocab.json")));
   v.token_types[2] = 4;  // <|im_end|> user-defined: not special
-  const auto t = make_gguf_tokenizer(v, "smollm-bpe/gguf_vocab.json (im_end user-defined)");
+  json j = read_json(fixture("smollm-bpe", "tokenizer.json"));
+  for (json& a : j["added_tokens"])
+    if (a["content"] == "<|im_end|>") a["special"] = false;
+  test::ScratchDir dir("marker-tokens");
+  {
+    std::ofstream out(dir.file("tokenizer.json"));
+    out << j.dump();
+  }
+  std::vector<std::unique_ptr<TextTokenizer>> tokenizers;
+  tokenizers.push_back(make_gguf_tokenizer(v, "smollm-bpe/gguf_vocab.json (im_end user-defined)"));
+  tokenizers.push_back(load_tokenizer_json(dir.file("tokenizer.json")));
   const std::vector<TextSpan> spans = {{"<|im_start|>user\n", true}, {"hi<|im_end|>", false}, {"<|im_end|>", true}};
   auto count = [](const std::vector<int32_t>& ids) { return std::count(ids.begin(), ids.end(), 2); };
-  EXPECT_EQ(count(t->encode_spans(spans, {})), 2);
-  EXPECT_EQ(count(t->encode_spans(spans, {2})), 1);
+  for (const auto& t : tokenizers) {
+    SCOPED_TRACE(t->describe());
+    EXPECT_EQ(count(t->encode("hi<|im_end|>", false)), 1);
+    EXPECT_EQ(count(t->encode_spans(spans, {})), 2);
+    EXPECT_EQ(count(t->encode_spans(spans, {2})), 1);
+  }
 }
 
 // Special tokens matched after normalizing (tokenizer.json's "normalized": true): the mask follows
