@@ -8,10 +8,9 @@
 
 namespace minfer {
 
-void Tensor::set_shape(const std::vector<int64_t>& shape) {
-  MINFER_CHECK(!shape.empty() && shape.size() <= kMaxDims, "a tensor has 1 to ", kMaxDims,
-               " dimensions, got ", shape.size());
-  ndim_ = static_cast<int>(shape.size());
+void Tensor::set_shape(const int64_t* shape, size_t ndim) {
+  MINFER_CHECK(ndim > 0 && ndim <= kMaxDims, "a tensor has 1 to ", kMaxDims, " dimensions, got ", ndim);
+  ndim_ = static_cast<int>(ndim);
   uint64_t stride = 1;
   for (int d = ndim_ - 1; d >= 0; --d) {
     MINFER_CHECK(shape[d] >= 0, "negative tensor dimension ", shape[d]);
@@ -25,7 +24,7 @@ void Tensor::set_shape(const std::vector<int64_t>& shape) {
 Tensor Tensor::empty(const std::vector<int64_t>& shape, DType dtype, DeviceKind device,
                      CachingPool& pool) {
   Tensor t;
-  t.set_shape(shape);
+  t.set_shape(shape.data(), shape.size());
   t.dtype_ = dtype;
   t.device_ = device;
   uint64_t count = 1;
@@ -43,7 +42,7 @@ Tensor Tensor::empty(const std::vector<int64_t>& shape, DType dtype, DeviceKind 
 Tensor Tensor::wrap(void* data, const std::vector<int64_t>& shape, DType dtype, DeviceKind device,
                     std::shared_ptr<void> owner) {
   Tensor t;
-  t.set_shape(shape);
+  t.set_shape(shape.data(), shape.size());
   MINFER_CHECK(shape.back() % dtype_block(dtype) == 0, "a ", dtype_name(dtype), " tensor's rows are whole blocks of ",
                dtype_block(dtype), ", not ", shape.back());
   t.dtype_ = dtype;
@@ -79,12 +78,23 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-Tensor Tensor::reshape(const std::vector<int64_t>& shape) const {
+Tensor Tensor::reshaped(const int64_t* shape, size_t ndim) const {
   MINFER_CHECK(is_contiguous(), "reshape of a non-contiguous tensor ", str());
   Tensor t = *this;
-  t.set_shape(shape);
+  t.set_shape(shape, ndim);
   MINFER_CHECK(t.numel() == numel(), "reshape of ", str(), " to ", t.str(), " changes its size");
   return t;
+}
+
+Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const { return reshaped(shape.begin(), shape.size()); }
+
+Tensor Tensor::reshape(const std::vector<int64_t>& shape) const { return reshaped(shape.data(), shape.size()); }
+
+bool Tensor::same_shape(const Tensor& other) const {
+  if (ndim_ != other.ndim_) return false;
+  for (int d = 0; d < ndim_; ++d)
+    if (shape_[d] != other.shape_[d]) return false;
+  return true;
 }
 
 Tensor Tensor::slice(int dim, int64_t begin, int64_t end) const {
@@ -130,7 +140,7 @@ void for_each_row(int ndim, const int64_t* shape, const int64_t* dst_stride, con
 }  // namespace
 
 void Tensor::copy_from(const Tensor& src) const {
-  MINFER_CHECK(src.ndim_ == ndim_ && src.shape() == shape(), "copy of ", src.str(), " into ", str(),
+  MINFER_CHECK(same_shape(src), "copy of ", src.str(), " into ", str(),
                ": shapes differ");
   MINFER_CHECK(src.dtype_ == dtype_, "copy of ", src.str(), " into ", str(), ": dtypes differ");
   if (numel() == 0) return;
@@ -159,7 +169,7 @@ void Tensor::copy_from(const Tensor& src) const {
 }
 
 void Tensor::convert_from(const Tensor& src) const {
-  MINFER_CHECK(src.shape() == shape(), "convert of ", src.str(), " into ", str(), ": shapes differ");
+  MINFER_CHECK(same_shape(src), "convert of ", src.str(), " into ", str(), ": shapes differ");
   MINFER_CHECK(device_ == DeviceKind::cpu && src.device_ == DeviceKind::cpu,
                "convert_from works on host tensors only");
   MINFER_CHECK(is_contiguous() && src.is_contiguous(), "convert_from needs contiguous tensors");

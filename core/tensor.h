@@ -41,7 +41,8 @@ class Tensor {
   int ndim() const { return ndim_; }
   int64_t size(int dim) const;
   int64_t stride(int dim) const;
-  std::vector<int64_t> shape() const { return {shape_, shape_ + ndim_}; }
+  std::vector<int64_t> shape() const { return {shape_, shape_ + ndim_}; }  // a copy: allocates
+  bool same_shape(const Tensor& other) const;                              // allocates nothing
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
@@ -57,7 +58,10 @@ class Tensor {
   T* data_as() const;
 
   // Views.
-  Tensor reshape(const std::vector<int64_t>& shape) const;  // contiguous tensors only
+  // Contiguous tensors only. The braced form, reshape({a, b}), allocates nothing (the decode loop
+  // takes views every layer).
+  Tensor reshape(std::initializer_list<int64_t> shape) const;
+  Tensor reshape(const std::vector<int64_t>& shape) const;
   Tensor slice(int dim, int64_t begin, int64_t end) const;   // [begin, end) along dim
   Tensor select(int dim, int64_t index) const;               // drops dim
 
@@ -83,7 +87,8 @@ class Tensor {
   DType dtype_ = DType::f32;
   DeviceKind device_ = DeviceKind::cpu;
 
-  void set_shape(const std::vector<int64_t>& shape);
+  void set_shape(const int64_t* shape, size_t ndim);
+  Tensor reshaped(const int64_t* shape, size_t ndim) const;
   int check_dim(int dim) const;
 };
 

@@ -95,7 +95,7 @@ class CudaBackend final : public Backend, private Recorder {
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void copy_async(const Tensor& dst, const Tensor& src) override {
-    MINFER_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.is_contiguous() &&
+    MINFER_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype() && dst.is_contiguous() &&
                      src.is_contiguous(),
                  "copy_async: ", src.str(), " into ", dst.str(), " needs equal contiguous tensors");
     if (dst.nbytes() > 0)

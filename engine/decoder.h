@@ -8,7 +8,8 @@
 //
 // Everything is allocated when the decoder is created: the KV cache, the model's activations for
 // the largest batch, the logits, and the host/device buffers for token ids and positions. A
-// decode step allocates nothing.
+// decode step allocates nothing, from the pool or the heap (tests/test_decoder.cpp and, for the
+// heap on the CPU, tests/heap/test_decode_heap.cpp).
 #pragma once
 
 #include <cstdint>

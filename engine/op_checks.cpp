@@ -49,7 +49,7 @@ CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache
                    (k_cache.dtype() == DType::f32 || k_cache.dtype() == DType::f16 || k_cache.dtype() == DType::bf16),
                op, ": k_cache must be a contiguous (sequences, kv_heads, positions, head_dim) float "
                "tensor, got ", k_cache.str());
-  MINFER_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype() &&
+  MINFER_CHECK(v_cache.same_shape(k_cache) && v_cache.dtype() == k_cache.dtype() &&
                    v_cache.is_contiguous(),
                op, ": v_cache ", v_cache.str(), " differs from k_cache ", k_cache.str());
   return {k_cache.size(0), k_cache.size(1), k_cache.size(2), k_cache.size(3)};

@@ -19,9 +19,10 @@
 //
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.
-// Nothing is allocated by a step: the decoder, the row lists and every slot's sampler are sized
-// when the scheduler is made, and an admitted request restarts its slot's sampler (the request
-// itself was allocated by submit(), on the caller's thread).
+// Nothing is allocated by a step, from the pool or the heap (tests/heap/test_decode_heap.cpp): the
+// decoder, the row lists and every slot's sampler are sized when the scheduler is made, and an
+// admitted request restarts its slot's sampler (the request itself was allocated by submit(), on
+// the caller's thread).
 //
 // Prompt caching (SchedulerOptions::prompt_cache, on by default, as llama-server's cache_prompt):
 // a finished request leaves its keys and values in its slot, and the scheduler remembers which

@@ -237,7 +237,7 @@ namespace {
 // make from f32, converting through a host staging buffer when the types differ (f16 to bf16, a
 // Q4_K file's matrix to q8_0: both through f32).
 void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
-  MINFER_CHECK(dst.shape() == src.shape(), "upload: ", src.str(), " into ", dst.str());
+  MINFER_CHECK(dst.same_shape(src), "upload: ", src.str(), " into ", dst.str());
   if (dst.dtype() == src.dtype()) {
     dst.copy_from(src);
     return;

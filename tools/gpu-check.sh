@@ -144,6 +144,9 @@ if [ $dry -eq 0 ]; then
   bench decode-q8_0 -m preset:llama-1b -m preset:llama-7b -p 512 -n 128 -B 1,8 --dtype q8_0 -r 3 --roofline
   # GGUF's 4-bit K-quant against Q8_0 and f16 on llama-7b's shape (the presets' q4_k are random blocks)
   bench decode-q4_k -m preset:llama-7b -p 512 -n 128 -B 1 --dtype q4_k,q8_0,f16 -r 3 --roofline
+  # llama-quantize's Q4_K_M mix (Q4_K and Q6_K matrices) with the KV cache's default type for it
+  # (default_kv_dtype: f16), as a Q4_K_M GGUF file runs
+  bench decode-q4_k_m -m preset:llama-1b -p 256 -n 64 -B 1,8 --dtype q4_k_m -r 2
   bench prefill -m preset:llama-1b -m preset:llama-7b -p 2048 -n 0 -B 1 --dtype f16 -r 3 --roofline
   bench graphs-fusion -m preset:stories110M -p 0 -n 128 -B 1 --dtype f16 --kernels fused,unfused --graphs on,off -r 3
   bench decode-f32 -m preset:llama-7b -p 0 -n 64 -B 1 --dtype f32 -r 2 --roofline
@@ -152,6 +155,7 @@ else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
   bench decode-q4_k -m preset:stories42M -p 16 -n 8 -B 1 --dtype q4_k -r 1 --device cpu
+  bench decode-q4_k_m -m preset:stories42M -p 16 -n 8 -B 1 --dtype q4_k_m -r 1 --device cpu
   bench prefill -m preset:stories15M -p 32 -n 0 -B 1 -r 1 --device cpu
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
 fi

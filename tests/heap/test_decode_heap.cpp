@@ -1,0 +1,132 @@
+// A decode step allocates nothing: not from the backend's memory pool (tests/test_decoder.cpp
+// checks that) and not from the C++ heap either. This binary replaces the global operator new with
+// one that counts calls while `counting` is set, runs the decode loop and the scheduler's steps
+// once to warm up (buffers that grow once, then are reused, grow there), then counts a stretch of
+// steps. Its own executable, because it replaces operator new for the whole program (and is not
+// built under AddressSanitizer, which replaces it too).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "engine/backend.h"
+#include "engine/decoder.h"
+#include "engine/scheduler.h"
+#include "formats/model_files.h"
+#include "model/llama.h"
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace minfer {
+namespace {
+
+// Heap allocations made by fn() on any thread.
+template <class Fn>
+long allocations_in(Fn&& fn) {
+  allocations = 0;
+  counting = true;
+  fn();
+  counting = false;
+  return allocations.load();
+}
+
+// Four sequences decoding, with f32 and Q4_K weights (the quantized products' buffers), fused
+// and unfused kernels.
+TEST(DecodeHeap, DecodeStepsAllocateNothing) {
+  auto backend = make_backend(BackendKind::cpu);
+  for (const char* dtype : {"f32", "q4_k"})
+    for (Kernels kernels : {Kernels::fused, Kernels::unfused}) {
+      SCOPED_TRACE(std::string(dtype) + (kernels == Kernels::fused ? " fused" : " unfused"));
+      LlamaOptions o;
+      o.dtype = WeightTypes::parse(dtype);
+      o.kernels = kernels;
+      auto model = load_model("preset:tiny", *backend, o);
+      DecoderOptions options;
+      options.n_seqs = 4;
+      options.n_ctx = 64;
+      Decoder decoder(*model, options);
+      decoder.prefill({{1, 2, 3}, {1, 4}, {1}, {1, 5, 6, 7}});
+      std::vector<int32_t> next;
+      next.reserve(4);
+      for (int step = 0; step < 2; ++step) {
+        decoder.argmax(&next);
+        decoder.decode(next);
+      }
+      const long n = allocations_in([&] {
+        for (int step = 0; step < 20; ++step) {
+          decoder.argmax(&next);
+          decoder.decode(next);
+          decoder.fetch_logits();
+        }
+      });
+      EXPECT_EQ(n, 0) << "heap allocations in 20 decode steps of 4 sequences";
+    }
+}
+
+// Scheduler::step allocates nothing either: while three requests decode (their prompts read), while
+// a fourth is admitted to the free slot and its prompt read in chunks beside them, and on to the
+// end of every request. The callbacks write into space reserved before; submit() allocates, on
+// the caller's thread, and is outside the counts.
+TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
+  auto backend = make_backend(BackendKind::cpu);
+  auto model = load_model("preset:tiny", *backend, {});
+  SchedulerOptions o;
+  o.slots = 4;
+  o.step_tokens = 16;
+  Scheduler scheduler(*model, o);
+  std::vector<int32_t> tokens;
+  tokens.reserve(3 * 64);
+  for (int i = 0; i < 3; ++i) {
+    ServeRequest r;
+    r.prompt = {1, int32_t(2 + i), int32_t(7 + i)};
+    r.max_tokens = 40;
+    r.temperature = i == 0 ? 0.0f : 0.8f;  // greedy and sampled
+    r.top_p = 0.9f;
+    r.seed = 1 + uint64_t(i);
+    r.stop_at_eos = false;
+    r.on_token = [&tokens](int32_t t) {
+      tokens.push_back(t);
+      return true;
+    };
+    scheduler.submit(std::move(r));
+  }
+  for (int step = 0; step < 4; ++step) ASSERT_TRUE(scheduler.step());
+  const long n = allocations_in([&] {
+    for (int step = 0; step < 20; ++step) scheduler.step();
+  });
+  EXPECT_EQ(n, 0) << "heap allocations in 20 scheduler steps of 3 decoding requests";
+  ServeRequest late;
+  late.prompt = std::vector<int32_t>(30, 5);
+  late.max_tokens = 4;
+  late.stop_at_eos = false;
+  late.on_token = [](int32_t) { return true; };
+  scheduler.submit(std::move(late));
+  const long admit = allocations_in([&] {
+    for (int step = 0; step < 3; ++step) scheduler.step();
+  });
+  EXPECT_EQ(admit, 0) << "heap allocations in the steps that admit a request and read its prompt";
+  const long rest = allocations_in([&] {
+    while (scheduler.step()) {
+    }
+  });
+  EXPECT_EQ(rest, 0) << "heap allocations in the steps that finish every request";
+  EXPECT_GE(tokens.size(), size_t(3 * 20));
+}
+
+}  // namespace
+}  // namespace minfer
