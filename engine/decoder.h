@@ -27,7 +27,9 @@ namespace minfer {
 struct DecoderOptions {
   int64_t n_seqs = 1;               // the sequences decoded together (the batch size, -B)
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
-  int64_t max_prefill_rows = 2048;  // rows per prefill forward pass
+  // Rows per prefill forward pass: at most max(max_prefill_rows, n_seqs x logits_per_seq), since a
+  // decode step of every sequence is one pass whatever this says.
+  int64_t max_prefill_rows = 2048;
   // The KV cache's type. Unset: default_kv_dtype.
   std::optional<DType> kv_dtype;
   // Room for the logits of every row of a prefill chunk (max_prefill_rows x vocab, on the device

@@ -4,8 +4,9 @@
 //   ref   kernels/ref/OP.cpp     plain loops, the reference the op harness checks against
 //   cpu   kernels/cpu/OP.cpp     Eigen and hand-written SIMD, over a thread pool
 //   cuda  kernels/cuda/OP.cu     chosen in engine/backend_cuda.cu
-// note: the dot products accumulate in double, so that this page is the exact answer every
-// kernel approximates; everything else is f32, as in run.c.
+// note: the sums (dot products, RMSNorm's sum of squares) accumulate in double, and the RoPE
+// frequencies and angles are computed in double, so that this page is the exact answer every
+// kernel approximates; the values stored between steps are f32, as in run.c.
 #include "model/naive_llama.h"
 
 #include <cmath>
@@ -18,7 +19,7 @@ namespace minfer {
 
 namespace {
 
-// A host tensor's values as f32 (from f32, f16, bf16 or q8_0).
+// A host tensor's values as f32 (from any float or quantized type: convert_to_f32).
 std::vector<float> as_f32(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   convert_to_f32(out.data(), t.data(), t.dtype(), out.size());
