@@ -40,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/matmul_quant.h"
+#include "kernels/cpu/quant/matmul_quant.h"
 #include "kernels/cpu/simd.h"
 
 namespace minfer::cpu {

@@ -1,5 +1,5 @@
-// The quantized dot products (kernels/cpu/quant_dot.h) and prefill's products with quantized
-// weights (kernels/cpu/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
+// The quantized dot products (kernels/cpu/quant/quant_dot.h) and prefill's products with quantized
+// weights (kernels/cpu/quant/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
 // tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized
 // weights and activations; bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16
 // prefill (AVX2's panels) against sums in double; batch-invariant products row by row against rows
@@ -15,10 +15,10 @@
 
 #include "core/quants.h"
 #include "core/threads.h"
-#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quant/dequantize.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_dot.h"
-#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 
 namespace minfer::cpu {
 namespace {
@@ -167,7 +167,7 @@ TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
       for (bool edge : {false, true}) check_prefill(GetParam(), M, N, seed++, edge);
 }
 
-// kernels/cpu/dequantize.h against dequantize_row, byte for byte: random codes under random finite
+// kernels/cpu/quant/dequantize.h against dequantize_row, byte for byte: random codes under random finite
 // f16 scales (any bits but an exponent of all ones: subnormals, zeros of either sign, 65504), odd
 // row counts, and a destination one float off its alignment.
 void check_dequantize(DType t, int64_t rows, uint32_t seed) {

@@ -1,5 +1,5 @@
 // The legacy 32-weight types Q4_0, Q4_1, Q5_0 and Q5_1 against 8-bit activations
-// (kernels/cpu/quant_dot.h).
+// (kernels/cpu/quant/quant_dot.h).
 //
 // Per block, u is the weight's unsigned code (0..15, or 0..31 with the 5th bit from qh):
 //   Q4_0, Q5_0  qw = u - 8 (u - 16), a signed byte:  sum w*x = dw * dx * sum(qw * qx)
@@ -20,12 +20,12 @@
 //   scalar   a block decoded to 32 bytes, integer sums per block.
 // Q4_0 has paths of its own on AVX-512 with VBMI and VNNI and on AVX2 (q4_0_group_rows): four
 // blocks at a time against activations laid out to match (ActQ8_0x4), unsigned codes.
-#include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant/quant_dot.h"
 
 #include <array>
 #include <cstring>
 
-#include "kernels/cpu/quant_simd.h"
+#include "kernels/cpu/quant/quant_simd.h"
 
 namespace minfer::cpu {
 

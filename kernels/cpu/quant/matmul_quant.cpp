@@ -3,7 +3,7 @@
 // memory-bound, can run that much faster if the arithmetic keeps up with the stream.
 //
 // Up to 32 activation rows (decode, batched decode): the activations are quantized once per call,
-// in the block type llama.cpp pairs with the weight type (kernels/cpu/quant_dot.h), and each
+// in the block type llama.cpp pairs with the weight type (kernels/cpu/quant/quant_dot.h), and each
 // weight row meets up to four activation rows in integer dot products (quant_dot*.cpp), so a
 // weight is read once per four sequences and costs a handful of instructions per block.
 //
@@ -15,10 +15,10 @@
 //
 // Above 32 rows (prefill), the activations are rounded the same way, so both paths multiply the
 // same codes, and then:
-//   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant_gemm.h multiplies the codes in
+//   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant/quant_gemm.h multiplies the codes in
 //     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
 //     type but Q8_0);
-//   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/dequantize.h,
+//   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/quant/dequantize.h,
 //     vector code bit for bit as dequantize_row) and multiplies them with the rounded activations
 //     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels on AVX2,
 //     Eigen's GEMM elsewhere), where the dequantization is paid once for all M rows.
@@ -49,7 +49,7 @@
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
 // quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
 // larger KL divergence from f32 than the weights alone cause (bench/results/NOTES.md).
-#include "kernels/cpu/matmul_quant.h"
+#include "kernels/cpu/quant/matmul_quant.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -57,10 +57,10 @@
 
 #include "core/error.h"
 #include "core/quants.h"
-#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quant/dequantize.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_dot.h"
-#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 
 namespace minfer::cpu {
 

@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "core/quants.h"
-#include "kernels/cpu/quant_simd.h"
+#include "kernels/cpu/quant/quant_simd.h"
 
 #if defined(__AVX2__)
 

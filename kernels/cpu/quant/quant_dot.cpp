@@ -1,17 +1,17 @@
 // Activation quantizers, the choice of dot product per weight type, and the Q8_0 dot product
-// (kernels/cpu/quant_dot.h).
+// (kernels/cpu/quant/quant_dot.h).
 //
 // Q8_0 x Q8_0 on AVX2: |w| * (x * sign(w)) in unsigned-by-signed byte multiplies (vpmaddubsw)
 // summed to int32, converted once per block and scaled by both scales. 32 weights cost about
 // eight instructions, far below what the memory stream allows.
-#include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant/quant_dot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/cpu/quant_simd.h"
+#include "kernels/cpu/quant/quant_simd.h"
 
 namespace minfer::cpu {
 

@@ -1,5 +1,5 @@
 // Dot products of quantized weight rows with quantized activations: the inner loop of decode
-// with GGUF weights (kernels/cpu/matmul_quant.cpp runs it over a matrix).
+// with GGUF weights (kernels/cpu/quant/matmul_quant.cpp runs it over a matrix).
 //
 // The activations are quantized once per product, in the block type llama.cpp's CPU backend pairs
 // with each weight type, so that a weight block and an activation block meet in integer

@@ -1,4 +1,4 @@
-// The SIMD pieces the quantized dot products share (kernels/cpu/quant_dot*.cpp): an f16 scale
+// The SIMD pieces the quantized dot products share (kernels/cpu/quant/quant_dot*.cpp): an f16 scale
 // to f32, a byte dot product, and a horizontal sum.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Prefill with quantized weights in integer arithmetic (AVX-512 VNNI, or AVX2): the product of M rows of
-// activations, already quantized for the weight type (kernels/cpu/quant_dot.h), with N weight rows.
+// activations, already quantized for the weight type (kernels/cpu/quant/quant_dot.h), with N weight rows.
 #pragma once
 
 #include <cstdint>

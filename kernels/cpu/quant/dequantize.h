@@ -1,4 +1,4 @@
-// Quantized weights to f32 for the CPU GEMM path (kernels/cpu/matmul_quant.cpp), bit for bit as
+// Quantized weights to f32 for the CPU GEMM path (kernels/cpu/quant/matmul_quant.cpp), bit for bit as
 // core/quants.h's dequantize_row, with AVX-512 and AVX2 code for the types prefill meets.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The K-quant dot products (kernels/cpu/quant_dot.h): Q2_K .. Q6_K weights against ActQ8_K
+// The K-quant dot products (kernels/cpu/quant/quant_dot.h): Q2_K .. Q6_K weights against ActQ8_K
 // activations, one super-block of 256 at a time.
 //
 // Every K-quant weight is w = d * sc_i * (u - off) - dmin * m_i with u an unsigned code, sc_i and
@@ -17,11 +17,11 @@
 // super-block; the int32 sums become floats once per super-block and row, and each row is summed
 // across lanes once at the end. The scalar path decodes a super-block into signed codes and
 // per-16 scales and mins, shared by the rows.
-#include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/quant/quant_dot.h"
 
 #include <cstring>
 
-#include "kernels/cpu/quant_simd.h"
+#include "kernels/cpu/quant/quant_simd.h"
 
 // The vector code below uses FMA and F16C beside AVX2 (every AVX2 CPU has both).
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

@@ -1,4 +1,4 @@
-// Integer GEMM for prefill with quantized weights (kernels/cpu/quant_gemm.h).
+// Integer GEMM for prefill with quantized weights (kernels/cpu/quant/quant_gemm.h).
 //
 // Every weight type is a run of codes with one affine map per run of G weights (G = 16 for the
 // sub-blocks of Q2_K, Q3_K and Q6_K, 32 for the others): w = dl * q - ml. The codes go to the
@@ -31,7 +31,7 @@
 // note: the activations are copied once per call out of their blocks into contiguous rows (the
 // K-quants' blocks put d before the codes and the bsums after), so that a row's 4-byte
 // broadcasts step through one array and the per-run dx and sums sit in arrays of their own.
-#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 
 #include <algorithm>
 #include <cstring>
@@ -39,8 +39,8 @@
 
 #include "core/error.h"
 #include "core/quants_blocks.h"
-#include "kernels/cpu/quant_dot.h"
-#include "kernels/cpu/quant_unpack.h"
+#include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/quant_unpack.h"
 
 namespace minfer::cpu {
 

@@ -1,5 +1,5 @@
-// Quantized weights to f32 (kernels/cpu/dequantize.h), 32 codes at a time: each block's codes are
-// unpacked with byte operations into 32 signed bytes (kernels/cpu/quant_unpack.h), widened to f32
+// Quantized weights to f32 (kernels/cpu/quant/dequantize.h), 32 codes at a time: each block's codes are
+// unpacked with byte operations into 32 signed bytes (kernels/cpu/quant/quant_unpack.h), widened to f32
 // and written as y = dl * q - ml.
 //
 // Bit-identical to dequantize_row (core/quants.cpp): dl is the same float product as the
@@ -8,14 +8,14 @@
 // multiply could not change a result either. tests/isa/test_quant_dot.cpp compares the bytes.
 //
 // A build without AVX2 keeps the reference.
-#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quant/dequantize.h"
 
 #include <cstdint>
 
 #include "core/error.h"
 #include "core/quants.h"
 #include "core/quants_blocks.h"
-#include "kernels/cpu/quant_unpack.h"
+#include "kernels/cpu/quant/quant_unpack.h"
 
 namespace minfer::cpu {
 
