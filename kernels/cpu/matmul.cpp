@@ -30,28 +30,23 @@
 //                                      above (AVX-512 VNNI or AVX2; for Q8_0 on AVX2 and without
 //                                      them, dequantized tiles into the panels or Eigen's GEMM)
 //
-// choose_kernel() below is this table; the measurements behind its boundaries are in
-// bench/results/NOTES.md.
+// choose_kernel() below is this table, and this file holds it, the dispatch and one_row, the plain
+// SIMD dot product decode runs; the other f32/f16/bf16 kernels of the table, tuned for their
+// shapes, are in kernels/cpu/tuned/matmul_tuned.cpp, the quantized ones in kernels/cpu/quant/. The
+// measurements behind the table's boundaries are in bench/results/NOTES.md.
 #include "kernels/cpu/matmul.h"
 
-#include <Eigen/Core>
-#include <algorithm>
 #include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "kernels/cpu/quant/matmul_quant.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tuned/matmul_tuned.h"
 
 namespace minfer::cpu {
 
 namespace {
 
 enum class Kernel { one_row, small_m, outer, gemm, panels };
-
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define MINFER_PANELS 1  // prefill takes the panels (below) instead of outer and Eigen
-#endif
 
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
@@ -68,94 +63,11 @@ Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) 
   return M <= kSmallMaxRows ? Kernel::small_m : Kernel::gemm;
 }
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Stride = Eigen::OuterStride<>;
-
-// note: the small-M kernel works on the weights in their stored layout ([N, K], one output
-// feature per row), as dot products along K. A tile is 4 weight rows x MR activation rows: each
-// weight vector loaded from memory feeds MR FMAs, each activation vector (from L1) feeds 4, and
-// the 4 x MR accumulators are independent FMA chains. The horizontal sums at the end of a tile
-// (simd::sum4) are paid once per 16 outputs. No packing: every weight is read exactly once per
-// call, which is what decode needs.
-
-// out[m, n0 .. n0+3] for m < MR, from weight rows w[0 .. 3] (row stride K). With `next` set,
-// the next tile's rows are prefetched on the way: four rows of a few hundred bytes each are too
-// short a stream for the hardware prefetcher to ramp up on.
-template <int MR, class W>
-inline void tile4(float* out, int64_t ld_out, const float* x, int64_t ld_x,
-                  const typename W::Stored* w, int64_t K, const typename W::Stored* next) {
-  constexpr int VW = simd::kWidth;
-  simd::Vec acc[MR][4];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < 4; ++r) acc[m][r] = simd::zero();
-  int64_t k = 0;
-  for (; k + VW <= K; k += VW) {
-    if (next != nullptr)
-      for (int r = 0; r < 4; ++r) __builtin_prefetch(next + r * K + k);
-    simd::Vec wv[4];
-    for (int r = 0; r < 4; ++r) {
-      wv[r] = W::load(w + r * K + k);
-      simd::keep_in_register(wv[r]);
-    }
-    for (int m = 0; m < MR; ++m) {
-      simd::Vec xv = simd::load(x + m * ld_x + k);
-      simd::keep_in_register(xv);
-      for (int r = 0; r < 4; ++r) acc[m][r] = simd::fma(wv[r], xv, acc[m][r]);
-    }
-  }
-  float sums[MR][4];
-#if defined(__AVX512F__)
-  if constexpr (MR == 4) {
-    // All 16 sums of the tile in one shared reduction tree; sums[m][r] = acc[m][r] in order.
-    simd::store(&sums[0][0], simd::sum16(&acc[0][0]));
-  } else
-#endif
-  {
-    for (int m = 0; m < MR; ++m) simd::sum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3], sums[m]);
-  }
-  for (int m = 0; m < MR; ++m) {
-    for (int64_t t = k; t < K; ++t)
-      for (int r = 0; r < 4; ++r) sums[m][r] += W::scalar(w + r * K + t) * x[m * ld_x + t];
-    for (int r = 0; r < 4; ++r) out[m * ld_out + r] = sums[m][r];
-  }
-}
-
-// out[m, n0] for m < MR, from one weight row (the last N % 4 rows).
-template <int MR, class W>
-inline void tile1(float* out, int64_t ld_out, const float* x, int64_t ld_x,
-                  const typename W::Stored* w, int64_t K) {
-  constexpr int VW = simd::kWidth;
-  simd::Vec acc[MR];
-  for (int m = 0; m < MR; ++m) acc[m] = simd::zero();
-  int64_t k = 0;
-  for (; k + VW <= K; k += VW) {
-    simd::Vec wv = W::load(w + k);
-    for (int m = 0; m < MR; ++m) acc[m] = simd::fma(wv, simd::load(x + m * ld_x + k), acc[m]);
-  }
-  for (int m = 0; m < MR; ++m) {
-    float s = simd::sum(acc[m]);
-    for (int64_t t = k; t < K; ++t) s += W::scalar(w + t) * x[m * ld_x + t];
-    out[m * ld_out] = s;
-  }
-}
-
-// How far ahead of the weight stream decode's one-row kernels prefetch every cache line, in bytes:
-// 4 KiB with AVX-512, 256 B with AVX2. On the Intel AVX-512 VM 4 KiB read a fifth more GB/s than
-// 512 B; on a Zen 2 (AVX2) 4 KiB cost a sixth at one thread against 256 B, which beat 1 KiB, 0 and
-// no prefetch, and on a Zen 3 256 B was level with 512 B (bench/results/NOTES.md).
-// note: keyed on the vector width, the machines measured so far: Intel and AMD Zen 4 with
-// AVX-512, AMD Zen 2 and Zen 3 with AVX2.
-constexpr int64_t kStreamAhead = simd::kWidth >= 16 ? 4096 : 256;
-
-// Prefetches the cache lines of [p + kStreamAhead, p + kStreamAhead + bytes).
-inline void prefetch_stream(const void* p, int64_t bytes) {
-  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(static_cast<const char*>(p) + kStreamAhead + line);
-}
-
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
-// sequential stream (prefetched kStreamAhead ahead).
-// note: at one row this beats the 4-row tile below, whose four rows are four interleaved streams
-// (by a quarter on stories110M; bench/results/NOTES.md), once each step reads 256 bytes.
+// sequential stream (prefetched simd::kStreamAhead ahead).
+// note: at one row this beats small_m's 4-row tile (tuned/matmul_tuned.cpp), whose four rows are
+// four interleaved streams (by a quarter on stories110M; bench/results/NOTES.md), once each step
+// reads 256 bytes.
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
   // U vectors a step: 256 bytes of weights with AVX-512, 128 with AVX2
@@ -166,7 +78,7 @@ void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0
     for (auto& a : acc) a = simd::zero();
     int64_t k = 0;
     for (; k + U * VW <= K; k += U * VW) {
-      prefetch_stream(row + k, U * VW * int64_t(sizeof(typename W::Stored)));
+      simd::prefetch_stream(row + k, U * VW * int64_t(sizeof(typename W::Stored)));
       for (int u = 0; u < U; ++u) acc[u] = simd::fma(W::load(row + k + u * VW), simd::load(x + k + u * VW), acc[u]);
     }
     for (; k + VW <= K; k += VW) acc[0] = simd::fma(W::load(row + k), simd::load(x + k), acc[0]);
@@ -175,98 +87,6 @@ void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0
     for (; k < K; ++k) s += W::scalar(row + k) * x[k];
     out[n] = s;
   }
-}
-
-// bf16 weights, one activation row, as one_row but 2 * VW weights a load, split into their even-
-// and odd-indexed halves by load_bf16_pairs and met by the activations split the same way once
-// per call; the rest of a row (under one step) as one_row does it.
-// note: load_bf16 widens 16 weights with a shuffle across the register's lanes (vpmovzxwd), and on
-// Zen 4 that shuffle, not the memory, bounded bf16 decode: the 4096 x 768 product of
-// stories110M:layers=15 read 25 GB/s of bf16 against 40 of f32 in one run (bench/results/NOTES.md).
-void one_row_bf16(float* out,            // (N) of which [n0, n1)
-                  const float* x,        // (K)
-                  const float* x_even,   // (K / 2): x[2i]
-                  const float* x_odd,    // (K / 2): x[2i + 1]
-                  const uint16_t* w,     // (N, K)
-                  int64_t n0, int64_t n1, int64_t K) {
-  constexpr int VW = simd::kWidth, U = 4;  // 4 loads of 2 * VW weights: 256 bytes with AVX-512
-  constexpr int64_t kStep = 2 * VW * U;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint16_t* row = w + n * K;
-    simd::Vec acc[2 * U];
-    for (auto& a : acc) a = simd::zero();
-    int64_t k = 0;
-    for (; k + kStep <= K; k += kStep) {
-      prefetch_stream(row + k, kStep * 2);
-      for (int u = 0; u < U; ++u) {
-        simd::Vec even, odd;
-        simd::load_bf16_pairs(row + k + 2 * u * VW, &even, &odd);
-        acc[2 * u] = simd::fma(even, simd::load(x_even + k / 2 + u * VW), acc[2 * u]);
-        acc[2 * u + 1] = simd::fma(odd, simd::load(x_odd + k / 2 + u * VW), acc[2 * u + 1]);
-      }
-    }
-    for (; k + VW <= K; k += VW) acc[0] = simd::fma(simd::load_bf16(row + k), simd::load(x + k), acc[0]);
-    for (int u = 1; u < 2 * U; ++u) acc[0] = simd::add(acc[0], acc[u]);
-    float s = simd::sum(acc[0]);
-    for (; k < K; ++k) s += bf16_to_f32(row[k]) * x[k];
-    out[n] = s;
-  }
-}
-
-// Each of the M activation rows against all N weight rows, as one_row_bf16 computes a lone row;
-// a thread's 16 weight rows stay in cache while the M rows pass over them.
-void one_row_bf16_blocks(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
-                         const uint16_t* w, int64_t M, int64_t N, int64_t K) {
-  // Grows once, then reused; the workers get the caller's by pointer.
-  thread_local std::vector<float> split;
-  split.resize(static_cast<size_t>(M * K));
-  for (int64_t m = 0; m < M; ++m) {
-    float* x_even = split.data() + m * K;
-    float* x_odd = x_even + K / 2;
-    for (int64_t i = 0; i < K / 2; ++i) {
-      x_even[i] = x[m * ld_x + 2 * i];
-      x_odd[i] = x[m * ld_x + 2 * i + 1];
-    }
-  }
-  const float* halves = split.data();
-  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t m = 0; m < M; ++m)
-      one_row_bf16(out + m * ld_out, x + m * ld_x, halves + m * K, halves + m * K + K / 2, w, n0, n1, K);
-  });
-}
-
-// Every activation row against weight rows [n0, n1): the weight tile stays in L1 while all M
-// rows pass over it.
-template <class W>
-void small_m_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x,
-                  const typename W::Stored* w, int64_t M, int64_t n0, int64_t n1, int64_t K) {
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    const typename W::Stored* rows = w + n * K;
-    // The first pass over this tile (rows 0..3 of x) prefetches the next tile.
-    const typename W::Stored* next = n + 8 <= n1 ? rows + 4 * K : nullptr;
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4, next = nullptr)
-      tile4<4, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next);
-    switch (M - m) {
-      case 3: tile4<3, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
-      case 2: tile4<2, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
-      case 1: tile4<1, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, rows, K, next); break;
-      default: break;
-    }
-  }
-  for (; n < n1; ++n) {
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) tile1<4, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, w + n * K, K);
-    for (; m < M; ++m) tile1<1, W>(out + m * ld_out + n, ld_out, x + m * ld_x, ld_x, w + n * K, K);
-  }
-}
-
-// note: 16-row grains keep each thread's block of weights a contiguous stream.
-template <class W>
-void small_m(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
-             const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
-  pool.parallel_for(N, 16, [&](int64_t n0, int64_t n1) { small_m_rows<W>(out, ld_out, x, ld_x, w, M, n0, n1, K); });
 }
 
 // Each of the M activation rows as one_row computes a lone row, as one_row_bf16_blocks does.
@@ -278,297 +98,7 @@ void one_row_blocks(ThreadPool& pool, float* out, int64_t ld_out, const float* x
   });
 }
 
-// note: from kOuterMinRows activation rows up, f32 weights are multiplied as outer products
-// instead of dot products. The activations are packed transposed, (K, L) with L = one vector of
-// rows, and each weight w[n, k] is broadcast straight from memory into an FMA with the vector
-// x[0 .. L, k]: a tile of kOuterRows weight rows keeps kOuterRows accumulators, each holding one
-// output column for all L rows. There is no horizontal sum at all (the dot-product tile pays one
-// per output, a large share when K is only a few hundred), and each weight still crosses the
-// memory bus once. The price is a transpose of the tile's outputs on the way out, once per
-// kOuterRows x K FMAs. bf16/f16 weights keep the dot-product tile: they cannot be broadcast from
-// memory without a conversion per FMA.
-constexpr int kOuterLanes = simd::kWidth;
-constexpr int kOuterRows = simd::kWidth >= 16 ? 16 : 8;  // accumulators: 16 of 32 AVX-512 registers
-
-// Packs x[0 .. rows) transposed into xt (K, L); lanes past `rows` are zeros.
-void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int64_t K) {
-  int64_t k0 = 0;
-#if defined(__AVX512F__)
-  if constexpr (kOuterLanes == 16) {
-    for (; k0 + 16 <= K; k0 += 16) {  // 16 x 16 blocks through registers
-      simd::Vec block[16];
-      for (int64_t l = 0; l < 16; ++l) block[l] = l < rows ? simd::load(x + l * ld_x + k0) : simd::zero();
-      simd::transpose16(block);
-      for (int64_t k = 0; k < 16; ++k) simd::store(xt + (k0 + k) * 16, block[k]);
-    }
-  }
-#endif
-  for (int64_t k = k0; k < K; ++k)
-    for (int64_t l = 0; l < kOuterLanes; ++l) xt[k * kOuterLanes + l] = l < rows ? x[l * ld_x + k] : 0.0f;
-}
-
-// Weight w[r, k] of a tile, as an address the FMA can take as its memory operand: two pointers
-// that move along k (rows 0-7 and 8-15) plus a loop-invariant offset register scaled by 1, 2 or
-// 4. With a pointer per row, as the plain `w[r * K + k]` compiles, 16 rows need more registers
-// than x86 has and the loop spills them, at four fifths of the speed (bench/results/NOTES.md).
-struct RowOffsets {
-  int64_t b1, b3, b5, b7;  // 1, 3, 5 and 7 rows, in bytes
-  explicit RowOffsets(int64_t K) : b1(K * 4), b3(3 * b1), b5(5 * b1), b7(7 * b1) {}
-};
-template <int r>
-inline float weight_at(const char* rows0, const char* rows8, const RowOffsets& o) {
-  const char* base = r < 8 ? rows0 : rows8;
-  int64_t offset = 0;
-  switch (r % 8) {
-    case 1: offset = o.b1; break;
-    case 2: offset = 2 * o.b1; break;
-    case 3: offset = o.b3; break;
-    case 4: offset = 4 * o.b1; break;
-    case 5: offset = o.b5; break;
-    case 6: offset = 2 * o.b3; break;
-    case 7: offset = o.b7; break;
-    default: break;
-  }
-  return *reinterpret_cast<const float*>(base + offset);
-}
-
-template <int... r>
-inline void outer_step(simd::Vec* acc, simd::Vec xv, const char* rows0, const char* rows8, const RowOffsets& o,
-                       std::integer_sequence<int, r...>) {
-  ((acc[r] = simd::fma(simd::set1(weight_at<r>(rows0, rows8, o)), xv, acc[r])), ...);
-}
-
-// out[l, r] for l < rows, r < kOuterRows, from xt (K, L) and weight rows w (kOuterRows, K).
-// `next`, the following tile of weights, is prefetched into L2 a line per step of k (a tile is
-// kOuterRows * K floats, kOuterRows * K / 16 lines): at K = 288 this tile, the next one and xt
-// are 18 KB each, more than the 48 KB L1 holds. From L2 the tile's own lines are requested into
-// L1 two lines ahead of use, one row per step, instead of all 16 rows missing together every 16
-// steps (a few percent at 16 sequences; bench/results/NOTES.md).
-inline void outer_tile(float* out, int64_t ld_out, int64_t rows, const float* xt, const float* w,
-                       int64_t K, const float* next) {
-  simd::Vec acc[kOuterRows];
-  for (int r = 0; r < kOuterRows; ++r) acc[r] = simd::zero();
-  const RowOffsets offsets(K);
-  const char* rows0 = reinterpret_cast<const char*>(w);
-  const char* rows8 = kOuterRows > 8 ? rows0 + 8 * offsets.b1 : rows0;
-  for (int64_t k = 0; k < K; ++k, rows0 += sizeof(float), rows8 += sizeof(float)) {
-    if (next != nullptr) __builtin_prefetch(next + k * kOuterRows, 0, 2);
-    const int64_t ahead = (k & ~int64_t(15)) + 32;
-    if (ahead < K) __builtin_prefetch(w + (k % kOuterRows) * K + ahead);
-    outer_step(acc, simd::load(xt + k * kOuterLanes), rows0, rows8, offsets,
-               std::make_integer_sequence<int, kOuterRows>());
-  }
-#if defined(__AVX512F__)
-  if constexpr (kOuterRows == 16 && kOuterLanes == 16) {
-    simd::transpose16(acc);  // acc[l] lane r = out[l, r]
-    for (int64_t l = 0; l < rows; ++l) simd::store(out + l * ld_out, acc[l]);
-    return;
-  }
-#endif
-  alignas(64) float columns[kOuterRows][kOuterLanes];  // columns[r][l] = out[l, r]
-  for (int r = 0; r < kOuterRows; ++r) simd::store(columns[r], acc[r]);
-  for (int64_t l = 0; l < rows; ++l)
-    for (int r = 0; r < kOuterRows; ++r) out[l * ld_out + r] = columns[r][l];
-}
-
-// note: a last group of only a few rows would still pay every FMA of a full vector of lanes (a
-// 12-row batch cost as much as 16). Up to kDotTailRows rows left over after the full groups are
-// instead multiplied as dot products (the small-M tile) against each weight tile while it is in
-// L1: that costs in proportion to the rows, plus a horizontal sum per output. Continuous
-// batching makes such counts common: the classifier runs only on the rows whose logits are
-// wanted, which is fewer than the step's rows while prompts are being fed in (measured on AVX2:
-// bench/results/NOTES.md; the AVX-512 boundary is the same fraction of the lanes, unmeasured).
-constexpr int64_t kDotTailRows = kOuterLanes * 3 / 4;
-
-void outer(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w,
-           int64_t M, int64_t N, int64_t K) {
-  const int64_t tail = M % kOuterLanes;
-  const bool dot_tail = tail > 0 && tail <= kDotTailRows && M > kOuterLanes;
-  const int64_t tail_row = M - tail;  // the first row of the dot-product tail
-  const int64_t groups = dot_tail ? M / kOuterLanes : (M + kOuterLanes - 1) / kOuterLanes;
-  // Grows once, then reused: the decode loop makes no allocation after its first step.
-  thread_local std::vector<float> packed;
-  packed.resize(static_cast<size_t>(groups * K * kOuterLanes));
-  for (int64_t g = 0; g < groups; ++g)
-    pack_transposed(packed.data() + g * K * kOuterLanes, x + g * kOuterLanes * ld_x, ld_x,
-                    std::min<int64_t>(kOuterLanes, M - g * kOuterLanes), K);
-  const float* xt = packed.data();
-  // note: one block of weight rows per thread, so that each thread's prefetching runs through
-  // its whole block (with 8 blocks per thread, as the matrix-vector kernel splits, the first tile
-  // of every block arrives unprefetched, and the small matrices of a layer lose a fifth). Blocks
-  // are still claimed from the pool's counter, so a descheduled worker's block is taken by the
-  // caller.
-  const int64_t grain = (N / kOuterRows + pool.size() - 1) / pool.size() * kOuterRows;
-  pool.parallel_for(N, std::max<int64_t>(grain, kOuterRows), [&](int64_t n0, int64_t n1) {
-    int64_t n = n0;
-    // The first tile of a chunk has no predecessor to prefetch it: ask for all its lines at once,
-    // so that the misses overlap instead of arriving 16 rows in lockstep.
-    if (n + kOuterRows <= n1)
-      for (int64_t line = 0; line < kOuterRows * K; line += 16) __builtin_prefetch(w + n * K + line);
-    for (; n + kOuterRows <= n1; n += kOuterRows) {
-      const float* tile = w + n * K;
-      const float* next = n + 2 * kOuterRows <= n1 ? tile + kOuterRows * K : nullptr;
-      for (int64_t g = 0; g < groups; ++g, next = nullptr)
-        outer_tile(out + g * kOuterLanes * ld_out + n, ld_out, std::min<int64_t>(kOuterLanes, M - g * kOuterLanes),
-                   xt + g * K * kOuterLanes, tile, K, next);
-      if (dot_tail)
-        small_m_rows<simd::F32>(out + tail_row * ld_out, ld_out, x + tail_row * ld_x, ld_x, w, tail, n,
-                                n + kOuterRows, K);
-    }
-    if (n < n1) small_m_rows<simd::F32>(out, ld_out, x, ld_x, w, M, n, n1, K);
-  });
-}
-
-#if defined(MINFER_PANELS)
-// note: prefill's products on AVX2 (more than 32 rows) multiply panels of 16 weight rows, packed
-// transposed (K, 16) once per call (f16 and bf16 widened to f32 as they are packed; Q8_0's
-// dequantized tiles come through matmul_f32_on_this_thread) so that one k of the 16 columns is two vector loads, by
-// the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
-// broadcasts of x[m, k] feed 12 independent FMAs, as many as AVX2's FMA units need in flight
-// (two a cycle, four or five cycles of latency), and the outputs are stored as they are, with no
-// transpose. The outer-product tile above keeps 8 accumulators and needs a broadcast load per
-// FMA; Eigen's blocked GEMM, called per slice of weight rows, repacks the activations each time.
-// On a Zen 2 core (107 GFLOP/s of FMAs), one thread, 256 x 4096 x 768: 83 GFLOP/s against
-// Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16 1.41x, Q8_0 1.30x what Eigen did
-// (bench/results/NOTES.md).
-constexpr int kPanelCols = 2 * simd::kWidth;  // 16 weight rows, the columns of the output
-constexpr int kPanelRows = 6;                 // activation rows per register tile
-
-// Packs weight rows w[0 .. cols) (cols, K) transposed into panel (K, 16), widened to f32 a vector
-// at a time; columns past `cols` are zeros.
-template <class W>
-void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K) {
-  alignas(32) float wide[simd::kWidth];
-  for (int64_t c = 0; c < kPanelCols; ++c) {
-    if (c >= cols) {
-      for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = 0.0f;
-      continue;
-    }
-    const typename W::Stored* row = w + c * K;
-    int64_t k = 0;
-    for (; k + simd::kWidth <= K; k += simd::kWidth) {
-      simd::store(wide, W::load(row + k));
-      for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
-    }
-    for (; k < K; ++k) panel[k * kPanelCols + c] = W::scalar(row + k);
-  }
-}
-
-// out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, 16).
-template <int R>
-void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
-                int64_t cols) {
-  simd::Vec acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = simd::zero();
-  for (int64_t k = 0; k < K; ++k) {
-    const simd::Vec w0 = simd::load(panel + k * kPanelCols), w1 = simd::load(panel + k * kPanelCols + simd::kWidth);
-    for (int r = 0; r < R; ++r) {
-      const simd::Vec xv = simd::set1(x[r * ld_x + k]);
-      acc[r][0] = simd::fma(xv, w0, acc[r][0]);
-      acc[r][1] = simd::fma(xv, w1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    if (cols == kPanelCols) {
-      simd::store(out + r * ld_out, acc[r][0]);
-      simd::store(out + r * ld_out + simd::kWidth, acc[r][1]);
-    } else {
-      alignas(32) float row[kPanelCols];
-      simd::store(row, acc[r][0]);
-      simd::store(row + simd::kWidth, acc[r][1]);
-      std::copy(row, row + cols, out + r * ld_out);
-    }
-  }
-}
-
-// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= 16: one panel packed
-// into `panel` (K * 16 floats), then every register tile of activation rows.
-template <class W>
-void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
-                   int64_t M, int64_t cols, int64_t K, float* panel) {
-  pack_panel<W>(panel, w, cols, K);
-  int64_t m = 0;
-  for (; m + kPanelRows <= M; m += kPanelRows)
-    panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
-  const auto rest = [&](auto rows) {
-    panel_tile<decltype(rows)::value>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
-  };
-  switch (M - m) {
-    case 5: rest(std::integral_constant<int, 5>()); break;
-    case 4: rest(std::integral_constant<int, 4>()); break;
-    case 3: rest(std::integral_constant<int, 3>()); break;
-    case 2: rest(std::integral_constant<int, 2>()); break;
-    case 1: rest(std::integral_constant<int, 1>()); break;
-    default: break;
-  }
-}
-
-// The panel buffer of the calling thread, K * 16 floats: grows once, then reused.
-float* panel_buffer(int64_t K) {
-  thread_local std::vector<float> panel;
-  panel.resize(static_cast<size_t>(K * kPanelCols));
-  return panel.data();
-}
-
-template <class W>
-void panels(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
-            int64_t M, int64_t N, int64_t K) {
-  const int64_t n_panels = (N + kPanelCols - 1) / kPanelCols;
-  pool.parallel_for(n_panels, 1, [&](int64_t p0, int64_t p1) {
-    float* buffer = panel_buffer(K);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n0 = p * kPanelCols;
-      panel_product<W>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
-    }
-  });
-}
-#endif
-
-// out (M, N) = x (M, K) times w (N, K) transposed, by Eigen's blocked GEMM on the calling thread.
-void eigen_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M, int64_t N,
-                   int64_t K) {
-  Eigen::Map<const RowMajor, 0, Stride> X(x, M, K, Stride(ld_x));
-  Eigen::Map<const RowMajor> Wt(w, N, K);
-  Eigen::Map<RowMajor, 0, Stride> O(out, M, N, Stride(ld_out));
-  O.noalias() = X * Wt.transpose();
-}
-
-// Rows of weights widened per step on the GEMM path: 64 rows of K floats stay in L2.
-constexpr int64_t kGemmTileRows = 64;
-
-template <class W>
-void gemm(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
-          const typename W::Stored* w, int64_t M, int64_t N, int64_t K) {
-  pool.parallel_for(N, kGemmTileRows, [&](int64_t n0, int64_t n1) {
-    if constexpr (std::is_same_v<W, simd::F32>) {
-      eigen_product(out + n0, ld_out, x, ld_x, w + n0 * K, M, n1 - n0, K);
-    } else {
-      // Grows once, then reused; aligned so that every thread computes with the same alignment.
-      thread_local std::vector<float, Eigen::aligned_allocator<float>> tile;
-      tile.resize(static_cast<size_t>(kGemmTileRows * K));
-      for (int64_t t0 = n0; t0 < n1; t0 += kGemmTileRows) {
-        int64_t rows = std::min(kGemmTileRows, n1 - t0);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < K; ++k) tile[r * K + k] = W::scalar(w + (t0 + r) * K + k);
-        eigen_product(out + t0, ld_out, x, ld_x, tile.data(), M, rows, K);
-      }
-    }
-  });
-}
-
 }  // namespace
-
-void matmul_f32_on_this_thread(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* w, int64_t M,
-                               int64_t N, int64_t K) {
-  if (M <= 0 || N <= 0) return;
-#if defined(MINFER_PANELS)
-  float* buffer = panel_buffer(K);
-  for (int64_t n0 = 0; n0 < N; n0 += kPanelCols)
-    panel_product<simd::F32>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
-#else
-  eigen_product(out, ld_out, x, ld_x, w, M, N, K);
-#endif
-}
 
 void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x,
             const void* w, DType w_dtype, int64_t M, int64_t N, int64_t K, bool batch_invariant) {
@@ -577,28 +107,24 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
     matmul_quant(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K, batch_invariant);
     return;
   }
-  simd::dispatch_weight_type(w_dtype, [&](auto type) {
-    using W = decltype(type);
-    const auto* weights = static_cast<const typename W::Stored*>(w);
-    switch (choose_kernel(M, K, w_dtype, batch_invariant)) {
-      case Kernel::one_row:
-        if constexpr (std::is_same_v<W, simd::BF16>)
-          one_row_bf16_blocks(pool, out, ld_out, x, ld_x, weights, M, N, K);
-        else
-          one_row_blocks<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
-        return;
-      case Kernel::small_m: small_m<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
-      case Kernel::gemm: gemm<W>(pool, out, ld_out, x, ld_x, weights, M, N, K); return;
-      case Kernel::outer:
-        if constexpr (std::is_same_v<W, simd::F32>) outer(pool, out, ld_out, x, ld_x, weights, M, N, K);
-        return;
-      case Kernel::panels:
+  switch (choose_kernel(M, K, w_dtype, batch_invariant)) {
+    case Kernel::one_row:
+      if (w_dtype == DType::bf16)
+        return one_row_bf16_blocks(pool, out, ld_out, x, ld_x, static_cast<const uint16_t*>(w), M, N, K);
+      return simd::dispatch_weight_type(w_dtype, [&](auto type) {
+        using W = decltype(type);
+        one_row_blocks<W>(pool, out, ld_out, x, ld_x, static_cast<const typename W::Stored*>(w), M, N, K);
+      });
+    case Kernel::small_m: return small_m(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+    case Kernel::outer: return outer(pool, out, ld_out, x, ld_x, static_cast<const float*>(w), M, N, K);
+    case Kernel::gemm: return gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+    case Kernel::panels:
 #if defined(MINFER_PANELS)
-        panels<W>(pool, out, ld_out, x, ld_x, weights, M, N, K);
+      return panels(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
+#else
+      fail("matmul: the panels are not built without AVX2");
 #endif
-        return;
-    }
-  });
+  }
 }
 
 }  // namespace minfer::cpu

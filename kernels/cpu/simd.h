@@ -204,6 +204,20 @@ struct F16 {
   static float scalar(const uint16_t* p) { return f16_to_f32(*p); }
 };
 
+// How far ahead of the weight stream decode's one-row kernels (kernels/cpu/matmul.cpp's one_row,
+// tuned/matmul_tuned.cpp's one_row_bf16) prefetch every cache line, in bytes: 4 KiB with AVX-512,
+// 256 B with AVX2. On the Intel AVX-512 VM 4 KiB read a fifth more GB/s than 512 B; on a Zen 2
+// (AVX2) 4 KiB cost a sixth at one thread against 256 B, which beat 1 KiB, 0 and no prefetch, and
+// on a Zen 3 256 B was level with 512 B (bench/results/NOTES.md).
+// note: keyed on the vector width, the machines measured so far: Intel and AMD Zen 4 with
+// AVX-512, AMD Zen 2 and Zen 3 with AVX2.
+constexpr int64_t kStreamAhead = kWidth >= 16 ? 4096 : 256;
+
+// Prefetches the cache lines of [p + kStreamAhead, p + kStreamAhead + bytes).
+inline void prefetch_stream(const void* p, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(static_cast<const char*>(p) + kStreamAhead + line);
+}
+
 // Calls fn(F32{}), fn(BF16{}) or fn(F16{}) for the dtype; Error for anything else.
 template <class Fn>
 void dispatch_weight_type(DType t, Fn&& fn) {

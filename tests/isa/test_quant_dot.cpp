@@ -1,7 +1,7 @@
 // The quantized dot products (kernels/cpu/quant/quant_dot.h) and prefill's products with quantized
 // weights (kernels/cpu/quant/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
 // tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized
-// weights and activations; bf16 decode (kernels/cpu/matmul.cpp's one_row_bf16) and f16/bf16
+// weights and activations; bf16 decode (kernels/cpu/tuned/matmul_tuned.cpp's one_row_bf16) and f16/bf16
 // prefill (AVX2's panels) against sums in double; batch-invariant products row by row against rows
 // alone. This file is built four times (tests/CMakeLists.txt): minfer_quant_dot_native, _avx2 (AVX2
 // only), _scalar (no SIMD) and _avx512 (AVX-512 with VNNI and VBMI, run only on a CPU that has
