@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "engine/cuda_choices.h"
 #include "core/cuda_check.cuh"
 #include "core/error.h"
 #include "engine/op_checks.h"
@@ -45,10 +46,6 @@ constexpr DeviceKind kCuda = DeviceKind::cuda;
 
 namespace {
 
-// The online softmax runs the prefill kernel (tiles of 64 rows) above this many rows, and at or
-// below it flash-decoding, which parallelises over (row, head) and chunks of keys. The three-pass
-// algorithm runs its three kernels at any number of rows.
-constexpr int64_t kDecodeAttentionRows = 64;
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
 int select_device() {
@@ -133,30 +130,28 @@ class CudaBackend final : public Backend, private Recorder {
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override {
     checks::matmul(out, x, w, kCuda);
     const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
-    MINFER_CHECK(options_.gemm == GemmKind::cublas || !is_quantized(w.dtype()), "--gemm ", gemm_name(options_.gemm),
-                 " takes f32, f16 or bf16 weights, not ", dtype_name(w.dtype()), " (use --gemm cublas)");
-    switch (options_.gemm) {
-      case GemmKind::cublas:
-        if (M <= cuda::kMatvecMaxRows) {
-          cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
-        } else if (w.dtype() == DType::f32) {
-          blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
-        } else if (is_quantized(w.dtype())) {
-          matmul_quantized_gemm(out, x, w);
-        } else {
-          const Tensor& x16 = half_activations(x, w.dtype());
-          blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
-        }
+    switch (cuda_product(options_.gemm, M, w.dtype())) {  // engine/cuda_choices.h
+      case CudaProduct::matvec:
+        cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         return;
-      case GemmKind::naive:
+      case CudaProduct::sgemm:
+        blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
+        return;
+      case CudaProduct::dequantize_lt_gemm:
+        matmul_quantized_gemm(out, x, w);
+        return;
+      case CudaProduct::lt_gemm: {
+        const Tensor& x16 = half_activations(x, w.dtype());
+        blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
+        return;
+      }
+      case CudaProduct::naive:
         cuda::gemm_naive(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         return;
-      case GemmKind::tiled:
+      case CudaProduct::tiled:
         cuda::gemm_tiled(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         return;
-      case GemmKind::mma: {
-        MINFER_CHECK(w.dtype() == DType::f16, "--gemm mma multiplies f16 weights on Tensor Cores; the weights are ",
-                     dtype_name(w.dtype()), " (use --dtype f16)");
+      case CudaProduct::mma: {
         const Tensor& x16 = half_activations(x, DType::f16);
         cuda::gemm_mma(stream_, f32(out), ld(out), static_cast<const __half*>(x16.data()),
                        static_cast<const __half*>(w.data()), M, N, K);
@@ -190,14 +185,18 @@ class CudaBackend final : public Backend, private Recorder {
     auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCuda);
     cuda::AttentionArgs a{f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
                           i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx};
-    if (algorithm == AttentionAlgorithm::three_pass) {
-      cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
-                                                         s.M, s.n_heads, s.cache.n_ctx)));
-    } else if (s.M > kDecodeAttentionRows) {
-      cuda::attention_prefill(stream_, a);
-    } else {
-      cuda::attention_flash_decode(stream_, a, scratch(Scratch::flash_partials, cuda::flash_decode_floats(
-                                                           s.M, s.n_heads, s.head_dim, s.cache.n_ctx)));
+    switch (cuda_attention(algorithm, s.M)) {  // engine/cuda_choices.h
+      case CudaAttention::three_pass:
+        cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
+                                                           s.M, s.n_heads, s.cache.n_ctx)));
+        return;
+      case CudaAttention::prefill:
+        cuda::attention_prefill(stream_, a);
+        return;
+      case CudaAttention::flash_decode:
+        cuda::attention_flash_decode(stream_, a, scratch(Scratch::flash_partials, cuda::flash_decode_floats(
+                                                             s.M, s.n_heads, s.head_dim, s.cache.n_ctx)));
+        return;
     }
   }
 

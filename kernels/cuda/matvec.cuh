@@ -15,12 +15,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/launch_limits.h"  // kMatvecMaxRows, the most rows matvec takes
 
 namespace minfer::cuda {
-
-// Up to this many rows the CUDA backend uses this kernel rather than cuBLAS: beyond it the
-// product stops being purely bandwidth-bound and a Tensor Core GEMM wins.
-constexpr int64_t kMatvecMaxRows = 8;
 
 void matvec(cudaStream_t stream,
             float* out, int64_t ld_out,    // (M, N)
