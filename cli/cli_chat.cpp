@@ -185,10 +185,7 @@ class ChatSession {
   // Rewinds the cache to the longest prefix of `prompt` it holds (short of the prompt's last
   // token, whose logits are wanted); returns its length.
   int64_t reuse_cache(const std::vector<int32_t>& prompt) {
-    const size_t limit = std::min(history_.size(), prompt.size() - 1);
-    const auto shared = static_cast<int64_t>(
-        std::mismatch(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(limit), prompt.begin()).first -
-        history_.begin());
+    const int64_t shared = reusable_prefix(history_, prompt);
     decoder_.rewind(0, shared);
     history_.resize(static_cast<size_t>(shared));
     return shared;

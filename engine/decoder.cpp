@@ -10,6 +10,23 @@
 
 namespace minfer {
 
+namespace {
+
+// The staging buffer's layout, one array after another: tokens, sequences and positions of up to
+// `stride` rows, then the logit rows (the rows whose logits are wanted). Every writer goes
+// through it; run_rows packs the arrays for the device.
+struct StagedRows {
+  int32_t* host;   // the staging buffer
+  int64_t stride;  // slots per array
+  void put(int64_t row, int32_t token, int64_t seq, int64_t pos) const {
+    host[row] = token;
+    host[stride + row] = static_cast<int32_t>(seq);
+    host[2 * stride + row] = static_cast<int32_t>(pos);
+  }
+  void logit_row(int64_t i, int64_t row) const { host[3 * stride + i] = static_cast<int32_t>(row); }
+};
+
+}  // namespace
 
 void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
   // The last generated token is never fed back: P prompt tokens and N new ones take P + N - 1
@@ -18,6 +35,12 @@ void check_fits_context(int64_t prompt_tokens, int64_t n_new, int64_t n_ctx) {
   if (needed > n_ctx)
     fail("prompt of ", prompt_tokens, " tokens + ", n_new, " new tokens needs ", prompt_tokens, " + ",
          n_new, " - 1 = ", needed, " positions > context ", n_ctx);
+}
+
+int64_t reusable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
+  if (prompt.empty()) return 0;
+  const auto limit = static_cast<std::ptrdiff_t>(std::min(held.size(), prompt.size() - 1));
+  return std::mismatch(held.begin(), held.begin() + limit, prompt.begin()).first - held.begin();
 }
 
 DType default_kv_dtype(DeviceKind device, DType weights) {
@@ -120,9 +143,10 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   }
   backend_.synchronize();  // the staging buffer is free once the device is idle
   int32_t* host = staging_.data_as<int32_t>();
+  const StagedRows staged{host, max_rows_};
   int64_t rows = 0, logit_rows = 0, first_logit_seq = 0;
   // Prefill stages rows in four arrays of max_rows_ slots (the chunk's length is known only at
-  // its end), then packs them left before running the chunk.
+  // its end), then packs them left, to a stride of `rows`, before running the chunk.
   auto flush = [&] {
     if (rows > 0) {
       std::copy(host + max_rows_, host + max_rows_ + rows, host + rows);
@@ -139,10 +163,8 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
     const int64_t length = static_cast<int64_t>(prompts[s].size());
     for (int64_t p = 0; p < length; ++p) {
       if (rows == max_rows_) flush();
-      host[rows] = prompts[s][p];
-      host[max_rows_ + rows] = static_cast<int32_t>(s);
-      host[2 * max_rows_ + rows] = static_cast<int32_t>(n_past_[s] + p);
-      if (p == length - 1) host[3 * max_rows_ + logit_rows++] = static_cast<int32_t>(rows);
+      staged.put(rows, prompts[s][p], s, n_past_[s] + p);
+      if (p == length - 1) staged.logit_row(logit_rows++, rows);
       ++rows;
     }
     n_past_[s] += length;
@@ -161,15 +183,13 @@ void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
   MINFER_CHECK(n_past_[seq] + length <= cache_.n_ctx(), tokens.size(), " tokens after ", n_past_[seq],
                " positions: ", n_past_[seq] + length, " tokens > context ", cache_.n_ctx());
   for (int32_t t : tokens) check_token(t);
-  int32_t* host = staging_.data_as<int32_t>();
   for (int64_t begin = 0; begin < length; begin += max_rows_) {
     const int64_t rows = std::min(max_rows_, length - begin);
     backend_.synchronize();  // the staging buffer is free once the device is idle
+    const StagedRows staged{staging_.data_as<int32_t>(), rows};
     for (int64_t r = 0; r < rows; ++r) {
-      host[r] = tokens[begin + r];
-      host[rows + r] = static_cast<int32_t>(seq);
-      host[2 * rows + r] = static_cast<int32_t>(n_past_[seq] + begin + r);
-      host[3 * rows + r] = static_cast<int32_t>(r);
+      staged.put(r, tokens[begin + r], seq, n_past_[seq] + begin + r);
+      staged.logit_row(r, r);
     }
     run_rows(rows, 0, rows);
     if (host_logits_.data() != logits_.data())
@@ -198,18 +218,14 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
   MINFER_CHECK(rows <= max_rows_, "forward_chunks: ", rows, " rows > ", max_rows_, " per pass");
   MINFER_CHECK(logit_rows <= logit_rows_, "forward_chunks: ", logit_rows, " logits rows > ", logit_rows_);
   backend_.synchronize();  // the staging buffer is free once the device is idle
-  int32_t* host = staging_.data_as<int32_t>();
+  const StagedRows staged{staging_.data_as<int32_t>(), rows};
   int64_t r = 0, l = 0;
   for (const Chunk& c : chunks) {
-    for (int64_t i = 0; i < c.n; ++i, ++r) {
-      host[r] = c.tokens[i];
-      host[rows + r] = static_cast<int32_t>(c.seq);
-      host[2 * rows + r] = static_cast<int32_t>(n_past_[c.seq] + i);
-    }
+    for (int64_t i = 0; i < c.n; ++i, ++r) staged.put(r, c.tokens[i], c.seq, n_past_[c.seq] + i);
     if (c.every_row)
-      for (int64_t i = c.n; i > 0; --i) host[3 * rows + l++] = static_cast<int32_t>(r - i);
+      for (int64_t i = c.n; i > 0; --i) staged.logit_row(l++, r - i);
     else if (c.logits)
-      host[3 * rows + l++] = static_cast<int32_t>(r - 1);
+      staged.logit_row(l++, r - 1);
     n_past_[c.seq] += c.n;
   }
   run_rows(rows, 0, logit_rows);
@@ -252,16 +268,13 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   MINFER_CHECK(static_cast<int64_t>(tokens.size()) == n_seqs_, "decode: ", tokens.size(),
                " tokens for ", n_seqs_, " sequences");
   backend_.synchronize();  // the previous step's copy of the staging buffer has happened
-  int32_t* host = staging_.data_as<int32_t>();
-  const int64_t n = n_seqs_;
-  for (int64_t s = 0; s < n; ++s) {  // packed directly: n_seqs rows, logits for every one
+  const StagedRows staged{staging_.data_as<int32_t>(), n_seqs_};
+  for (int64_t s = 0; s < n_seqs_; ++s) {  // packed directly: n_seqs rows, logits for every one
     check_token(tokens[s]);
     MINFER_CHECK(n_past_[s] < cache_.n_ctx(), "decode: sequence ", s, " is full (", cache_.n_ctx(),
                  " positions)");
-    host[s] = tokens[s];
-    host[n + s] = static_cast<int32_t>(s);
-    host[2 * n + s] = static_cast<int32_t>(n_past_[s]++);
-    host[3 * n + s] = static_cast<int32_t>(s);
+    staged.put(s, tokens[s], s, n_past_[s]++);
+    staged.logit_row(s, s);
   }
   if (decode_key_epoch_ != model_.graph_epoch()) {  // not per step: no allocation in the loop
     decode_key_epoch_ = model_.graph_epoch();

@@ -46,6 +46,11 @@ struct DecoderOptions {
 // a time).
 DType default_kv_dtype(DeviceKind device, DType weights);
 
+// How many tokens of `held` (what a sequence of the cache holds) begin `prompt`, short of the
+// prompt's last token, whose logits are wanted: the positions a prompt cache keeps (rewind to
+// them, then prefill the rest). The server's slots and `minfer chat` both reuse their cache so.
+int64_t reusable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt);
+
 struct GenerateOptions {
   int64_t n_new = 256;         // new tokens per sequence after the prompt
   // 0: greedy, the library's deterministic default; `minfer generate --temp` defaults to 1.0,

@@ -229,10 +229,7 @@ int64_t Scheduler::choose_free_slot(const std::vector<int32_t>& prompt, int64_t*
 // The tokens slot `s` holds that begin `prompt`, short of its last token (whose logits are
 // wanted); 0 without prompt caching.
 int64_t Scheduler::shared_prefix(int64_t s, const std::vector<int32_t>& prompt) const {
-  if (!caching()) return 0;
-  const std::vector<int32_t>& held = cached_[s];
-  const auto limit = static_cast<std::ptrdiff_t>(std::min(held.size(), prompt.size() - 1));
-  return std::mismatch(held.begin(), held.begin() + limit, prompt.begin()).first - held.begin();
+  return caching() ? reusable_prefix(cached_[s], prompt) : 0;
 }
 
 // Cancellations first: queued requests leave the queue and finish at once, running ones retire.

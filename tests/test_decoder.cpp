@@ -166,6 +166,19 @@ TEST(Decoder, AnF16CacheHalvesTheBytesAndBatchesStillAgree) {
   for (const auto& row : rows) EXPECT_EQ(row, lines(one.out).at(0));
 }
 
+// What a prompt cache keeps: the held tokens that begin the prompt, never its last token (whose
+// logits are wanted), whatever is held beyond it.
+TEST(Decoder, ReusablePrefixStopsShortOfThePromptsLastToken) {
+  EXPECT_EQ(reusable_prefix({}, {1, 2, 3}), 0);
+  EXPECT_EQ(reusable_prefix({1, 2, 3}, {1, 2, 3}), 2);
+  EXPECT_EQ(reusable_prefix({1, 2, 3, 4, 5}, {1, 2, 3}), 2);
+  EXPECT_EQ(reusable_prefix({1, 2}, {1, 2, 3, 4}), 2);
+  EXPECT_EQ(reusable_prefix({1, 9, 3}, {1, 2, 3, 4}), 1);
+  EXPECT_EQ(reusable_prefix({7}, {1, 2}), 0);
+  EXPECT_EQ(reusable_prefix({1, 2}, {1}), 0);
+  EXPECT_EQ(reusable_prefix({1, 2}, {}), 0);
+}
+
 TEST(Decoder, DecodeLoopAllocatesNothing) {
   auto backend = make_backend(BackendKind::cpu);
   auto model = load_model("preset:tiny", *backend, {});
