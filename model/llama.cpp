@@ -38,20 +38,25 @@ int64_t RowBlocks::rows() const {
   return n;
 }
 
-uint64_t RowBlocks::bytes() const {
-  uint64_t n = 0;
-  for (const Tensor& p : parts) n += p.nbytes();
-  return n;
+namespace {
+
+// Calls fn(piece, offset) for each part that rows [begin, end) of `w` cross: piece is the part's
+// rows among them, offset their first row counted from `begin`.
+template <class Fn>
+void for_each_piece(const RowBlocks& w, int64_t begin, int64_t end, Fn&& fn) {
+  int64_t first = 0;  // of the part
+  for (const Tensor& p : w.parts) {
+    const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.size(0));
+    if (lo < hi) fn(p.slice(0, lo - first, hi - first), lo - begin);
+    first += p.size(0);
+  }
 }
+
+}  // namespace
 
 RowBlocks RowBlocks::slice(int64_t begin, int64_t end) const {
   RowBlocks out;
-  int64_t first = 0;  // of the part
-  for (const Tensor& p : parts) {
-    const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.size(0));
-    if (lo < hi) out.parts.push_back(p.slice(0, lo - first, hi - first));
-    first += p.size(0);
-  }
+  for_each_piece(*this, begin, end, [&](const Tensor& piece, int64_t) { out.parts.push_back(piece); });
   return out;
 }
 
@@ -63,12 +68,9 @@ const Tensor& RowBlocks::tensor() const {
 void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlocks& w, int64_t begin, int64_t end) {
   if (end < 0) end = w.rows();
   if (w.parts.size() == 1 && begin == 0 && end == w.parts[0].size(0)) return backend.matmul(out, x, w.parts[0]);
-  int64_t first = 0;  // of the part
-  for (const Tensor& p : w.parts) {
-    const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.size(0));
-    if (lo < hi) backend.matmul(out.slice(1, lo - begin, hi - begin), x, p.slice(0, lo - first, hi - first));
-    first += p.size(0);
-  }
+  for_each_piece(w, begin, end, [&](const Tensor& piece, int64_t offset) {
+    backend.matmul(out.slice(1, offset, offset + piece.size(0)), x, piece);
+  });
 }
 
 namespace {
@@ -199,14 +201,11 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
     plan_rows(plan, &layer.w2, m, 6, 7, wanted, L);
   }
   allocate_parts(backend_, plan);
-  uint64_t bytes = w_.token_embedding.nbytes() + (c.shared_classifier ? 0 : w_.classifier.nbytes()) +
-                   w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes();
-  for (const Layer& layer : w_.layers) bytes += layer.wqkv.bytes() + layer.wo.bytes() + layer.w13.bytes() + layer.w2.bytes();
-  for (const Layer& layer : w_.layers)
-    for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
-      for (const Tensor& t : r->parts) backend_.check_weights(t.dtype(), name);
-  backend_.check_weights(w_.token_embedding.dtype(), name);
-  backend_.check_weights(w_.classifier.dtype(), name);
+  uint64_t bytes = w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes();
+  for_each_matrix([&](const Tensor& t) {
+    bytes += t.nbytes();
+    backend_.check_weights(t.dtype(), name);
+  });
   const std::vector<float> inv_freq = c.rope_inv_freq();
   Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
   ref::rope_table(rope.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());
@@ -337,12 +336,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
 
 void LlamaModel::describe_types() {
   std::map<DType, uint64_t> weights;  // of the tables and matrices, by type
-  auto count = [&](const Tensor& t) { weights[t.dtype()] += uint64_t(t.numel()); };
-  count(w_.token_embedding);
-  if (!config_.shared_classifier) count(w_.classifier);
-  for (const Layer& layer : w_.layers)
-    for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
-      for (const Tensor& t : r->parts) count(t);
+  for_each_matrix([&](const Tensor& t) { weights[t.dtype()] += uint64_t(t.numel()); });
   uint64_t total = 0, most = 0;
   for (const auto& [type, n] : weights) {
     total += n;

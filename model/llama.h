@@ -20,7 +20,6 @@ namespace minfer {
 struct RowBlocks {
   std::vector<Tensor> parts;  // (rows_i, in) each
   int64_t rows() const;
-  uint64_t bytes() const;
   // Rows [begin, end): the parts that hold them, cut where needed.
   RowBlocks slice(int64_t begin, int64_t end) const;
   // The one part (Error for a matrix in several).
@@ -76,6 +75,16 @@ class LlamaModel final : public Model {
  private:
   void allocate(const std::string& name, const LlamaHostWeights* host);
   void describe_types();  // info_.dtype and info_.weight_types
+  // Calls fn(tensor) for the embedding table, the classifier when it is a matrix of its own, and
+  // every part of every layer's matrices: every weight tensor but the norms and the RoPE table.
+  template <class Fn>
+  void for_each_matrix(Fn&& fn) const {
+    fn(w_.token_embedding);
+    if (!config_.shared_classifier) fn(w_.classifier);
+    for (const Layer& layer : w_.layers)
+      for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
+        for (const Tensor& t : r->parts) fn(t);
+  }
   struct LayerViews;
   LayerViews layer_views(int64_t layer, int64_t M, const KvCache& cache) const;
   void forward_layer_unfused(const LayerViews& views, const ForwardBatch& batch);
