@@ -40,9 +40,6 @@ constexpr int64_t dtype_block_bytes(DType t) {
   }
   return 0;
 }
-// Bytes per element of a plain type; for a quantized one (whose elements have no whole size), the
-// bytes of one block, as dtype_block_bytes.
-constexpr int dtype_size(DType t) { return static_cast<int>(dtype_block_bytes(t)); }
 // Bytes per element of any type, as a fraction: 4, 2, 34 / 32 = 1.0625 for q8_0, ...
 constexpr double dtype_bytes_per_element(DType t) { return double(dtype_block_bytes(t)) / double(dtype_block(t)); }
 // The bytes of `count` elements (a whole number of blocks; Error otherwise).

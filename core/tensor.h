@@ -46,8 +46,9 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
-  // Bytes per element of a plain dtype; for a quantized type, the bytes of one block (dtype_size).
-  size_t element_size() const { return static_cast<size_t>(dtype_size(dtype_)); }
+  // Bytes per element of a plain dtype; Error for a quantized one, whose elements have no whole
+  // size (its blocks do: dtype_block_bytes).
+  size_t element_size() const { return static_cast<size_t>(dtype_bytes(dtype_, 1)); }
   size_t nbytes() const { return static_cast<size_t>(dtype_bytes(dtype_, static_cast<uint64_t>(numel()))); }
   bool is_contiguous() const;
   // Rows are dense (last stride 1) though rows may be spaced apart, e.g. a column slice.

@@ -115,19 +115,19 @@ void Decoder::check_token(int32_t token) const {
 
 // note: the staging buffer holds a batch packed end to end, tokens (n_rows), sequences (n_rows),
 // positions (n_rows), logit rows: one copy moves everything a forward pass needs to the device.
-// Runs such a packed batch; its logit rows belong to sequences first_logit_seq, +1, ...
+// Runs such a packed batch; its logit rows go to rows first_logit_row, +1, ... of the logits.
 // Everything here is device work (it may be recorded and replayed); the host fills the staging
 // buffer before, and must not touch it again until the device has copied it: every writer of
 // the staging buffer first waits for the device (synchronize()), so a copy still in flight is
 // never overwritten.
-void Decoder::run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows) {
+void Decoder::run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows) {
   backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
   ForwardBatch batch;
   batch.tokens = batch_.slice(0, 0, n_rows);
   batch.seq = batch_.slice(0, n_rows, 2 * n_rows);
   batch.pos = batch_.slice(0, 2 * n_rows, 3 * n_rows);
   batch.logit_rows = batch_.slice(0, 3 * n_rows, 3 * n_rows + n_logit_rows);
-  model_.forward(batch, cache_, logits_.slice(0, first_logit_seq, first_logit_seq + n_logit_rows));
+  model_.forward(batch, cache_, logits_.slice(0, first_logit_row, first_logit_row + n_logit_rows));
 }
 
 void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
@@ -144,7 +144,7 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   backend_.synchronize();  // the staging buffer is free once the device is idle
   int32_t* host = staging_.data_as<int32_t>();
   const StagedRows staged{host, max_rows_};
-  int64_t rows = 0, logit_rows = 0, first_logit_seq = 0;
+  int64_t rows = 0, logit_rows = 0, first_logit_row = 0;
   // Prefill stages rows in four arrays of max_rows_ slots (the chunk's length is known only at
   // its end), then packs them left, to a stride of `rows`, before running the chunk.
   auto flush = [&] {
@@ -152,10 +152,10 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
       std::copy(host + max_rows_, host + max_rows_ + rows, host + rows);
       std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + rows, host + 2 * rows);
       std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + logit_rows, host + 3 * rows);
-      run_rows(rows, first_logit_seq, logit_rows);
+      run_rows(rows, first_logit_row, logit_rows);
       backend_.synchronize();  // before the next chunk is staged
     }
-    first_logit_seq += logit_rows;
+    first_logit_row += logit_rows;
     rows = logit_rows = 0;
   };
   // Rows go sequence by sequence in position order, max_rows_ at a time.

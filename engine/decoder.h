@@ -148,7 +148,7 @@ class Decoder {
                           const std::function<void(int64_t, int32_t)>& on_token = nullptr);
 
  private:
-  void run_rows(int64_t n_rows, int64_t first_logit_seq, int64_t n_logit_rows);
+  void run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows);
   void check_token(int32_t token) const;
   bool is_stop(int32_t token) const;
 

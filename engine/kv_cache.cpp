@@ -8,7 +8,7 @@ namespace minfer {
 uint64_t KvCache::bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim,
                                DType dtype) {
   return checked_product({2, uint64_t(n_layers), uint64_t(n_seqs), uint64_t(n_ctx), uint64_t(kv_dim),
-                          uint64_t(dtype_size(dtype))},
+                          dtype_bytes(dtype, 1)},
                          "KV cache size");
 }
 

@@ -48,7 +48,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
     : options_(options), decoder_(model, decoder_options(options)),
       vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids) {
   slots_.resize(static_cast<size_t>(options_.slots));
-  padding_.assign(static_cast<size_t>(options_.slots), 0);
+  finished_in_batch_.assign(static_cast<size_t>(options_.slots), 0);
   samplers_.reserve(static_cast<size_t>(options_.slots));
   cached_.resize(static_cast<size_t>(options_.slots));
   for (auto& tokens : cached_) tokens.reserve(static_cast<size_t>(decoder_.n_ctx()));
@@ -152,7 +152,7 @@ void Scheduler::record_finish_locked(const RequestStats& stats) {
 void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   std::unique_ptr<Live> live = std::move(slots_[slot]);
   // A static batch's finished sequence goes on decoding where it was (see step()).
-  if (options_.policy == SchedulerOptions::Policy::static_batches) padding_[slot] = 1;
+  if (options_.policy == SchedulerOptions::Policy::static_batches) finished_in_batch_[slot] = 1;
   else if (!caching()) decoder_.reset_sequence(slot);
   last_used_[slot] = metrics_.steps + 1;  // 0: never used
   live->stats.reason = reason;
@@ -171,7 +171,7 @@ void Scheduler::admit_locked() {
   const bool all_free = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s == nullptr; });
   if (options_.policy == SchedulerOptions::Policy::static_batches) {
     if (!all_free) return;
-    std::fill(padding_.begin(), padding_.end(), 0);  // the batch is over
+    std::fill(finished_in_batch_.begin(), finished_in_batch_.end(), 0);  // the batch is over
   }
   const double now = now_seconds();
   while (!queue_.empty()) {
@@ -293,7 +293,7 @@ bool Scheduler::build_rows() {
   // position, attending to the whole cache of its sequence, with logits that nothing samples. One
   // that reaches the end of its slot's context starts over at position 0.
   for (int64_t s = 0; s < options_.slots; ++s) {
-    if (!padding_[s] || slots_[s] != nullptr) continue;
+    if (!finished_in_batch_[s] || slots_[s] != nullptr) continue;
     if (decoder_.position(s) >= decoder_.n_ctx()) decoder_.reset_sequence(s);
     chunks_.push_back({s, &padding_token_, 1, true});
     --budget;

@@ -192,7 +192,7 @@ class Scheduler {
   SchedulerMetrics metrics_;
 
   std::vector<std::unique_ptr<Live>> slots_;  // engine thread only; nullptr = free
-  std::vector<char> padding_;                 // static batches: a finished slot still computing
+  std::vector<char> finished_in_batch_;       // static batches: a finished slot still computing
   std::vector<Sampler> samplers_;             // one per slot, reseeded at admission
   // The tokens whose keys and values each slot's cache holds (prompt caching), reserved for the
   // whole context once, and the step at which each slot last finished a request.

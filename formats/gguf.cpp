@@ -276,7 +276,7 @@ Tensor GgufFile::view(const std::string& name) const {
     fail(path(), ": tensor '", name, "' is ", ggml_type_name(t.type), "; minfer reads ", kReadableTypes, " tensors");
   std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
   const uint64_t start = contents_.data_offset + t.offset;
-  const uint64_t align = is_quantized(dtype) ? 2 : uint64_t(dtype_size(dtype));  // blocks: their f16 scales
+  const uint64_t align = is_quantized(dtype) ? 2 : dtype_bytes(dtype, 1);  // blocks: their f16 scales
   if (start % align != 0) fail(path(), ": tensor '", name, "' is not aligned to its ", align, "-byte elements");
   auto* bytes = const_cast<uint8_t*>(data_ + start);
   return Tensor::wrap(bytes, shape, dtype, DeviceKind::cpu, file_);

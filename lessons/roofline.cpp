@@ -147,7 +147,7 @@ void run_half(Report& r, const std::string& half, Backend& b, DType weights, boo
   r.ran(half);
   r.conclude(half, fmt("the ridge is at %.1f FLOPs per byte of ", ridge) + roof.main_memory().name +
                        fmt(": decode's matrix-vector product (%.2f FLOP/byte) is memory-bound and reaches ",
-                           2.0 / dtype_size(weights)) +
+                           2.0 / dtype_bytes_per_element(weights)) +
                        fmt("%.0f%% of its ", 100 * decode_fraction) + decode_level + " roof" + cached +
                        fmt("; prefill's 256-row product is compute-bound at %.0f%% of the measured peak", 100 * prefill_fraction) +
                        (q8_intensity > 0 ? fmt("; with q8_0 weights decode moves right to %.2f FLOP/byte", q8_intensity) +

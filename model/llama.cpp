@@ -257,7 +257,7 @@ void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
 // model/llama_weights.h.
 Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, int64_t head_dim) {
   Tensor out = backend.empty_host(w.shape(), w.dtype());
-  const int64_t half = head_dim / 2, row_bytes = w.size(1) * int64_t(w.element_size());
+  const int64_t half = head_dim / 2, row_bytes = int64_t(dtype_bytes(w.dtype(), uint64_t(w.size(1))));
   const char* src = static_cast<const char*>(w.data());
   char* dst = static_cast<char*>(out.data());
   for (int64_t h = 0; h < heads; ++h)

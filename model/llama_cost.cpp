@@ -10,7 +10,7 @@ uint64_t layer_matrix_params(const LlamaConfig& c) {
 namespace {
 
 uint64_t kv_cache_step_bytes(const LlamaConfig& c, DType kv, int64_t n_seqs, int64_t pos) {
-  return uint64_t(n_seqs) * 2 * uint64_t(c.n_layers) * uint64_t(pos + 1) * uint64_t(c.kv_dim()) * uint64_t(dtype_size(kv));
+  return uint64_t(n_seqs) * 2 * uint64_t(c.n_layers) * uint64_t(pos + 1) * uint64_t(c.kv_dim()) * dtype_bytes(kv, 1);
 }
 
 }  // namespace

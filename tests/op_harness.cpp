@@ -84,7 +84,7 @@ Backend* backend_by_name(const std::string& name, std::string* reason) {
 
 GuardedOutput::GuardedOutput(Backend& backend, int64_t rows, int64_t cols, int64_t ld, DType dtype)
     : rows_(rows), cols_(cols), ld_(ld) {
-  MINFER_CHECK(dtype_size(dtype) == 4 && ld >= cols, "GuardedOutput: 4-byte types, ld >= cols");
+  MINFER_CHECK(!is_quantized(dtype) && dtype_bytes(dtype, 1) == 4 && ld >= cols, "GuardedOutput: 4-byte types, ld >= cols");
   const int64_t span = rows * ld;
   buffer_ = backend.empty({span + 2 * kGuard}, dtype);
   Tensor pattern = host_tensor({span + 2 * kGuard}, dtype);

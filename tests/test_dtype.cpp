@@ -18,10 +18,10 @@ namespace minfer {
 namespace {
 
 TEST(DType, SizesAndNames) {
-  EXPECT_EQ(dtype_size(DType::f32), 4);
-  EXPECT_EQ(dtype_size(DType::f16), 2);
-  EXPECT_EQ(dtype_size(DType::bf16), 2);
-  EXPECT_EQ(dtype_size(DType::i32), 4);
+  EXPECT_EQ(dtype_bytes(DType::f32, 1), 4u);
+  EXPECT_EQ(dtype_bytes(DType::f16, 1), 2u);
+  EXPECT_EQ(dtype_bytes(DType::bf16, 1), 2u);
+  EXPECT_EQ(dtype_bytes(DType::i32, 1), 4u);
   EXPECT_EQ(parse_dtype("bf16"), DType::bf16);
   EXPECT_THROW(parse_dtype("f8"), Error);
 }

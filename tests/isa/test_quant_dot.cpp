@@ -261,7 +261,7 @@ TEST(BatchInvariant, EveryRowEqualsTheRowAlone) {
     } else {
       std::vector<float> wf(static_cast<size_t>(N * K));
       for (auto& v : wf) v = normal(rng);
-      w.resize(wf.size() * dtype_size(t));
+      w.resize(wf.size() * dtype_bytes(t, 1));
       for (size_t i = 0; i < wf.size(); ++i) {
         const uint16_t h = t == DType::f16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
         if (t == DType::f32) std::memcpy(w.data() + 4 * i, &wf[i], 4);
