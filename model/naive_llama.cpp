@@ -3,7 +3,7 @@
 // in fewer passes over memory) and the kernels behind that op:
 //   ref   kernels/ref/OP.cpp     plain loops, the reference the op harness checks against
 //   cpu   kernels/cpu/OP.cpp     Eigen and hand-written SIMD, over a thread pool
-//   cuda  kernels/cuda/OP.cu     chosen in engine/backend_cuda.cu
+//   cuda  kernels/cuda/OP.cu     chosen by engine/cuda_choices.h, launched in engine/backend_cuda.cu
 // note: the sums (dot products, RMSNorm's sum of squares) accumulate in double, and the RoPE
 // frequencies and angles are computed in double, so that this page is the exact answer every
 // kernel approximates; the values stored between steps are f32, as in run.c.

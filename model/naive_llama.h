@@ -7,7 +7,8 @@
 //     interface (engine/backend.h);
 //   - each such call has a plain-loop reference in kernels/ref/ and fast versions in
 //     kernels/cpu/ and kernels/cuda/; the comments in model/naive_llama.cpp name them, step by
-//     step, and engine/backend_cuda.cu picks among the CUDA ones.
+//     step, and engine/cuda_choices.h chooses among the CUDA ones (engine/backend_cuda.cu
+//     launches them).
 //
 // Run it: `minfer naive -m MODEL -i "Once upon a time"` (cli/cli_naive.cpp). The tests hold the
 // reference backend, and through it the CPU and CUDA backends, to it on every random model shape

@@ -12,11 +12,13 @@
 //                                      registers, so only 2 bytes per weight cross the bus (bf16
 //                                      as even and odd halves: one_row_bf16); with batch_invariant
 //                                      (matmul.h) every M, a row at a time
-//   2-7       any        small_m       4 weight rows x M activation rows per tile: each weight
-//                                      loaded feeds M FMAs, and is still read exactly once
+//   2-7       any        small_m       4 weight rows x up to 4 activation rows per tile: each weight
+//                                      vector loaded feeds up to 4 FMAs (the rows past 4 load it
+//                                      again, from L1), and is read from memory exactly once
 //   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
-//                                      16 rows at once, no horizontal sums (compute-bound); up to
-//                                      3/4 of a vector's rows left over take the small_m tile
+//                                      one vector of rows at once (16 with AVX-512, 8 with AVX2),
+//                                      no horizontal sums (compute-bound); up to 3/4 of a vector's
+//                                      rows left over take the small_m tile
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
 //   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
 //                                      beats Eigen there, but does not block along K or M
