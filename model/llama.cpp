@@ -352,31 +352,38 @@ void LlamaModel::describe_types() {
                           std::to_string(int(std::lround(100.0 * double(n) / double(total)))) + "%";
 }
 
+std::array<LlamaModel::WorkspaceBuffer, 9> LlamaModel::workspace_buffers() const {
+  const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
+  return {{{&Workspace::x, false, d},
+           {&Workspace::xb, false, d},
+           {&Workspace::qkv, false, q + 2 * kv},
+           {&Workspace::att, false, q},
+           {&Workspace::proj, false, d},
+           {&Workspace::h13, false, 2 * h},
+           {&Workspace::hb, false, h},
+           {&Workspace::last, true, d},
+           {&Workspace::last_norm, true, d}}};
+}
+
 uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) const {
-  const uint64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
-  const uint64_t per_row = 3 * d + 2 * q + 2 * kv + 3 * h;  // x, xb, qkv, att, proj, h13, hb (below)
   const char* what = "activations";
-  return checked_add(checked_product({uint64_t(max_rows), per_row, 4}, what),
-                     checked_product({uint64_t(max_logit_rows), 2 * d, 4}, what), what);
+  uint64_t bytes = 0;
+  for (const WorkspaceBuffer& b : workspace_buffers()) {
+    const int64_t rows = b.per_logit_row ? max_logit_rows : max_rows;
+    bytes = checked_add(bytes, checked_product({uint64_t(rows), uint64_t(b.columns), 4}, what), what);
+  }
+  return bytes;
 }
 
 void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
   if (max_rows <= ws_.rows && max_logit_rows <= ws_.logit_rows) return;
   const int64_t rows = std::max(max_rows, ws_.rows), logit_rows = std::max(max_logit_rows, ws_.logit_rows);
-  const int64_t d = config_.dim, h = config_.hidden_dim, q = config_.q_dim(), kv = config_.kv_dim();
   ws_ = Workspace();  // give the old buffers back to the pool first
   ++graph_epoch_;
   ws_.rows = rows;
   ws_.logit_rows = logit_rows;
-  ws_.x = backend_.empty({rows, d}, DType::f32);
-  ws_.xb = backend_.empty({rows, d}, DType::f32);
-  ws_.qkv = backend_.empty({rows, q + 2 * kv}, DType::f32);
-  ws_.att = backend_.empty({rows, q}, DType::f32);
-  ws_.proj = backend_.empty({rows, d}, DType::f32);
-  ws_.h13 = backend_.empty({rows, 2 * h}, DType::f32);
-  ws_.hb = backend_.empty({rows, h}, DType::f32);
-  ws_.last = backend_.empty({logit_rows, d}, DType::f32);
-  ws_.last_norm = backend_.empty({logit_rows, d}, DType::f32);
+  for (const WorkspaceBuffer& b : workspace_buffers())
+    ws_.*b.member = backend_.empty({b.per_logit_row ? logit_rows : rows, b.columns}, DType::f32);
 }
 
 // One layer's activations and weights for a batch of M rows.

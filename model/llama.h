@@ -2,6 +2,7 @@
 // on the reference, CPU and CUDA backends. See model/llama.cpp for the walk through one layer.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,6 +130,14 @@ class LlamaModel final : public Model {
     Tensor last;  // (logit_rows, dim): the rows whose logits are wanted
     Tensor last_norm;  // (logit_rows, dim)
   } ws_;
+  // The workspace's f32 buffers as one list, which reserve() allocates and activation_bytes()
+  // counts: each is (rows, columns), or (logit_rows, columns) where per_logit_row.
+  struct WorkspaceBuffer {
+    Tensor Workspace::*member;
+    bool per_logit_row;
+    int64_t columns;
+  };
+  std::array<WorkspaceBuffer, 9> workspace_buffers() const;
 };
 
 }  // namespace minfer

@@ -179,6 +179,26 @@ TEST(Decoder, ReusablePrefixStopsShortOfThePromptsLastToken) {
   EXPECT_EQ(reusable_prefix({1, 2}, {}), 0);
 }
 
+// The bytes a decoder checks against the device before reserving (Model::activation_bytes) are
+// what reserve() then takes from the pool, up to the pool's rounding of each of the nine buffers
+// to 256 bytes; a second, smaller reserve takes nothing.
+TEST(Decoder, ActivationBytesAreWhatReserveAllocates) {
+  auto backend = make_backend(BackendKind::cpu);
+  std::unique_ptr<LlamaModel> model;
+  for (auto [rows, logit_rows] : {std::pair<int64_t, int64_t>{37, 5}, {300, 300}}) {
+    model = load_model("preset:tiny", *backend, {});  // a model with no workspace yet
+    const size_t before = backend->pool().stats().allocated_bytes;
+    model->reserve(rows, logit_rows);
+    const size_t taken = backend->pool().stats().allocated_bytes - before;
+    const uint64_t counted = model->activation_bytes(rows, logit_rows);
+    EXPECT_GE(taken, counted) << rows;
+    EXPECT_LT(taken, counted + 9 * 256) << rows;
+  }
+  const PoolStats before = backend->pool().stats();
+  model->reserve(8, 8);
+  EXPECT_EQ(backend->pool().stats().requests, before.requests);
+}
+
 TEST(Decoder, DecodeLoopAllocatesNothing) {
   auto backend = make_backend(BackendKind::cpu);
   auto model = load_model("preset:tiny", *backend, {});
