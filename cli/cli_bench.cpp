@@ -1,7 +1,7 @@
 // `minfer bench`: prefill and decode throughput in the manner of llama.cpp's llama-bench, with
 // the limit beside every figure.
 //
-// A ppP test prefills B prompts of P tokens in one batched pass (chunks of up to 4096 rows); a
+// A ppP test prefills B prompts of P tokens in batched passes of up to 4096 rows; a
 // tgN test decodes N tokens for each of B sequences, a forward pass over B rows per step,
 // starting from an empty cache. Each test runs once to warm up and then -r times; the figure is
 // the mean +- standard deviation of the per-repetition tokens/s (B x P or B x N tokens over the
@@ -350,7 +350,7 @@ int cmd_bench(int argc, char** argv) {
              {"--profile", "", "time every op (serialising the device) and print a table per test"},
              {"--draft", "MODEL", "also time greedy generation of each -n plainly and with speculative decoding:\n"
                                   "                              a draft model (same vocabulary), or ngram for prompt lookup"},
-             {"--draft-dtype", "TYPE", "the draft model's weights: f32, f16, bf16 or q8_0 (default: as stored)"},
+             {"--draft-dtype", "TYPE", "the draft model's weights, as --dtype takes them (default: as stored)"},
              {"--draft-k", "LIST", "tokens drafted per round, 1 to 16 each, e.g. 2,4,8 (default 4)"},
              {"-o,--output", "FMT", "md, csv or json (default md)"},
              {"--save-json", "PATH", "also write the JSON records to PATH"}});

@@ -52,7 +52,7 @@ std::vector<Option> generate_options() {
       {"--draft", "MODEL", "speculative decoding: a draft model with the same vocabulary (it may be -m's\n"
                            "                              model itself with a cheaper --draft-dtype), or ngram for\n"
                            "                              prompt lookup (drafts copied from earlier in the context)"},
-      {"--draft-dtype", "TYPE", "the draft model's weights: f32, f16, bf16 or q8_0 (default: as stored)"},
+      {"--draft-dtype", "TYPE", "the draft model's weights, as --dtype takes them (default: as stored)"},
       {"--draft-k", "K", "tokens drafted per round, 1 to 16 (default 4)"},
       {"--ngram", "N", "prompt lookup: the longest suffix looked up, 1 to 16 (default 3)"},
   });

@@ -86,7 +86,7 @@ PerplexityRequest parse_request(const Args& args) {
   MINFER_CHECK(request.output == "md" || request.output == "json", "-o: '", request.output, "' is not md or json");
   if (args.has("--kl-base")) {
     request.base_dtype = parse_dtype(args.get("--kl-base").c_str());
-    MINFER_CHECK(*request.base_dtype != DType::i32, "--kl-base: weights are f32, f16, bf16 or q8_0");
+    MINFER_CHECK(*request.base_dtype != DType::i32, "--kl-base: i32 is not a weights type");
   }
   if (args.has("--kl-base-model")) {
     MINFER_CHECK(!request.base_dtype, "--kl-base and --kl-base-model: give one base");

@@ -8,8 +8,9 @@
 //   - the key (--api-key, --api-key-file): every route but /health wants `Authorization: Bearer
 //     KEY`, else 401;
 //   - Host: on a loopback address only loopback names (localhost, 127.0.0.1, [::1]) are served,
-//     else 403 (a rebound name arrives with the attacker's Host); --allowed-hosts adds names, and
-//     `*` takes any. On another address any Host is served unless --allowed-hosts says otherwise;
+//     else 403 (a rebound name arrives with the attacker's Host); --allowed-hosts replaces those
+//     names with its own, and `*` takes any. On another address any Host is served unless
+//     --allowed-hosts says otherwise;
 //   - Origin: a browser names the page's origin; a request that carries one is served only when
 //     --allowed-origins lists it (or is `*`), else 403, and an allowed origin gets CORS headers
 //     and answers to its preflight (OPTIONS) requests.

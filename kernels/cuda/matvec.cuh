@@ -2,8 +2,9 @@
 //
 // With M rows each weight is used M times: at M = 1 the product reads every weight once and does
 // 2 FLOPs with it, so HBM bandwidth decides its speed and a GEMM library's tiling only adds
-// overhead. One warp owns one weight row: its 32 lanes read the row in 16-byte vectors (8 f16 or
-// 4 f32 weights per load) so each warp-wide load moves 512 contiguous bytes, multiply them with
+// overhead. One warp owns one weight row: each of its 32 lanes reads 8 consecutive weights a step
+// (one 16-byte load of f16 or bf16, two of f32), so a step of the warp reads 256 consecutive
+// weights (512 contiguous bytes of f16, 1 KiB of f32), multiplies them with
 // all M activation rows (which stay in L1/L2), and a warp sum gives M outputs. Eight warps per
 // block and enough blocks keep tens of kilobytes of loads in flight per SM, which is what it
 // takes to approach peak bandwidth. Weights may be f32, f16, bf16 or any quantized type (blocks
