@@ -96,7 +96,7 @@ class Backend {
   virtual void set_recording(bool on) { (void)on; }
 
   // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
-  virtual void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  virtual void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
   // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32
   virtual void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
   // fused: x += delta; out = rmsnorm(x) * weight      out, x, delta (M, D); x updated in place

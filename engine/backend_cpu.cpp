@@ -5,7 +5,7 @@
 #include "kernels/cpu/add.h"
 #include "kernels/cpu/argmax.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gather_rows.h"
 #include "kernels/cpu/fill.h"
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
@@ -41,9 +41,9 @@ std::string CpuBackend::name() const {
                         batch_invariant_ ? ", batch-invariant" : "", ")");
 }
 
-void CpuBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  checks::embedding(out, table, ids, kCpu);
-  cpu::embedding(threads_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0),
+void CpuBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  checks::gather_rows(out, table, ids, kCpu);
+  cpu::gather_rows(threads_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0),
                  out.size(1), table.size(0));
 }
 

@@ -17,7 +17,7 @@ class CpuBackend final : public Backend {
   CachingPool& host_pool() override { return pool_; }
   ThreadPool& threads() { return threads_; }
 
-  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                         const Tensor& weight, float eps) override;

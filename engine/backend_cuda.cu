@@ -23,7 +23,7 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cast.cuh"
-#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gather_rows.cuh"
 #include "kernels/cuda/fill.cuh"
 #include "kernels/cuda/gemm_cublas.cuh"
 #include "kernels/cuda/gemm_mma.cuh"
@@ -110,9 +110,9 @@ class CudaBackend final : public Backend, private Recorder {
 
   void forget_recordings(const std::string& prefix) override { recordings_.forget(prefix); }
 
-  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override {
-    checks::embedding(out, table, ids, kCuda);
-    cuda::embedding(stream_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1));
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override {
+    checks::gather_rows(out, table, ids, kCuda);
+    cuda::gather_rows(stream_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1));
   }
 
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {

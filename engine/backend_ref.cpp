@@ -5,7 +5,7 @@
 #include "kernels/ref/add.h"
 #include "kernels/ref/argmax.h"
 #include "kernels/ref/attention.h"
-#include "kernels/ref/embedding.h"
+#include "kernels/ref/gather_rows.h"
 #include "kernels/ref/fill.h"
 #include "kernels/ref/kv_store.h"
 #include "kernels/ref/matmul.h"
@@ -24,9 +24,9 @@ constexpr DeviceKind kHost = DeviceKind::cpu;
 
 RefBackend::RefBackend() : pool_(std::make_unique<HostUpstream>()) {}
 
-void RefBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  checks::embedding(out, table, ids, kHost);
-  ref::embedding(f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1),
+void RefBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  checks::gather_rows(out, table, ids, kHost);
+  ref::gather_rows(f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1),
                  table.size(0));
 }
 

@@ -17,7 +17,7 @@ class RefBackend final : public Backend {
   CachingPool& pool() override { return pool_; }
   CachingPool& host_pool() override { return pool_; }
 
-  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                         const Tensor& weight, float eps) override;

@@ -79,12 +79,12 @@ void head_dim(const char* op, const Rows& x, int64_t head_dim) {
                head_dim);
 }
 
-void embedding(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device) {
-  Rows o = activation("embedding", "out", out, device);
-  weight("embedding", "table", table, device);
-  MINFER_CHECK(table.size(1) == o.cols, "embedding: table ", table.str(), " rows are not ", o.cols,
+void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device) {
+  Rows o = activation("gather_rows", "out", out, device);
+  weight("gather_rows", "table", table, device);
+  MINFER_CHECK(table.size(1) == o.cols, "gather_rows: table ", table.str(), " rows are not ", o.cols,
                " wide");
-  index_vector("embedding", "ids", ids, o.rows, device);
+  index_vector("gather_rows", "ids", ids, o.rows, device);
 }
 
 void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device) {

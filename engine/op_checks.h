@@ -40,7 +40,7 @@ struct AttentionShape {
 void rope_table(const char* op, const Tensor& table, int64_t head_dim, DeviceKind device);
 void head_dim(const char* op, const Rows& x, int64_t head_dim);
 
-void embedding(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device);
+void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device);
 void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device);
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device);
 void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,

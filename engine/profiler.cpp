@@ -28,8 +28,8 @@ std::string matmul_label(const Tensor& x, const Tensor& w) {
 }
 }  // namespace
 
-void ProfilingBackend::embedding(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  timed("embedding", [&] { inner_.embedding(out, table, ids); });
+void ProfilingBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  timed("gather_rows", [&] { inner_.gather_rows(out, table, ids); });
 }
 void ProfilingBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   timed("rmsnorm", [&] { inner_.rmsnorm(out, x, weight, eps); });

@@ -23,7 +23,7 @@ class ProfilingBackend final : public Backend {
   CachingPool& host_pool() override { return inner_.host_pool(); }
   void synchronize() override { inner_.synchronize(); }
 
-  void embedding(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
                         float eps) override;

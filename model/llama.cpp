@@ -473,7 +473,7 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
                    cache.head_dim() == config_.head_dim(),
                "forward: the KV cache does not match the model");
   Tensor x = ws_.x.slice(0, 0, M);
-  backend_.embedding(x, w_.token_embedding, b.tokens);
+  backend_.gather_rows(x, w_.token_embedding, b.tokens);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     TraceRange trace("layer");
     const LayerViews views = layer_views(l, M, cache);
@@ -483,7 +483,7 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   if (R == 0) return;
   // Logits only where they are needed: gather those rows, normalise, classify.
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
-  backend_.embedding(last, x, b.logit_rows);
+  backend_.gather_rows(last, x, b.logit_rows);
   backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
   backend_.matmul(logits, last_norm, w_.classifier);
 }

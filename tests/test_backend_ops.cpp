@@ -18,7 +18,7 @@
 //   On CUDA, for every quantized type (q8_0, q4_0 .. q6_k), the weights are dequantized exactly as
 //   on the host, so decode (M <= 8, the matvec) takes the f32 limit; prefill rounds weights and
 //   activations to f16 and takes the f16 limit.
-//   embedding, cache stores, argmax, fill: exact.
+//   gather_rows, cache stores, argmax, fill: exact.
 // Inputs include RMSNorm rows small enough that epsilon matters (|x| < 3e-3: mean(x^2) is
 // below eps = 1e-5).
 #include <gtest/gtest.h>
@@ -30,7 +30,7 @@
 #include "kernels/ref/add.h"
 #include "kernels/ref/argmax.h"
 #include "kernels/ref/attention.h"
-#include "kernels/ref/embedding.h"
+#include "kernels/ref/gather_rows.h"
 #include "kernels/ref/fill.h"
 #include "kernels/ref/kv_store.h"
 #include "kernels/ref/matmul.h"
@@ -44,13 +44,13 @@ namespace minfer::test {
 namespace {
 
 enum class Op {
-  embedding, rmsnorm, rmsnorm_small, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
+  gather_rows, rmsnorm, rmsnorm_small, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
   attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, argmax, fill, sum
 };
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::embedding: return "EMBEDDING";
+    case Op::gather_rows: return "GATHER_ROWS";
     case Op::rmsnorm: return "RMS_NORM";
     case Op::rmsnorm_small: return "RMS_NORM_SMALL_X";
     case Op::residual_rmsnorm: return "RESIDUAL_RMS_NORM";
@@ -154,15 +154,15 @@ TEST_P(BackendOps, MatchesReference) {
   const std::string label = case_name(k);
   const int64_t M = k.M;
   switch (k.op) {
-    case Op::embedding: {
+    case Op::gather_rows: {
       const int64_t D = k.a, V = k.b;
       Tensor table = host_random({V, D}, rng_, -1, 1, k.dtype);
       std::vector<int32_t> ids;
       for (int64_t m = 0; m < M; ++m) ids.push_back(static_cast<int32_t>(rng_() % V));
       GuardedOutput out(*backend_, M, D, ld(D));
-      backend_->embedding(out.view(), to_backend(*backend_, table), indices(ids));
+      backend_->gather_rows(out.view(), to_backend(*backend_, table), indices(ids));
       Tensor expected = host_tensor({M, D}, DType::f32);
-      ref::embedding(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V);
+      ref::gather_rows(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V);
       expect_close(expected, out.check(label), 0.0, label);
       break;
     }
@@ -365,8 +365,8 @@ std::vector<Case> all_cases() {
     for (int64_t M : Ms) {
       bool strided = M == 3 || M == 8;
       for (DType t : {DType::f32, DType::f16, DType::bf16})
-        cases.push_back({backend, Op::embedding, M, 67, 301, 0, t, strided});
-      cases.push_back({backend, Op::embedding, M, 96, 301, 0, DType::q8_0, strided});
+        cases.push_back({backend, Op::gather_rows, M, 67, 301, 0, t, strided});
+      cases.push_back({backend, Op::gather_rows, M, 96, 301, 0, DType::q8_0, strided});
       cases.push_back({backend, Op::rmsnorm, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::rmsnorm, M, 288, 0, 0, DType::f32, !strided});
       cases.push_back({backend, Op::rmsnorm_small, M, 67, 0, 0, DType::f32, strided});
@@ -443,7 +443,7 @@ std::vector<Case> all_cases() {
         cases.push_back({backend, Op::matmul, M, M == 100 ? 300 : M > 32 ? 57 : 33,
                          M == 5 && !is_k_quant(t) ? 288 : K, 0, t, M == 3 || M == 17 || M == 34});
       for (int64_t M : {1, 5})
-        cases.push_back({backend, Op::embedding, M, K, 301, 0, t, M == 5});
+        cases.push_back({backend, Op::gather_rows, M, K, 301, 0, t, M == 5});
       cases.push_back({backend, Op::fill, 1, 1024, 0, 0, t, false});  // K-quants: synthetic blocks
     }
   // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile,
@@ -558,7 +558,7 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   ids.data_as<int32_t>()[1] = 11;  // out of range for a 10-row table
   ids.data_as<int32_t>()[2] = 0;
   Tensor table = cpu.empty({10, 10}, DType::f32);
-  EXPECT_THROW(cpu.embedding(out, table, ids), Error);
+  EXPECT_THROW(cpu.gather_rows(out, table, ids), Error);
   Tensor cache = cpu.empty({2, 1, 4, 8}, DType::f32);
   Tensor pos = cpu.empty({3}, DType::i32), seq = cpu.empty({3}, DType::i32);
   for (int i = 0; i < 3; ++i) {

@@ -1,12 +1,12 @@
 #include "core/quants_blocks.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gather_rows.cuh"
 
 namespace minfer::cuda {
 
 namespace {
 template <class T>
-__global__ void embedding_kernel(float* out, int64_t ld_out, const T* table, const int32_t* ids, int64_t D) {
+__global__ void gather_rows_kernel(float* out, int64_t ld_out, const T* table, const int32_t* ids, int64_t D) {
   const int64_t m = blockIdx.x;
   const T* row = table + int64_t(ids[m]) * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) out[m * ld_out + d] = to_float(row[d]);
@@ -15,7 +15,7 @@ __global__ void embedding_kernel(float* out, int64_t ld_out, const T* table, con
 // Quantized tables: a thread per group of 8 values (core/quants_blocks.h), dequantized exactly as
 // on the host.
 template <class Block>
-__global__ void embedding_blocks_kernel(float* out, int64_t ld_out, const Block* table, const int32_t* ids,
+__global__ void gather_rows_blocks_kernel(float* out, int64_t ld_out, const Block* table, const int32_t* ids,
                                         int64_t D) {
   constexpr int kGroups = blocks::Traits<Block>::kWeights / 8;
   const int64_t m = blockIdx.x;
@@ -29,15 +29,15 @@ __global__ void embedding_blocks_kernel(float* out, int64_t ld_out, const Block*
 }
 }  // namespace
 
-void embedding(cudaStream_t stream, float* out, int64_t ld_out, const void* table, DType table_dtype,
-               const int32_t* ids, int64_t M, int64_t D) {
+void gather_rows(cudaStream_t stream, float* out, int64_t ld_out, const void* table, DType table_dtype,
+                 const int32_t* ids, int64_t M, int64_t D) {
   if (M == 0) return;
   if (is_quantized(table_dtype)) {
-    MINFER_CHECK(D % dtype_block(table_dtype) == 0, "embedding: ", dtype_name(table_dtype), " rows of ", D,
+    MINFER_CHECK(D % dtype_block(table_dtype) == 0, "gather_rows: ", dtype_name(table_dtype), " rows of ", D,
                  " values are not whole blocks");
     blocks::dispatch_block(table_dtype, [&](auto tag) {
       using Block = typename decltype(tag)::type;
-      embedding_blocks_kernel<Block>
+      gather_rows_blocks_kernel<Block>
           <<<static_cast<unsigned>(M), 256, 0, stream>>>(out, ld_out, static_cast<const Block*>(table), ids, D);
     });
     CUDA_CHECK_LAUNCH();
@@ -45,7 +45,7 @@ void embedding(cudaStream_t stream, float* out, int64_t ld_out, const void* tabl
   }
   dispatch_float_type(table_dtype, [&](auto type) {
     using T = decltype(type);
-    embedding_kernel<T><<<static_cast<unsigned>(M), 256, 0, stream>>>(out, ld_out, static_cast<const T*>(table), ids, D);
+    gather_rows_kernel<T><<<static_cast<unsigned>(M), 256, 0, stream>>>(out, ld_out, static_cast<const T*>(table), ids, D);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -1,12 +1,12 @@
-#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gather_rows.h"
 
 #include "core/error.h"
 #include "kernels/cpu/parallel.h"
 
 namespace minfer::cpu {
 
-void embedding(ThreadPool& pool, float* out, int64_t ld_out, const void* table, DType table_dtype,
-               const int32_t* ids, int64_t M, int64_t D, int64_t V) {
+void gather_rows(ThreadPool& pool, float* out, int64_t ld_out, const void* table, DType table_dtype,
+                 const int32_t* ids, int64_t M, int64_t D, int64_t V) {
   for (int64_t m = 0; m < M; ++m)
     MINFER_CHECK(ids[m] >= 0 && ids[m] < V, "token id ", ids[m], " outside [0, ", V, ")");
   const auto* bytes = static_cast<const char*>(table);
