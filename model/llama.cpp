@@ -149,32 +149,29 @@ uint64_t stored_bytes(const std::optional<WeightTypes>& wanted, const LayerMatri
   return dtype_bytes(stored_type(wanted, m, n_layers), checked_mul(uint64_t(m.rows), uint64_t(m.in), "model size"));
 }
 
+// Every weight as allocate() will store it: the norms and the RoPE table in f32, the tables and the
+// matrices in their stored types. `host` may be null (synthetic weights, typed by `wanted`).
+uint64_t planned_bytes(const LlamaConfig& c, const LlamaHostWeights* host, const std::optional<WeightTypes>& wanted) {
+  const char* what = "model size";
+  const uint64_t norms = checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what);
+  const uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
+  uint64_t bytes = checked_mul(checked_add(norms, rope, what), 4, what);
+  bytes = checked_add(bytes, stored_bytes(wanted, embedding_table(c, host), c.n_layers), what);
+  if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(wanted, classifier_table(c, host), c.n_layers), what);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (const LayerMatrix& m : layer_matrices(c, l, host ? &host->layers[size_t(l)] : nullptr))
+      bytes = checked_add(bytes, stored_bytes(wanted, m, c.n_layers), what);
+  return bytes;
+}
+
 }  // namespace
 
 uint64_t LlamaModel::weight_bytes(const LlamaConfig& c, const WeightTypes& types) {
-  const char* what = "model size";
-  uint64_t tables = stored_bytes(types, embedding_table(c, nullptr), c.n_layers);
-  if (!c.shared_classifier) tables = checked_add(tables, stored_bytes(types, classifier_table(c, nullptr), c.n_layers), what);
-  uint64_t norms = checked_add(checked_mul(2 * uint64_t(c.n_layers), uint64_t(c.dim), what),
-                               uint64_t(c.dim), what);
-  uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
-  return checked_add(checked_add(c.layer_matrix_bytes(types), tables, what),
-                     checked_mul(checked_add(norms, rope, what), 4, what), what);
+  return planned_bytes(c, nullptr, types);
 }
 
 uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, const std::optional<WeightTypes>& dtype) {
-  const LlamaConfig& c = w.config;
-  const char* what = "model size";
-  // norms and the RoPE table in f32, then the tables and matrices as stored
-  uint64_t bytes = checked_mul(checked_add(checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what),
-                                           checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what), what),
-                               4, what);
-  bytes = checked_add(bytes, stored_bytes(dtype, embedding_table(c, &w), c.n_layers), what);
-  if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(dtype, classifier_table(c, &w), c.n_layers), what);
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    for (const LayerMatrix& m : layer_matrices(c, l, &w.layers[size_t(l)]))
-      bytes = checked_add(bytes, stored_bytes(dtype, m, c.n_layers), what);
-  return bytes;
+  return planned_bytes(w.config, &w, dtype);
 }
 
 void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
