@@ -172,7 +172,7 @@ class Bench {
     DecoderOptions dec;
     dec.n_seqs = B;
     dec.n_ctx = n_ctx;
-    dec.max_prefill_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
+    dec.pass_rows = std::min<int64_t>(4096, std::max<int64_t>(B * n_ctx, B));
     dec.kv_dtype = s_.kv_dtype;
     if (!s_.draft.empty()) dec.logits_per_seq = *std::max_element(s_.draft_ks.begin(), s_.draft_ks.end()) + 1;
     Decoder decoder(model, dec);

@@ -77,7 +77,7 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
                     std::vector<PolicyRun>* runs, std::string* model_name, int64_t* slots) {
   SchedulerOptions so;
   so.slots = args.get_int("--slots", 16, 1, 4096);
-  so.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
+  so.pass_rows = args.get_int("--step-tokens", 256, 1, 1 << 20);
   so.max_queue = trace.n_requests;
   so.kv_dtype = kv_dtype_option(args);
 

@@ -178,7 +178,7 @@ class ChatSession {
     MINFER_CHECK(!s.n_ctx || *s.n_ctx <= info.n_ctx, "--ctx: ", s.n_ctx.value_or(0), " is more than the model's context of ",
                  info.n_ctx);
     d.n_ctx = s.n_ctx ? *s.n_ctx : std::min<int64_t>(info.n_ctx, 4096);
-    d.max_prefill_rows = std::min<int64_t>(d.n_ctx, 512);
+    d.pass_rows = std::min<int64_t>(d.n_ctx, 512);
     return d;
   }
 

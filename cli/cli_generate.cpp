@@ -138,7 +138,7 @@ DecoderOptions decoder_options(const Args& args, const GenerateRequest& request,
   dec.n_seqs = batch;
   dec.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, info.n_ctx) : P + n_new - 1;
   check_fits_context(P, n_new, dec.n_ctx);
-  dec.max_prefill_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
+  dec.pass_rows = std::min<int64_t>(2048, std::max<int64_t>(P * batch, batch));
   dec.kv_dtype = request.kv_dtype;
   if (!request.draft.empty()) dec.logits_per_seq = request.speculative.k + 1;
   return dec;

@@ -181,8 +181,8 @@ ServeConfig serve_config(const Args& args) {
   config.http = http_options(args);
   SchedulerOptions& scheduler = config.scheduler;
   scheduler.slots = args.get_int("--slots", 8, 1, 4096);
-  scheduler.step_tokens = args.get_int("--step-tokens", 256, 1, 1 << 20);
-  MINFER_CHECK(scheduler.step_tokens >= scheduler.slots, "--step-tokens (", scheduler.step_tokens,
+  scheduler.pass_rows = args.get_int("--step-tokens", 256, 1, 1 << 20);
+  MINFER_CHECK(scheduler.pass_rows >= scheduler.slots, "--step-tokens (", scheduler.pass_rows,
                ") must be at least --slots (", scheduler.slots, "): every slot decodes a row each step");
   scheduler.max_queue = args.get_int("--max-queue", 256, 1, 1 << 20);
   // note: every request in a slot or in the queue holds a connection; beyond those, kSpareConnections

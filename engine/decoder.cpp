@@ -56,13 +56,13 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   MINFER_CHECK(n_seqs_ >= 1 && n_seqs_ <= 4096, "batch of ", n_seqs_, " sequences: must be in [1, 4096]");
   MINFER_CHECK(n_ctx <= info.n_ctx, "context ", n_ctx, " exceeds the model's ",
                info.n_ctx, " positions");
-  MINFER_CHECK(options.max_prefill_rows >= 1, "max_prefill_rows must be positive");
+  MINFER_CHECK(options.pass_rows >= 1, "pass_rows must be positive");
   MINFER_CHECK(options.logits_per_seq >= 1 && options.logits_per_seq <= 64, "logits_per_seq ",
                options.logits_per_seq, ": must be in [1, 64]");
   logits_per_seq_ = options.logits_per_seq;
   const int64_t seq_logit_rows = n_seqs_ * options.logits_per_seq;  // at most 4096 x 64
-  max_rows_ = std::max(options.max_prefill_rows, seq_logit_rows);
-  logit_rows_ = options.logits_every_row ? max_rows_ : seq_logit_rows;
+  pass_rows_ = std::max(options.pass_rows, seq_logit_rows);
+  logit_rows_ = options.logits_every_row ? pass_rows_ : seq_logit_rows;
   const DType kv_dtype = options.kv_dtype ? *options.kv_dtype : default_kv_dtype(backend_.device(), info.dtype);
   MINFER_CHECK(kv_dtype == DType::f32 || kv_dtype == DType::f16 || kv_dtype == DType::bf16,
                "the KV cache is f32, f16 or bf16, not ", dtype_name(kv_dtype));
@@ -72,7 +72,7 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   const char* what = "decoder memory";
   const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, info.n_kv_heads * info.head_dim,
                                                      kv_dtype);
-  const uint64_t activation_bytes = model_.activation_bytes(max_rows_, logit_rows_);
+  const uint64_t activation_bytes = model_.activation_bytes(pass_rows_, logit_rows_);
   const uint64_t logit_bytes = checked_product({2, uint64_t(logit_rows_), uint64_t(vocab_), 4}, what);
   const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);
   check_memory_fits(backend_, needed,
@@ -80,9 +80,9 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                         std::to_string(cache_bytes) + " bytes, activations " + std::to_string(activation_bytes) +
                         ", logits " + std::to_string(logit_bytes) + ")");
   cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
-  model_.reserve(max_rows_, logit_rows_);
+  model_.reserve(pass_rows_, logit_rows_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
-  const int64_t staging = 3 * max_rows_ + logit_rows_;
+  const int64_t staging = 3 * pass_rows_ + logit_rows_;
   staging_ = backend_.empty_host({staging}, DType::i32);
   batch_ = backend_.empty({staging}, DType::i32);
   logits_ = backend_.empty({logit_rows_, vocab_}, DType::f32);
@@ -143,26 +143,26 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
   }
   backend_.synchronize();  // the staging buffer is free once the device is idle
   int32_t* host = staging_.data_as<int32_t>();
-  const StagedRows staged{host, max_rows_};
+  const StagedRows staged{host, pass_rows_};
   int64_t rows = 0, logit_rows = 0, first_logit_row = 0;
-  // Prefill stages rows in four arrays of max_rows_ slots (the chunk's length is known only at
+  // Prefill stages rows in four arrays of pass_rows_ slots (the chunk's length is known only at
   // its end), then packs them left, to a stride of `rows`, before running the chunk.
   auto flush = [&] {
     if (rows > 0) {
-      std::copy(host + max_rows_, host + max_rows_ + rows, host + rows);
-      std::copy(host + 2 * max_rows_, host + 2 * max_rows_ + rows, host + 2 * rows);
-      std::copy(host + 3 * max_rows_, host + 3 * max_rows_ + logit_rows, host + 3 * rows);
+      std::copy(host + pass_rows_, host + pass_rows_ + rows, host + rows);
+      std::copy(host + 2 * pass_rows_, host + 2 * pass_rows_ + rows, host + 2 * rows);
+      std::copy(host + 3 * pass_rows_, host + 3 * pass_rows_ + logit_rows, host + 3 * rows);
       run_rows(rows, first_logit_row, logit_rows);
       backend_.synchronize();  // before the next chunk is staged
     }
     first_logit_row += logit_rows;
     rows = logit_rows = 0;
   };
-  // Rows go sequence by sequence in position order, max_rows_ at a time.
+  // Rows go sequence by sequence in position order, pass_rows_ at a time.
   for (int64_t s = 0; s < n_seqs_; ++s) {
     const int64_t length = static_cast<int64_t>(prompts[s].size());
     for (int64_t p = 0; p < length; ++p) {
-      if (rows == max_rows_) flush();
+      if (rows == pass_rows_) flush();
       staged.put(rows, prompts[s][p], s, n_past_[s] + p);
       if (p == length - 1) staged.logit_row(logit_rows++, rows);
       ++rows;
@@ -177,14 +177,14 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
 void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
                              const std::function<void(int64_t, const float*)>& on_logits) {
   TraceRange trace("prefill (every row scored)");
-  MINFER_CHECK(logit_rows_ == max_rows_, "prefill_scored: the decoder was made without logits_every_row");
+  MINFER_CHECK(logit_rows_ == pass_rows_, "prefill_scored: the decoder was made without logits_every_row");
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "prefill_scored: no sequence ", seq);
   const int64_t length = static_cast<int64_t>(tokens.size());
   MINFER_CHECK(n_past_[seq] + length <= cache_.n_ctx(), tokens.size(), " tokens after ", n_past_[seq],
                " positions: ", n_past_[seq] + length, " tokens > context ", cache_.n_ctx());
   for (int32_t t : tokens) check_token(t);
-  for (int64_t begin = 0; begin < length; begin += max_rows_) {
-    const int64_t rows = std::min(max_rows_, length - begin);
+  for (int64_t begin = 0; begin < length; begin += pass_rows_) {
+    const int64_t rows = std::min(pass_rows_, length - begin);
     backend_.synchronize();  // the staging buffer is free once the device is idle
     const StagedRows staged{staging_.data_as<int32_t>(), rows};
     for (int64_t r = 0; r < rows; ++r) {
@@ -215,7 +215,7 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
     logit_rows += c.every_row ? c.n : c.logits ? 1 : 0;
   }
   if (rows == 0) return;
-  MINFER_CHECK(rows <= max_rows_, "forward_chunks: ", rows, " rows > ", max_rows_, " per pass");
+  MINFER_CHECK(rows <= pass_rows_, "forward_chunks: ", rows, " rows > ", pass_rows_, " per pass");
   MINFER_CHECK(logit_rows <= logit_rows_, "forward_chunks: ", logit_rows, " logits rows > ", logit_rows_);
   backend_.synchronize();  // the staging buffer is free once the device is idle
   const StagedRows staged{staging_.data_as<int32_t>(), rows};

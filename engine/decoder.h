@@ -2,7 +2,7 @@
 //
 // A decoder serves n_seqs independent sequences at once. Prefill runs every prompt position of every
 // sequence through the model in one forward pass (matrix-matrix products over all rows, causal
-// attention over the cache), in chunks of at most max_prefill_rows rows, and asks for logits only
+// attention over the cache), in chunks of at most pass_rows rows, and asks for logits only
 // at each sequence's last prompt position. Decode then feeds one token per sequence per step: one
 // forward pass over n_seqs rows, so each weight matrix is read once per step for all of them.
 //
@@ -27,12 +27,13 @@ namespace minfer {
 struct DecoderOptions {
   int64_t n_seqs = 1;               // the sequences decoded together (the batch size, -B)
   int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
-  // Rows per prefill forward pass: at most max(max_prefill_rows, n_seqs x logits_per_seq), since a
-  // decode step of every sequence is one pass whatever this says.
-  int64_t max_prefill_rows = 2048;
+  // Rows per forward pass at most (prefill chunks, continuous batching's mixed steps). The decoder
+  // raises it to n_seqs x logits_per_seq if smaller, since a decode step of every sequence is one
+  // pass whatever this says; Decoder::pass_rows() is the limit it keeps.
+  int64_t pass_rows = 2048;
   // The KV cache's type. Unset: default_kv_dtype.
   std::optional<DType> kv_dtype;
-  // Room for the logits of every row of a prefill chunk (max_prefill_rows x vocab, on the device
+  // Room for the logits of every row of a prefill chunk (pass_rows x vocab, on the device
   // and the host), which prefill_scored needs; otherwise one row per sequence.
   bool logits_every_row = false;
   // Room for the logits of this many rows of each sequence in one forward_chunks() pass: a
@@ -89,7 +90,7 @@ class Decoder {
   int64_t n_ctx() const { return cache_.n_ctx(); }
   int64_t vocab_size() const { return vocab_; }
   int64_t max_logits_per_seq() const { return logits_per_seq_; }
-  int64_t max_rows() const { return max_rows_; }  // per forward pass
+  int64_t pass_rows() const { return pass_rows_; }  // rows per forward pass at most
   const std::vector<int32_t>& stop_ids() const { return model_.info().stop_ids; }
   const KvCache& cache() const { return cache_; }
   int64_t position(int64_t seq) const { return n_past_[seq]; }
@@ -101,7 +102,7 @@ class Decoder {
   void prefill(const std::vector<std::vector<int32_t>>& prompts);
   // Appends `tokens` to sequence `seq` with the logits of every position: on_logits(i, row) is
   // called for each i in order, `row` being the vocab logits after tokens[i] (host memory, valid
-  // during the call). Runs max_prefill_rows positions per forward pass; needs logits_every_row.
+  // during the call). Runs pass_rows positions per forward pass; needs logits_every_row.
   void prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
                       const std::function<void(int64_t, const float*)>& on_logits);
   // Rows of one sequence for forward_chunks(): `n` tokens appended at its current position; with
@@ -115,7 +116,7 @@ class Decoder {
     bool every_row = false;
   };
   // One forward pass over chunks of any sequences, each sequence at most once, at most
-  // max_prefill_rows rows in all (continuous batching mixes decode rows and prompt chunks this
+  // pass_rows rows in all (continuous batching mixes decode rows and prompt chunks this
   // way). The logits of the chunks that want them go to rows 0, 1, ... in chunk order
   // (logits_row, argmax_rows). Not recorded as a CUDA Graph: its shape changes every step.
   void forward_chunks(const std::vector<Chunk>& chunks);
@@ -161,9 +162,9 @@ class Decoder {
 
   Model& model_;
   Backend& backend_;
-  int64_t n_seqs_, vocab_, max_rows_;
+  int64_t n_seqs_, vocab_, pass_rows_;
   int64_t logits_per_seq_;
-  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq, or max_rows_ with logits_every_row
+  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq, or pass_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
   Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (logit_rows)

@@ -24,7 +24,7 @@ std::unique_ptr<Decoder> scoring_decoder(Model& model, int64_t n_ctx, int64_t ma
   options.kv_dtype = kv_dtype;
   options.n_seqs = 1;
   options.n_ctx = n_ctx;
-  options.max_prefill_rows = max_rows;
+  options.pass_rows = max_rows;
   options.logits_every_row = true;
   return std::make_unique<Decoder>(model, options);
 }

@@ -32,13 +32,13 @@ struct Scheduler::Live {
 namespace {
 DecoderOptions decoder_options(const SchedulerOptions& o) {
   MINFER_CHECK(o.slots >= 1 && o.slots <= 4096, "slots: ", o.slots, " must be in [1, 4096]");
-  MINFER_CHECK(o.step_tokens >= o.slots, "step_tokens (", o.step_tokens, ") must be at least the slots (", o.slots,
-               "): every slot decodes a row each step");
+  MINFER_CHECK(o.pass_rows >= o.slots, "pass_rows (--step-tokens, ", o.pass_rows, ") must be at least the slots (",
+               o.slots, "): every slot decodes a row each step");
   MINFER_CHECK(o.max_queue >= 1, "max_queue must be positive");
   DecoderOptions d;
   d.n_seqs = o.slots;
   d.n_ctx = o.n_ctx;
-  d.max_prefill_rows = o.step_tokens;
+  d.pass_rows = o.pass_rows;
   d.kv_dtype = o.kv_dtype;
   return d;
 }
@@ -278,7 +278,7 @@ void Scheduler::take_cancellations() {
 bool Scheduler::build_rows() {
   chunks_.clear();
   logit_slots_.clear();
-  int64_t budget = options_.step_tokens;
+  int64_t budget = options_.pass_rows;
   last_decode_rows_ = last_prompt_rows_ = 0;
   for (int64_t s = 0; s < options_.slots; ++s) {
     Live* l = slots_[s].get();

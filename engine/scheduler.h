@@ -4,7 +4,7 @@
 // The scheduler owns a decoder of S slots (S sequences of the KV cache, --slots) and a queue of
 // requests. Every step it builds one forward pass from
 //   - one decode row for every slot whose request is generating (the token it sampled last), and
-//   - prompt rows of requests still prefilling, oldest first, up to a budget of step_tokens rows
+//   - prompt rows of requests still prefilling, oldest first, up to a budget of pass_rows rows
 //     in all (chunked prefill: a long prompt is spread over several steps, so that it never stalls
 //     the sequences that are decoding),
 // then samples a token for every slot whose row asked for logits (a decode row, or the last row of
@@ -101,7 +101,7 @@ struct SchedulerOptions {
   enum class Policy { continuous, static_batches };
   int64_t slots = 8;          // sequences decoded together
   int64_t n_ctx = 0;          // positions per slot; 0: the model's context
-  int64_t step_tokens = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
+  int64_t pass_rows = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
   int64_t max_queue = 256;    // requests waiting for a slot; submit() refuses more (serve --max-queue)
   std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default
   Policy policy = Policy::continuous;

@@ -46,7 +46,7 @@ DecoderOptions draft_decoder_options(const DecoderOptions& target) {
   DecoderOptions draft = target;
   draft.logits_per_seq = 1;
   draft.logits_every_row = false;
-  draft.max_prefill_rows = std::max<int64_t>(target.max_prefill_rows, 2 * target.n_seqs);
+  draft.pass_rows = std::max<int64_t>(target.pass_rows, 2 * target.n_seqs);
   draft.kv_dtype.reset();
   return draft;
 }
@@ -67,8 +67,8 @@ SpeculativeDecoder::SpeculativeDecoder(Decoder& target, Decoder* draft, const Sp
                  " sequences and the target's ", target.n_seqs());
     // A round starts by feeding the draft model up to two tokens per sequence: the last draft
     // when every draft was accepted, and the target's token after it.
-    MINFER_CHECK(draft->max_rows() >= 2 * draft->n_seqs(), "the draft decoder needs room for 2 rows per sequence",
-                 " per pass (max_prefill_rows)");
+    MINFER_CHECK(draft->pass_rows() >= 2 * draft->n_seqs(), "the draft decoder needs room for 2 rows per sequence",
+                 " per pass (pass_rows)");
     MINFER_CHECK(draft->n_ctx() >= target.n_ctx(), "the draft decoder's context (", draft->n_ctx(),
                  ") is shorter than the target's (", target.n_ctx(), ")");
   }

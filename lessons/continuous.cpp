@@ -21,7 +21,7 @@ namespace {
 struct Policy {
   std::string name;
   SchedulerOptions::Policy policy;
-  int64_t step_tokens;
+  int64_t pass_rows;
   std::optional<DType> kv_dtype;  // unset: the device's default cache
 };
 
@@ -73,7 +73,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
   // An f16 cache is the CUDA default already; on the CPU it is an option worth a row.
   if (backend.device() == DeviceKind::cpu) {
     policies.push_back({policies[0].name + ", f16 KV", SchedulerOptions::Policy::static_batches,
-                        policies[0].step_tokens, DType::f16});
+                        policies[0].pass_rows, DType::f16});
     policies.push_back({s16 + ", f16 KV", SchedulerOptions::Policy::continuous, slots, DType::f16});
   }
   // note: rounds of every policy in turn (A B C A B C ...), each figure the median of its rounds, so
@@ -85,7 +85,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const std::s
       SchedulerOptions so;
       so.slots = slots;
       so.n_ctx = needed;
-      so.step_tokens = p.step_tokens;
+      so.pass_rows = p.pass_rows;
       so.max_queue = trace_options.n_requests;
       so.policy = p.policy;
       so.kv_dtype = p.kv_dtype;

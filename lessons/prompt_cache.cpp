@@ -35,7 +35,7 @@ std::vector<Turn> converse(LlamaModel& model, const Conversation& c, bool cachin
   SchedulerOptions so;
   so.slots = 2;
   so.n_ctx = c.context();
-  so.step_tokens = 512;
+  so.pass_rows = 512;
   so.prompt_cache = caching;
   Scheduler scheduler(model, so);
   const ModelInfo& info = model.info();

@@ -256,7 +256,7 @@ TEST(Decoder, ChunkedPrefillEqualsOnePass) {
   DecoderOptions one_pass, chunked;
   one_pass.n_seqs = chunked.n_seqs = 2;
   one_pass.n_ctx = chunked.n_ctx = 80;
-  chunked.max_prefill_rows = 7;  // chunks that cut through sequences
+  chunked.pass_rows = 7;  // chunks that cut through sequences
   auto a = Decoder(*model, one_pass).generate({prompt, prompt}, gen);
   auto b = Decoder(*model, chunked).generate({prompt, prompt}, gen);
   EXPECT_EQ(a.tokens, b.tokens);

@@ -144,7 +144,7 @@ TEST(RealModels, SmolLM2GreedyAnswersAgainstPassShape) {
       for (int64_t rows_per_pass : {2048, 1, 16}) {
         DecoderOptions dec;
         dec.n_ctx = int64_t(prompt.size()) + kNew;
-        dec.max_prefill_rows = rows_per_pass;
+        dec.pass_rows = rows_per_pass;
         Decoder decoder(*model, dec);
         decoder.prefill({prompt});
         first_logits.emplace_back(decoder.logits(0), decoder.logits(0) + vocab);

@@ -102,7 +102,7 @@ TEST(Scheduler, MixedStepsGiveEachRequestItsTokensAlone) {
   std::mt19937 rng(3);
   SchedulerOptions o;
   o.slots = 3;
-  o.step_tokens = 7;  // prompts of up to 20 tokens take several steps beside the decode rows
+  o.pass_rows = 7;  // prompts of up to 20 tokens take several steps beside the decode rows
   Scheduler scheduler(*f.model, o);
   Collected c;
   std::vector<uint64_t> ids(7);
@@ -211,7 +211,7 @@ TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
   std::mt19937 rng(4);
   SchedulerOptions o;
   o.slots = 2;
-  o.step_tokens = 6;
+  o.pass_rows = 6;
   Scheduler scheduler(*f.model, o);
   Collected c;
   uint64_t a = 0, b = 0, d = 0;
@@ -246,7 +246,7 @@ TEST(Scheduler, TheOldestPromptIsPrefilledFirst) {
   std::mt19937 rng(8);
   SchedulerOptions o;
   o.slots = 2;
-  o.step_tokens = 4;
+  o.pass_rows = 4;
   Scheduler scheduler(*f.model, o);
   Collected c;
   uint64_t a = 0, b = 0;

@@ -314,7 +314,7 @@ void expect_sampled_tokens_follow_the_target(int64_t k, int64_t n_new) {
   options.logits_per_seq = k + 1;
   Decoder target_decoder(target, options);
   options.logits_per_seq = 1;
-  options.max_prefill_rows = 2;
+  options.pass_rows = 2;
   Decoder draft_decoder(draft, options);
   SpeculativeOptions spec;
   spec.k = k;
@@ -450,7 +450,7 @@ TEST(Speculative, TheDecodeLoopAllocatesNothingOnTheDevice) {
   options.logits_per_seq = 5;
   Decoder target_decoder(*model, options);
   options.logits_per_seq = 1;
-  options.max_prefill_rows = 8;
+  options.pass_rows = 8;
   Decoder draft_decoder(*draft, options);
   SpeculativeDecoder speculative(target_decoder, &draft_decoder, {});
   GenerateOptions gen;

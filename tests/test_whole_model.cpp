@@ -122,7 +122,7 @@ Logits naive_logits(const LlamaHostWeights& w, const Script& script) {
 struct RunOptions {
   std::optional<DType> dtype = DType::f32;  // unset: each weight as the host holds it
   Kernels kernels = Kernels::fused;
-  int64_t max_prefill_rows = 2048;
+  int64_t pass_rows = 2048;
   bool one_by_one = false;  // prompts fed a token per forward pass (all equal length only)
   std::optional<DType> kv_dtype;  // unset: f32, or on CUDA the 16-bit weights' type
 };
@@ -134,7 +134,7 @@ Logits decoder_logits(Backend& backend, const LlamaHostWeights& w, const Script&
   LlamaModel model(backend, w, "random", lo);
   DecoderOptions dec;
   dec.n_seqs = static_cast<int64_t>(script.prompts.size());
-  dec.max_prefill_rows = o.max_prefill_rows;
+  dec.pass_rows = o.pass_rows;
   dec.kv_dtype = DType::f32;
   if (backend.kind() == BackendKind::cuda && o.dtype && *o.dtype != DType::f32) dec.kv_dtype = *o.dtype;
   if (o.kv_dtype) dec.kv_dtype = o.kv_dtype;
@@ -195,7 +195,7 @@ void expect_cpu_variants_close(const Logits& expected, Backend& cpu, const Llama
     for (int64_t rows : {2048, 5}) {
       RunOptions o = base;
       o.kernels = kernels;
-      o.max_prefill_rows = rows;
+      o.pass_rows = rows;
       expect_logits_close(expected, decoder_logits(cpu, w, script, o), limit,
                           label + ", " + kernels_name(kernels) + ", prefill chunks of " + std::to_string(rows));
     }
@@ -224,7 +224,7 @@ TEST(WholeModel, RefBackendMatchesTheNaiveForwardPass) {
       for (int64_t rows : {2048, 5}) {
         RunOptions o;
         o.kernels = kernels;
-        o.max_prefill_rows = rows;
+        o.pass_rows = rows;
         expect_logits_close(expected, decoder_logits(*ref, w, script, o), 1e-11,
                             std::string(n.name) + ", " + kernels_name(kernels) + ", prefill chunks of " +
                                 std::to_string(rows));

@@ -87,7 +87,7 @@ TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
   auto model = load_model("preset:tiny", *backend, {});
   SchedulerOptions o;
   o.slots = 4;
-  o.step_tokens = 16;
+  o.pass_rows = 16;
   Scheduler scheduler(*model, o);
   std::vector<int32_t> tokens;
   tokens.reserve(3 * 64);
