@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/simd.h"
 #include "kernels/ref/kv_store.h"
+#include "kernels/ref/online_softmax.h"
 
 namespace minfer::cpu {
 
@@ -238,14 +239,15 @@ void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratc
   blocks.weighted_sum(t.out, score.data(), t.values, t.n_keys, false, t.next_values, t.n_next);
 }
 
-// One pass over blocks of kKeyBlock keys with the online softmax: the output so far is rescaled
-// whenever a block raises the running maximum, and divided by the running sum at the end.
+// One pass over blocks of kKeyBlock keys with the online softmax (kernels/ref/online_softmax.h):
+// the output so far is rescaled whenever a block raises the running maximum, and divided by the
+// running sum at the end.
 template <class W>
 void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
   const int64_t stride = blocks.head_dim();
   scratch.resize(static_cast<size_t>(kKeyBlock));
   Vector out(t.out, stride);
-  float running_max = -INFINITY, running_sum = 0.0f;
+  OnlineSoftmax state;
   out.setZero();
   for (int64_t t0 = 0; t0 < t.n_keys; t0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, t.n_keys - t0);
@@ -255,15 +257,14 @@ void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Sc
     const typename W::Stored* next_values = n_next > 0 ? t.next_values + t0 * stride : nullptr;
     Vector score(scratch.data(), n);
     blocks.scores(score.data(), t.q, t.keys + t0 * stride, n, next_keys, n_next);
-    const float new_max = std::max(running_max, score.maxCoeff());
-    const float correction = std::exp(running_max - new_max);  // 0 on the first block
-    score = (score.array() - new_max).exp().matrix();
-    running_sum = running_sum * correction + score.sum();
+    const float correction = state.raise_max(score.maxCoeff());
+    // softmax_rescale(score, max) over the block, vectorized: the scores are finite here.
+    score = (score.array() - state.max).exp().matrix();
+    state.sum += score.sum();
     out = out * correction;
     blocks.weighted_sum(t.out, score.data(), t.values + t0 * stride, n, true, next_values, n_next);
-    running_max = new_max;
   }
-  out /= running_sum;
+  out /= state.sum;
 }
 
 // Every (row, head) task of one attention call over caches of type W, on the thread pool.

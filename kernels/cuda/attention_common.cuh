@@ -3,13 +3,13 @@
 //
 // The warp walks keys t = first, first + stride, ... < end. For each key the lanes split the
 // head dimension (lane l holds dimensions l, l + 32, ...), multiply with q, and a warp sum gives
-// the score; then the running state is updated:
-//   m' = max(m, s),  l' = l e^(m - m') + e^(s - m'),  acc' = acc e^(m - m') + e^(s - m') v_t
-// so after the last key acc / l is the softmax-weighted sum of the values, and partial states
+// the score; then the running state takes the key as a block of one (kernels/ref/online_softmax.h),
+// so after the last key acc / sum is the softmax-weighted sum of the values, and partial states
 // of disjoint key ranges combine exactly (that is what makes split-K flash-decoding work).
 #pragma once
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/ref/online_softmax.h"
 
 namespace minfer::cuda {
 
@@ -17,8 +17,7 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kDimsPerLane = kMaxHeadDim / kWarpSize;
 
 struct WarpAttention {
-  float m = -INFINITY;          // running max of the scores
-  float l = 0.0f;               // running sum of e^(s - m)
+  OnlineSoftmax softmax;         // running max and sum of the scores
   float acc[kDimsPerLane] = {};  // running weighted sum, dimension lane + 32 j
 };
 
@@ -38,17 +37,15 @@ __device__ __forceinline__ void warp_attend(WarpAttention& state, const float (&
       if (d < head_dim) s += q_scaled[j] * to_float(key[d]);
     }
     s = warp_sum(s);
-    const float m_new = fmaxf(state.m, s);
-    const float correction = expf(state.m - m_new);  // 0 while m is still -inf
-    const float p = expf(s - m_new);
-    state.l = state.l * correction + p;
+    const float correction = state.softmax.raise_max(s);
+    const float p = softmax_rescale(s, state.softmax.max);
+    state.softmax.sum += p;
     const T* value = values + t * head_dim;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;
       if (d < head_dim) state.acc[j] = state.acc[j] * correction + p * to_float(value[d]);
     }
-    state.m = m_new;
   }
 }
 

@@ -95,8 +95,8 @@ __global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_s
                 static_cast<int>(a.head_dim), first + warp, end, kWarps);
   }
   if (lane == 0) {
-    warp_m[warp] = state.m;
-    warp_l[warp] = state.l;
+    warp_m[warp] = state.softmax.max;
+    warp_l[warp] = state.softmax.sum;
   }
 #pragma unroll
   for (int j = 0; j < kDimsPerLane; ++j) {
@@ -106,17 +106,15 @@ __global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_s
   __syncthreads();
   float block_m = -INFINITY;
   for (int w = 0; w < kWarps; ++w) block_m = fmaxf(block_m, warp_m[w]);
-  // A warp (or the whole chunk) that saw no key has m = -inf and weight 0.
+  // A warp (or the whole chunk) that saw no key has m = -inf and weight 0 (softmax_rescale).
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (int w = 0; w < kWarps; ++w)
-      if (warp_m[w] > -INFINITY) acc += warp_acc[w][d] * expf(warp_m[w] - block_m);
+    for (int w = 0; w < kWarps; ++w) acc += warp_acc[w][d] * softmax_rescale(warp_m[w], block_m);
     partial[2 + d] = acc;
   }
   if (threadIdx.x == 0) {
     float l = 0.0f;
-    for (int w = 0; w < kWarps; ++w)
-      if (warp_m[w] > -INFINITY) l += warp_l[w] * expf(warp_m[w] - block_m);
+    for (int w = 0; w < kWarps; ++w) l += warp_l[w] * softmax_rescale(warp_m[w], block_m);
     partial[0] = block_m;
     partial[1] = l;
   }
@@ -131,13 +129,13 @@ __global__ void flash_reduce_kernel(AttentionArgs a, const float* partials, int6
   float l = 0.0f;
   for (int64_t s = 0; s < n_splits; ++s) {
     const float* p = first + s * (a.head_dim + 2);
-    if (p[0] > -INFINITY) l += p[1] * expf(p[0] - global_m);
+    l += p[1] * softmax_rescale(p[0], global_m);
   }
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
     for (int64_t s = 0; s < n_splits; ++s) {
       const float* p = first + s * (a.head_dim + 2);
-      if (p[0] > -INFINITY) acc += p[2 + d] * expf(p[0] - global_m);
+      acc += p[2 + d] * softmax_rescale(p[0], global_m);
     }
     a.out[m * a.ld_out + h * a.head_dim + d] = acc / l;
   }

@@ -33,7 +33,7 @@ __device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;
-      if (d < a.head_dim) a.out[m * a.ld_out + h * a.head_dim + d] = state.acc[j] / state.l;
+      if (d < a.head_dim) a.out[m * a.ld_out + h * a.head_dim + d] = state.acc[j] / state.softmax.sum;
     }
   }
 }
@@ -58,8 +58,8 @@ struct Layout {
   static constexpr size_t s = v + size_t(kKeys) * ld_qkv * 2;
   static constexpr size_t p = s + size_t(kRows) * ld_s * 4;
   static constexpr size_t o = p + size_t(kRows) * ld_p * 2;
-  static constexpr size_t stats = o + size_t(kRows) * ld_o * 4;  // max, sum, correction per row
-  static constexpr size_t bytes = stats + size_t(3 * kRows) * 4;
+  static constexpr size_t stats = o + size_t(kRows) * ld_o * 4;  // softmax state, correction per row
+  static constexpr size_t bytes = stats + size_t(kRows) * (sizeof(OnlineSoftmax) + 4);
 };
 
 // The block's shared memory, carved as Layout<D> says.
@@ -71,15 +71,14 @@ struct Tiles {
   float* s;        // (kRows, kKeys): scores
   T* p;            // (kRows, kKeys): probabilities, unnormalised
   float* o;        // (kRows, D): the output so far
-  float* row_max;  // (kRows): running maximum score
-  float* row_sum;  // (kRows): running sum of exp(score - max)
-  float* row_corr; // (kRows): this tile's rescaling of o
+  OnlineSoftmax* row_softmax;  // (kRows): running max and sum of exp(score - max)
+  float* row_corr;             // (kRows): this tile's rescaling of o
   __device__ explicit Tiles(unsigned char* smem)
       : q(reinterpret_cast<T*>(smem + Layout<D>::q)), k(reinterpret_cast<T*>(smem + Layout<D>::k)),
         v(reinterpret_cast<T*>(smem + Layout<D>::v)), s(reinterpret_cast<float*>(smem + Layout<D>::s)),
         p(reinterpret_cast<T*>(smem + Layout<D>::p)), o(reinterpret_cast<float*>(smem + Layout<D>::o)),
-        row_max(reinterpret_cast<float*>(smem + Layout<D>::stats)), row_sum(row_max + kRows),
-        row_corr(row_sum + kRows) {}
+        row_softmax(reinterpret_cast<OnlineSoftmax*>(smem + Layout<D>::stats)),
+        row_corr(reinterpret_cast<float*>(row_softmax + kRows)) {}
 };
 
 // Q (rows of the block, scaled; padding rows zero), O = 0, and the softmax state of every row.
@@ -93,10 +92,7 @@ __device__ __forceinline__ void load_query_tile(const Tiles<T, D>& tl, const Att
     tl.q[r * L::ld_qkv + d] = from_float<T>(value);
     tl.o[r * L::ld_o + d] = 0.0f;
   }
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    tl.row_max[r] = -INFINITY;
-    tl.row_sum[r] = 0.0f;
-  }
+  for (int r = threadIdx.x; r < kRows; r += kThreads) tl.row_softmax[r] = OnlineSoftmax();
 }
 
 // Keys and values tile..tile + kKeys - 1 (zero past last_key).
@@ -148,19 +144,15 @@ __device__ __forceinline__ void mask_and_softmax(const Tiles<T, D>& tl, int warp
       const int64_t t = tile * kKeys + c;
       s[u] = (r < rows && t <= query_pos) ? tl.s[r * L::ld_s + c] : -INFINITY;
     }
-    const float m_old = tl.row_max[r];
-    const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-    float p[2] = {0.0f, 0.0f}, correction = 1.0f;
-    if (m_new > -INFINITY) {  // a row with no key yet (or a padding row) stays empty
-      p[0] = expf(s[0] - m_new);
-      p[1] = expf(s[1] - m_new);
-      correction = expf(m_old - m_new);
-    }
-    const float tile_sum = warp_sum(p[0] + p[1]);
+    // Every lane updates its copy of the row's state alike; lane 0 stores it. A row with no key
+    // yet (or a padding row) keeps max -inf, weights 0 and an empty output.
+    OnlineSoftmax state = tl.row_softmax[r];
+    const float correction = state.raise_max(warp_max(fmaxf(s[0], s[1])));
+    const float p[2] = {softmax_rescale(s[0], state.max), softmax_rescale(s[1], state.max)};
+    state.sum += warp_sum(p[0] + p[1]);
     for (int u = 0; u < 2; ++u) tl.p[r * L::ld_p + lane + kWarpSize * u] = from_float<T>(p[u]);
     if (lane == 0) {
-      tl.row_sum[r] = tl.row_sum[r] * correction + tile_sum;
-      tl.row_max[r] = m_new;
+      tl.row_softmax[r] = state;
       tl.row_corr[r] = correction;
     }
   }
@@ -229,7 +221,7 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
   __syncthreads();
   for (int i = threadIdx.x; i < rows * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    a.out[(m0 + r) * a.ld_out + h * D + d] = tl.o[r * Layout<D>::ld_o + d] / tl.row_sum[r];
+    a.out[(m0 + r) * a.ld_out + h * D + d] = tl.o[r * Layout<D>::ld_o + d] / tl.row_softmax[r].sum;
   }
 }
 
