@@ -48,7 +48,7 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
     : options_(options), decoder_(model, decoder_options(options)),
       vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids) {
   slots_.resize(static_cast<size_t>(options_.slots));
-  finished_in_batch_.assign(static_cast<size_t>(options_.slots), 0);
+  if (options_.policy == SchedulerOptions::Policy::static_batches) static_batches_.emplace(options_.slots);
   samplers_.reserve(static_cast<size_t>(options_.slots));
   cached_.resize(static_cast<size_t>(options_.slots));
   for (auto& tokens : cached_) tokens.reserve(static_cast<size_t>(decoder_.n_ctx()));
@@ -151,8 +151,8 @@ void Scheduler::record_finish_locked(const RequestStats& stats) {
 
 void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   std::unique_ptr<Live> live = std::move(slots_[slot]);
-  // A static batch's finished sequence goes on decoding where it was (see step()).
-  if (options_.policy == SchedulerOptions::Policy::static_batches) finished_in_batch_[slot] = 1;
+  // A static batch's finished sequence goes on decoding where it was (build_rows).
+  if (static_batches_) static_batches_->finished(slot);
   else if (!caching()) decoder_.reset_sequence(slot);
   last_used_[slot] = metrics_.steps + 1;  // 0: never used
   live->stats.reason = reason;
@@ -169,10 +169,7 @@ void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
 // every slot is free, under Policy::static_batches).
 void Scheduler::admit_locked() {
   const bool all_free = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s == nullptr; });
-  if (options_.policy == SchedulerOptions::Policy::static_batches) {
-    if (!all_free) return;
-    std::fill(finished_in_batch_.begin(), finished_in_batch_.end(), 0);  // the batch is over
-  }
+  if (static_batches_ && !static_batches_->may_admit(all_free)) return;
   const double now = now_seconds();
   while (!queue_.empty()) {
     int64_t reuse = 0;
@@ -288,16 +285,7 @@ bool Scheduler::build_rows() {
     --budget;
     ++last_decode_rows_;
   }
-  // Static batches: the finished sequences of the running batch go on decoding, as a batch of
-  // fixed shape does (`generate --batch`, a padded batch in transformers): a row at the next
-  // position, attending to the whole cache of its sequence, with logits that nothing samples. One
-  // that reaches the end of its slot's context starts over at position 0.
-  for (int64_t s = 0; s < options_.slots; ++s) {
-    if (!finished_in_batch_[s] || slots_[s] != nullptr) continue;
-    if (decoder_.position(s) >= decoder_.n_ctx()) decoder_.reset_sequence(s);
-    chunks_.push_back({s, &padding_token_, 1, true});
-    --budget;
-  }
+  if (static_batches_) budget -= static_batches_->add_finished_rows(decoder_, chunks_);
   for (int64_t s = oldest_prefilling(); s >= 0 && budget > 0; s = oldest_prefilling()) {
     Live* l = slots_[s].get();
     const int64_t left = static_cast<int64_t>(l->request.prompt.size()) - l->prompt_done;

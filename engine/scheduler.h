@@ -12,10 +12,8 @@
 // reached max_tokens or were cancelled. A retired request's slot is given to the next waiting
 // request at once, so its prompt rows join the very next step.
 //
-// With Policy::static_batches the same machinery admits requests only when every slot is free,
-// S at a time, which is what a server without per-step scheduling does: a finished sequence
-// keeps its row in every step (its outputs are thrown away) until the longest of the batch ends,
-// as `minfer generate --batch` and `bench -B` do with a Decoder directly (Decoder::generate). The `continuous` lesson compares the two.
+// With Policy::static_batches the same machinery admits requests only when every slot is free and
+// keeps finished rows computing until the batch ends (engine/static_batches.h).
 //
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.
@@ -54,6 +52,7 @@
 #include "engine/decoder.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/static_batches.h"
 
 namespace minfer {
 
@@ -192,7 +191,7 @@ class Scheduler {
   SchedulerMetrics metrics_;
 
   std::vector<std::unique_ptr<Live>> slots_;  // engine thread only; nullptr = free
-  std::vector<char> finished_in_batch_;       // static batches: a finished slot still computing
+  std::optional<StaticBatches> static_batches_;  // set under Policy::static_batches
   std::vector<Sampler> samplers_;             // one per slot, reseeded at admission
   // The tokens whose keys and values each slot's cache holds (prompt caching), reserved for the
   // whole context once, and the step at which each slot last finished a request.
@@ -202,7 +201,6 @@ class Scheduler {
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
-  int32_t padding_token_ = 0;
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
 };
 
