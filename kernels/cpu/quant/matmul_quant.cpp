@@ -8,10 +8,8 @@
 // weight is read once per four sequences and costs a handful of instructions per block.
 //
 // note: widening the weights to f32 in registers against f32 activations (exact, no second
-// quantization) streams as fast at one row but falls behind from a few rows on, where its four f32
-// FMAs per 8 weights per row bind (bench/results/NOTES.md has the measurements for Q8_0). The
-// integer path costs an NMSE of about 1.6e-5 per product for Q8_0 (tests/test_backend_ops.cpp);
-// llama.cpp makes the same choice.
+// quantization) streams as fast at one row but falls behind from a few rows on. The integer path
+// costs an NMSE of about 1.6e-5 per product for Q8_0; llama.cpp makes the same choice.
 //
 // Above 32 rows (prefill), the activations are rounded the same way, so both paths multiply the
 // same codes, and then:
@@ -23,28 +21,17 @@
 //     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels on AVX2,
 //     Eigen's GEMM elsewhere), where the dequantization is paid once for all M rows.
 //
-// note: the integer GEMM against the dequantized tiles, stories110M's shape, AMD EPYC Zen 4
-// (AVX-512 VNNI), 2 threads, pp256, 4 interleaved rounds: Q4_K_M 2.67x, Q8_0 3.00x the tokens/s
-// (bench/results/NOTES.md). vpdpbusd does 64 multiply-adds of bytes where an f32 FMA does 16.
-//
-// note: the tile size, measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512),
-// tokens/s, all tile sizes interleaved, medians of 4 rounds while other work kept the load near 3
-// (so half the quiet machine's numbers): q4_k 32 rows 498, 64 rows 545, 128 rows 586, 256 rows 605;
-// q8_0 521, 582, 615, 635. 384 and 512 rows were within 2% of 256 (q4_k 614 / 605, q8_0 651 /
-// 645). Each tile is one GEMM call, and Eigen packs the activations again for every call, which is
-// likely what the larger tiles save; 256 rows cost 256 * K floats per thread (2 MiB at K = 2048).
-//
-// note: the integer dot products of decode could run prefill too (four activation rows per pass
-// over a weight row). Measured at pp256 on stories110M's shape, 2 threads, Intel Xeon (AVX-512
-// VNNI), in tokens/s, dot products against the dequantized tiles: q8_0 210 against 546, q4_k 275
-// against 541. They reload every activation for each weight row; the GEMM's register tiles reuse
-// each loaded weight vector for 4 rows and each activation for 32 columns.
+// note: each choice above was measured (bench/results/NOTES.md, "Q8_0 products" and "Prefill with
+// quantized weights"): the integer GEMM runs pp256 2.67x (Q4_K_M) and 3.00x (Q8_0) as fast as the
+// dequantized tiles on a Zen 4, since vpdpbusd does 64 multiply-adds of bytes where an f32 FMA does
+// 16; tiles of 256 rows beat smaller ones; decode's dot products would prefill 2-2.6x slower than
+// the tiles, because they reload every activation for each weight row.
 //
 // note: the GEMM sums each block's integer product whole before scaling it, the dot products keep
 // per-lane partial sums to the end, so the two round apart in the last bits of a sum, and a
 // token's logits depend on whether it was prefilled or decoded. With the shipped SmolLM2 Q4_1 a
 // near-tie flips often enough to change 9 of 32 greedy answers (docs/serving.md).
-// batch_invariant sends every M to the dot products instead (prefill about 2.5x slower there).
+// batch_invariant sends every M to the dot products instead (pp256 at 0.29x the tokens/s there).
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
 // quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
