@@ -419,14 +419,17 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::matmul, M, 100, 288, 0, DType::bf16, false});
       cases.push_back({backend, Op::matmul, M, 33, 96, 0, DType::q8_0, M == 17});
     }
-  // Prefill-sized products: f32 whose activations outgrow L2 (M x K above 256 x 1024), Eigen's GEMM
-  // on the CPU with AVX-512; on AVX2 every f32, f16 and bf16 product above 32 rows takes the panels of 16
-  // weight rows (16-bit ones widened while packed, K = 99 with a tail of 3 past the vectors) in
-  // tiles of 6 activation rows, here with 1 to 5 rows left over (M = 33 .. 37) and a partial panel.
+  // Prefill-sized products (above 32 rows). On the CPU with AVX2 or AVX-512 they take the panels of
+  // 2 vectors of weight rows (16-bit ones widened while packed, K = 99 with a tail of 3 past the
+  // vectors) in tiles of 6 (AVX2) or 8 (AVX-512) activation rows, here with 1 to 7 rows left over
+  // (M = 33 .. 40) and a partial panel; with AVX-512, f32 whose packed rows fit in L2 (M x K up to
+  // 256 x 1024) takes the outer products instead, so f32 also runs at K = 8195 (panels there), and
+  // at M = 300 (Eigen's GEMM without AVX2).
   for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
-    for (int64_t M : {33, 34, 35, 36, 37}) {
+    for (int64_t M = 33; M <= 40; ++M) {
       cases.push_back({backend, Op::matmul, M, 41, 96, 0, DType::f32, M % 2 == 1});
+      cases.push_back({backend, Op::matmul, M, 41, 8195, 0, DType::f32, M % 2 == 0});
       for (DType t : {DType::f16, DType::bf16}) cases.push_back({backend, Op::matmul, M, 41, 99, 0, t, M % 2 == 0});
     }
   }

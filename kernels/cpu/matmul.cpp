@@ -20,13 +20,14 @@
 //                                      no horizontal sums (compute-bound); up to 3/4 of a vector's
 //                                      rows left over take the small_m tile
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
-//   > 32      f32        outer         while the packed rows fit in L2 (M x K <= 256 x 1024): it
-//                                      beats Eigen there, but does not block along K or M
-//   > 32      any (AVX2) panels        AVX2 without AVX-512: panels of 16 weight rows packed
-//                                      transposed (f16/bf16 widened), register tiles of 6 rows x
-//                                      16 columns
-//   > 32      any        gemm          Eigen's cache-blocked GEMM on each thread's slice of the
-//                                      weights; f16/bf16 widened 64 rows at a time first
+//   > 32      f32        outer         AVX-512 only, while the packed rows fit in L2 (M x K <=
+//                                      256 x 1024): 1.1x the panels there (it does not block
+//                                      along K or M, so it stops at that size)
+//   > 32      any        panels        AVX2 or AVX-512: panels of 2 vectors of weight rows packed
+//                                      transposed (f16/bf16 widened), register tiles of 6 (AVX2)
+//                                      or 8 (AVX-512) rows x the panel's columns
+//   > 32      any        gemm          without AVX2: Eigen's cache-blocked GEMM on each thread's
+//                                      slice of the weights; f16/bf16 widened 64 rows at a time
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows (every M with
 //                                      batch_invariant), an integer GEMM
 //                                      above (AVX-512 VNNI or AVX2; for Q8_0 on AVX2 and without
@@ -53,11 +54,16 @@ enum class Kernel { one_row, small_m, outer, gemm, panels };
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
 constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
+// With AVX-512, outer beats the panels at prefill while its packed rows fit (bench/results/NOTES.md).
+constexpr bool kOuterBeforePanels = simd::kWidth == 16;
 
 Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) {
   if (batch_invariant) return Kernel::one_row;  // every row as a lone one (matmul.h)
 #if defined(MINFER_PANELS)
-  if (M > kSmallMaxRows) return Kernel::panels;
+  if (M > kSmallMaxRows) {
+    if (kOuterBeforePanels && w_dtype == DType::f32 && M * K <= kOuterMaxPacked) return Kernel::outer;
+    return Kernel::panels;
+  }
 #endif
   if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
     return Kernel::outer;

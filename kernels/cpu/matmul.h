@@ -19,8 +19,8 @@ void matmul(ThreadPool& pool,
             const void* w, DType w_dtype,    // (N, K), dense
             int64_t M, int64_t N, int64_t K, bool batch_invariant = false);
 
-// The same product with f32 weights on the calling thread alone: AVX2's prefill panels (without
-// AVX-512), Eigen's GEMM elsewhere. For callers that have split the work across the pool already
+// The same product with f32 weights on the calling thread alone: the prefill panels with AVX2 or
+// AVX-512, Eigen's GEMM without them. For callers that have split the work across the pool already
 // (matmul_quant.cpp's dequantized tiles).
 void matmul_f32_on_this_thread(float* out, int64_t ld_out,    // (M, N)
                                const float* x, int64_t ld_x,  // (M, K)

@@ -2,7 +2,7 @@
 // weights (kernels/cpu/quant/matmul_quant.h: the integer GEMM with AVX-512 VNNI or AVX2, the dequantized
 // tiles elsewhere and for Q8_0 on AVX2) against the same sums in double over the dequantized
 // weights and activations; bf16 decode (kernels/cpu/tuned/matmul_tuned.cpp's one_row_bf16) and f16/bf16
-// prefill (AVX2's panels) against sums in double; batch-invariant products row by row against rows
+// prefill (the panels) against sums in double; batch-invariant products row by row against rows
 // alone. This file is built four times (tests/CMakeLists.txt): minfer_quant_dot_native, _avx2 (AVX2
 // only), _scalar (no SIMD) and _avx512 (AVX-512 with VNNI and VBMI, run only on a CPU that has
 // them), so a machine with AVX-512 checks every path, and an AVX2 machine all but the AVX-512 ones.
@@ -215,16 +215,16 @@ TEST(Bf16Decode, OneRowMatchesTheDoubleSum) {
   }
 }
 
-// Prefill with 16-bit weights (more than 32 rows): on AVX2 without AVX-512, the panels of 16 weight
-// rows widened while packed, tiles of 6 rows with 1 to 5 left over, a partial panel (41 columns) and
-// a K with a tail past the vectors (99); Eigen's GEMM on the widened rows elsewhere.
+// Prefill with 16-bit weights (more than 32 rows): with AVX2 or AVX-512, the panels of 16 or 32
+// weight rows widened while packed, tiles of 6 or 8 rows with 1 to 7 left over, a partial panel (41
+// columns) and a K with a tail past the vectors (99); Eigen's GEMM on the widened rows without them.
 TEST(Dense16Prefill, PanelsMatchTheDoubleSum) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   ThreadPool pool(2);
   constexpr int64_t N = 41, K = 99;
   for (DType t : {DType::f16, DType::bf16})
-    for (int64_t M = 33; M <= 38; ++M) {
+    for (int64_t M = 33; M <= 40; ++M) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M));
       std::vector<uint16_t> w(static_cast<size_t>(N * K));
       for (auto& v : w) v = t == DType::f16 ? f32_to_f16(normal(rng)) : f32_to_bf16(normal(rng));

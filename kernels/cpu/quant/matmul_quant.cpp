@@ -18,8 +18,8 @@
 //     type but Q8_0);
 //   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/quant/dequantize.h,
 //     vector code bit for bit as dequantize_row) and multiplies them with the rounded activations
-//     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels on AVX2,
-//     Eigen's GEMM elsewhere), where the dequantization is paid once for all M rows.
+//     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels with AVX2
+//     or AVX-512, Eigen's GEMM without them), where the dequantization is paid once for all M rows.
 //
 // note: each choice above was measured (bench/results/NOTES.md, "Q8_0 products" and "Prefill with
 // quantized weights"): the integer GEMM runs pp256 2.67x (Q4_K_M) and 3.00x (Q8_0) as fast as the

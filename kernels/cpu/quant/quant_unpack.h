@@ -5,8 +5,9 @@
 // symmetric types are already subtracted from the codes (Q4_0's q - 8, Q5_0's q - 16, Q3_K's
 // q - 4, Q6_K's q - 32).
 //
-// Two consumers: dequantize.cpp writes the weights as f32 (the Eigen tiles of prefill), and
-// quant_gemm.cpp keeps the codes as bytes for integer products (prefill on AVX-512 VNNI). Each
+// Two consumers: dequantize.cpp writes the weights as f32 (prefill's dequantized tiles, which the
+// f32 prefill kernel multiplies), and quant_gemm.cpp keeps the codes as bytes for integer products
+// (prefill on AVX-512 VNNI, or AVX2 for every type but Q8_0). Each
 // unpacker calls emit(q, a0, a1) once per 32 weights of a block, in order: q holds the 32 codes,
 // a0 the affine map of the first 16 and a1 that of the last 16 (the same for every type whose
 // sub-blocks are 32 long).

@@ -1,6 +1,6 @@
 // The products of kernels/cpu/matmul.cpp's table other than one_row, each tuned for the shape it
 // takes (kernels/cpu/tuned/matmul_tuned.h): small_m's register tiles for 2-32 rows, outer products
-// for f32 from 8 rows, AVX2's prefill panels, Eigen's GEMM, and bf16 decode's even/odd loads.
+// for f32 from 8 rows, prefill's panels (AVX2, AVX-512), Eigen's GEMM, and bf16 decode's even/odd loads.
 // Each is held to the plain loops of kernels/ref/matmul.cpp by the op harness.
 #include "kernels/cpu/tuned/matmul_tuned.h"
 
@@ -293,25 +293,27 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
 }
 
 #if defined(MINFER_PANELS)
-// note: prefill's products on AVX2 (more than 32 rows) multiply panels of 16 weight rows, packed
-// transposed (K, 16) once per call (f16 and bf16 widened to f32 as they are packed; Q8_0's
-// dequantized tiles come through matmul_f32_on_this_thread) so that one k of the 16 columns is two vector loads, by
-// the activations in register tiles of 6 rows x 16 columns: per k, two panel loads and six
-// broadcasts of x[m, k] feed 12 independent FMAs, as many as AVX2's FMA units need in flight
-// (two a cycle, four or five cycles of latency), and the outputs are stored as they are, with no
-// transpose. The outer-product tile keeps 8 accumulators and needs a broadcast load per
-// FMA; Eigen's blocked GEMM, called per slice of weight rows, repacks the activations each time.
-// On a Zen 2 core (107 GFLOP/s of FMAs), one thread, 256 x 4096 x 768: 83 GFLOP/s against
-// Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16 1.41x, Q8_0 1.30x what Eigen did
-// (bench/results/NOTES.md).
-constexpr int kPanelCols = 2 * simd::kWidth;  // 16 weight rows, the columns of the output
-constexpr int kPanelRows = 6;                 // activation rows per register tile
+// note: prefill's products (more than 32 rows) multiply panels of two vectors of weight rows (16
+// with AVX2, 32 with AVX-512), packed transposed (K, kPanelCols) once per call (f16 and bf16
+// widened to f32 as they are packed; dequantized tiles come through matmul_f32_on_this_thread) so
+// that one k of the panel's columns is two vector loads, by the activations in register tiles of
+// kPanelRows rows: per k, two panel loads and kPanelRows broadcasts of x[m, k] feed 2 kPanelRows
+// independent FMAs, and the outputs are stored as they are, with no transpose. AVX2 takes 6 rows
+// (12 FMAs in flight, as many as two FMA units of four or five cycles' latency need, in 16
+// registers); AVX-512 8 (16 accumulators of its 32 registers). The outer-product tile keeps 8
+// accumulators and needs a broadcast load per FMA; Eigen's blocked GEMM, called per slice of weight
+// rows, repacks the activations each time. On a Zen 2 core (AVX2, 107 GFLOP/s of FMAs), one thread,
+// 256 x 4096 x 768: 83 GFLOP/s against Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16
+// 1.41x, Q8_0 1.30x what Eigen did. On a Zen 4 (AVX-512), 2 threads, 256 x 2304 x 768: f16 1.6x and
+// bf16 1.25x Eigen's widened GEMM, rows of 8 and 12 alike (bench/results/NOTES.md).
+constexpr int kPanelCols = 2 * simd::kWidth;                // weight rows per panel: the output's columns
+constexpr int kPanelRows = simd::kWidth == 16 ? 8 : 6;      // activation rows per register tile
 
-// Packs weight rows w[0 .. cols) (cols, K) transposed into panel (K, 16), widened to f32 a vector
-// at a time; columns past `cols` are zeros.
+// Packs weight rows w[0 .. cols) (cols, K) transposed into panel (K, kPanelCols), widened to f32 a
+// vector at a time; columns past `cols` are zeros.
 template <class W>
 void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K) {
-  alignas(32) float wide[simd::kWidth];
+  alignas(64) float wide[simd::kWidth];
   for (int64_t c = 0; c < kPanelCols; ++c) {
     if (c >= cols) {
       for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = 0.0f;
@@ -327,7 +329,7 @@ void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t
   }
 }
 
-// out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, 16).
+// out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, kPanelCols).
 template <int R>
 void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
                 int64_t cols) {
@@ -346,7 +348,7 @@ void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const 
       simd::store(out + r * ld_out, acc[r][0]);
       simd::store(out + r * ld_out + simd::kWidth, acc[r][1]);
     } else {
-      alignas(32) float row[kPanelCols];
+      alignas(64) float row[kPanelCols];
       simd::store(row, acc[r][0]);
       simd::store(row + simd::kWidth, acc[r][1]);
       std::copy(row, row + cols, out + r * ld_out);
@@ -354,8 +356,18 @@ void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const 
   }
 }
 
-// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= 16: one panel packed
-// into `panel` (K * 16 floats), then every register tile of activation rows.
+// The tile of `rows` < R activation rows: R - 1 rows, or fewer.
+template <int R>
+void panel_tail(int rows, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
+                int64_t cols) {
+  if constexpr (R > 1) {
+    if (rows == R - 1) return panel_tile<R - 1>(out, ld_out, x, ld_x, panel, K, cols);
+    panel_tail<R - 1>(rows, out, ld_out, x, ld_x, panel, K, cols);
+  }
+}
+
+// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= kPanelCols: one panel
+// packed into `panel` (K * kPanelCols floats), then every register tile of activation rows.
 template <class W>
 void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
                    int64_t M, int64_t cols, int64_t K, float* panel) {
@@ -363,20 +375,12 @@ void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, con
   int64_t m = 0;
   for (; m + kPanelRows <= M; m += kPanelRows)
     panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
-  const auto rest = [&](auto rows) {
-    panel_tile<decltype(rows)::value>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
-  };
-  switch (M - m) {
-    case 5: rest(std::integral_constant<int, 5>()); break;
-    case 4: rest(std::integral_constant<int, 4>()); break;
-    case 3: rest(std::integral_constant<int, 3>()); break;
-    case 2: rest(std::integral_constant<int, 2>()); break;
-    case 1: rest(std::integral_constant<int, 1>()); break;
-    default: break;
-  }
+  if (m < M) panel_tail<kPanelRows>(int(M - m), out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
 }
 
-// The panel buffer of the calling thread, K * 16 floats: grows once, then reused.
+
+
+// The panel buffer of the calling thread, K * kPanelCols floats: grows once, then reused.
 float* panel_buffer(int64_t K) {
   thread_local std::vector<float> panel;
   panel.resize(static_cast<size_t>(K * kPanelCols));

@@ -9,8 +9,8 @@
 #include "core/dtype.h"
 #include "core/threads.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define MINFER_PANELS 1  // prefill takes the panels instead of outer and Eigen (matmul.cpp's table)
+#if defined(__AVX2__) && defined(__FMA__)
+#define MINFER_PANELS 1  // prefill takes the panels instead of Eigen (matmul.cpp's table)
 #endif
 
 namespace minfer::cpu {
@@ -31,8 +31,8 @@ void outer(ThreadPool& pool,
            int64_t M, int64_t N, int64_t K);
 
 #if defined(MINFER_PANELS)
-// AVX2's prefill: panels of 16 weight rows packed transposed (widened to f32), register tiles of
-// 6 rows x 16 columns.
+// Prefill with AVX2 or AVX-512: panels of two vectors of weight rows (16 or 32) packed transposed
+// (widened to f32), register tiles of 6 (AVX2) or 8 (AVX-512) activation rows.
 void panels(ThreadPool& pool,
             float* out, int64_t ld_out,    // (M, N)
             const float* x, int64_t ld_x,  // (M, K)
