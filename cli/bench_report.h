@@ -43,7 +43,7 @@ struct BenchRow {
   std::string build_commit;
   // A generation row of --draft (greedy generation of n_gen tokens after a fixed prompt; the
   // rate counts the decode tokens): "none" for plain generation through the same loop,
-  // "q8_0 k=4" or "ngram k=4" with speculation; empty for the ordinary rows.
+  // "q8_0 model, k=4" or "ngram, k=4" with speculation; empty for the ordinary rows.
   std::string draft;
   double acceptance = 0.0;       // accepted / drafted tokens
   double tokens_per_pass = 0.0;  // decode tokens per target forward pass

@@ -26,7 +26,7 @@ std::vector<Option> engine_options() {
                                 "                              is slower (docs/serving.md)"},
       {"--kernels", "KIND", "fused or unfused (default fused)"},
       {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
-                             "                              type, f16 for quantized weights); bf16 is CUDA only"},
+                             "                              type, f16 for quantized weights); bf16 on CUDA and ref, not cpu"},
       {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},
       {"--graphs", "ON|OFF", "CUDA: replay decode steps as CUDA Graphs (default on)"},
   };

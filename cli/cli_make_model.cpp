@@ -1,5 +1,5 @@
-// `minfer make-model`: writes a llama2.c checkpoint of any shape with the seeded weights of the
-// presets, so tests (and users) can generate what they load.
+// `minfer make-model`: writes a model of any shape with the seeded weights of the presets (a
+// llama2.c checkpoint, a Hugging Face folder or a GGUF file), so tests (and users) can generate what they load.
 #include <sys/stat.h>
 
 #include <cstdio>

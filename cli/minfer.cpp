@@ -31,7 +31,7 @@ const Command kCommands[] = {
     {"demo", minfer::cli::cmd_demo, "the GPU lessons as measured experiments (minfer demo --list)"},
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity over a text; KL divergence against another dtype"},
     {"tokenize", minfer::cli::cmd_tokenize, "the token ids of a text"},
-    {"make-model", minfer::cli::cmd_make_model, "write a llama2.c checkpoint with seeded weights"},
+    {"make-model", minfer::cli::cmd_make_model, "write a model with seeded weights (llama2.c, Hugging Face or GGUF)"},
     {"devices", minfer::cli::cmd_devices, "what the engine sees: GPUs and the CPU"},
 };
 

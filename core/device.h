@@ -1,7 +1,7 @@
 // Devices and the few runtime services the tensor library needs from CUDA: whether a GPU is
 // there, byte copies between host and device, and upstreams for the caching pool. The same
 // declarations are implemented by device_cuda.cu in a CUDA build and by device_nocuda.cpp in a
-// CPU-only build, so nothing outside those two files depends on the CUDA headers.
+// CPU-only build, so code that uses these services does not include the CUDA headers.
 #pragma once
 
 #include <cstddef>

@@ -128,7 +128,8 @@ class Backend {
   // used to measure the memory bandwidth the roofline compares decode against.
   virtual void sum(const Tensor& out, const Tensor& x) = 0;
   // t[i] = uniform value of (seed, i) in [lo, hi), identical on every backend (kernels/ref/fill.h);
-  // t contiguous, f32/f16/bf16. Builds synthetic weights where they will be used.
+  // t contiguous, any type but i32: f32/f16/bf16 as the values, legacy quantized types as those
+  // values quantized, K-quants as synthetic blocks. Builds synthetic weights where they will be used.
   virtual void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) = 0;
 };
 

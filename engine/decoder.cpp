@@ -67,7 +67,7 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   MINFER_CHECK(kv_dtype == DType::f32 || kv_dtype == DType::f16 || kv_dtype == DType::bf16,
                "the KV cache is f32, f16 or bf16, not ", dtype_name(kv_dtype));
   MINFER_CHECK(kv_dtype != DType::bf16 || backend_.kind() != BackendKind::cpu,
-               "a bf16 KV cache is CUDA only; the CPU keeps f32 or f16 (--kv-dtype)");
+               "a bf16 KV cache runs on CUDA and ref, not cpu, which keeps f32 or f16 (--kv-dtype)");
   // Everything this decoder will allocate, checked against the device's memory first.
   const char* what = "decoder memory";
   const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, info.n_kv_heads * info.head_dim,

@@ -97,8 +97,9 @@ class Decoder {
   // Forgets every sequence (positions back to 0); the memory stays.
   void reset();
 
-  // Appends prompts[s] to sequence s (all n_seqs of them) in one batched pass. Afterwards logits(s)
-  // are the next-token logits after the last prompt token.
+  // Appends prompts[s] to sequence s (all n_seqs of them) in batched passes of at most pass_rows
+  // rows (one pass when they fit). Afterwards logits(s) are the next-token logits after the last
+  // prompt token.
   void prefill(const std::vector<std::vector<int32_t>>& prompts);
   // Appends `tokens` to sequence `seq` with the logits of every position: on_logits(i, row) is
   // called for each i in order, `row` being the vocab logits after tokens[i] (host memory, valid
@@ -167,7 +168,7 @@ class Decoder {
   int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq, or pass_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
-  Tensor staging_;      // host i32: tokens, seq, pos (max_rows each), logit rows (logit_rows)
+  Tensor staging_;      // host i32: tokens, seq, pos (pass_rows each), logit rows (logit_rows)
   Tensor batch_;        // the same on the device
   // note: row s of the logits is sequence s after prefill() and decode(), and the s-th chunk
   // that asked for logits after forward_chunks(); rows_are_sequences_ says which.

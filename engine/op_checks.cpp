@@ -38,7 +38,7 @@ void index_vector(const char* op, const char* name, const Tensor& t, int64_t row
 void weight(const char* op, const char* name, const Tensor& t, DeviceKind device) {
   on_device(op, name, t, device);
   MINFER_CHECK(t.ndim() == 2 && t.dtype() != DType::i32 && t.is_contiguous(), op, ": ", name,
-               " must be a dense 2-D f32/f16/bf16 tensor, got ", t.str());
+               " must be a dense 2-D float or quantized tensor, got ", t.str());
 }
 
 CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,

@@ -19,7 +19,7 @@ void same_rows(const char* op, const Rows& a, const char* a_name, const Rows& b,
 // An i32 vector of `rows` elements, contiguous, on `device`.
 void index_vector(const char* op, const char* name, const Tensor& t, int64_t rows,
                   DeviceKind device);
-// A dense 2-D float weight (f32, f16 or bf16) on `device`.
+// A dense 2-D weight of any float or quantized type (not i32) on `device`.
 void weight(const char* op, const char* name, const Tensor& t, DeviceKind device);
 
 struct CacheShape {

@@ -18,7 +18,7 @@ void ProfilingBackend::timed(const std::string& op, Fn&& fn) {
 }
 
 namespace {
-// "matmul 16x1536x288": the shape tells the products apart.
+// "matmul [16, 288] x [1536, 288]^T f32": the shapes and the weight type tell the products apart.
 std::string matmul_label(const Tensor& x, const Tensor& w) {
   char text[80];
   std::snprintf(text, sizeof(text), "matmul [%lld, %lld] x [%lld, %lld]^T %s", static_cast<long long>(x.size(0)),

@@ -1,7 +1,7 @@
 // A backend that runs another backend's ops and times each one: wrap the backend a model runs
 // on, and report() says where a forward pass spends its time, op by op. Every op waits for the
 // device before and after (on CUDA that serialises the stream, so totals are per op, not the
-// pipelined total). `minfer bench --profile` and `minfer generate --profile` use it.
+// pipelined total). `minfer bench --profile` uses it, and the `launch` lesson to count a step's ops.
 #pragma once
 
 #include <chrono>

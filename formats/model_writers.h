@@ -23,7 +23,7 @@ struct GgufLayout {
   uint32_t alignment = 32;
   std::string name = "minfer make-model";
 };
-// Matrices and the embedding in `dtype` (f32, f16, bf16, q8_0), norms in f32; `vocab` (may be null) goes into the
+// Matrices and the embedding in `dtype` (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1), norms in f32; `vocab` (may be null) goes into the
 // tokenizer.ggml.* metadata, which llama.cpp needs to load the file.
 void write_gguf(const std::string& path, const LlamaHostWeights& weights, DType dtype, const GgufVocab* vocab,
                 const GgufLayout& layout = {});

@@ -1,5 +1,5 @@
-// demo crossover: when does the GPU win? Square matrix products from 8 to 4096 on the CPU (Eigen
-// and minfer's SIMD kernels) and on the GPU (cuBLAS), timed end to end including the launch;
+// demo crossover: when does the GPU win? Square matrix products from 8 to 2048 on the CPU (512
+// with --quick; Eigen and minfer's SIMD kernels) and to 4096 on the GPU (cuBLAS), timed end to end including the launch;
 // and the launch overhead alone (an empty kernel). Small products are over before a kernel
 // launch would even have started; large ones are where thousands of GPU cores pay off.
 #include "lessons/cuda_lessons.h"

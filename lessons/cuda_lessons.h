@@ -1,7 +1,8 @@
 // The raw CUDA experiments behind the GPU halves of the demos: things no decoder op does (an
 // empty kernel, a branchy kernel, copies from pageable memory). Implemented in cuda_lessons.cu
 // in a CUDA build and by cuda_lessons_none.cpp (every call: Error "no CUDA device") otherwise.
-// Times are medians of several repetitions, measured with CUDA events.
+// Times are medians of several repetitions, measured with CUDA events, except the empty kernels'
+// launches (empty_kernels_seconds), timed on the host clock around a synchronize.
 #pragma once
 
 #include <cstdint>

@@ -25,9 +25,9 @@ struct Options {
   int threads = 0;           // CPU threads, 0 = every core
   bool cuda = false;         // a CUDA device is usable (the GPU halves run)
   std::string cuda_reason;   // why not, when not
-  // The model of the lessons that run one (sequential, launch, batching, bytes, continuous), any -m
-  // a user has;
-  // empty: each lesson's own preset, chosen for what it shows.
+  // The model of the lessons that run one (sequential, launch, batching, bytes, continuous,
+  // speculative, prompt-cache), any -m a user has; empty: each lesson's own preset, chosen for
+  // what it shows.
   std::string model;
   const std::string& model_or(const std::string& preset) const { return model.empty() ? preset : model; }
 };

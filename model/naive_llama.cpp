@@ -207,7 +207,7 @@ const std::vector<float>& NaiveLlama::forward(int32_t token, int64_t pos) {
   MINFER_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
   MINFER_CHECK(pos >= 0 && pos < n_ctx_, "position ", pos, " is outside the context of ", n_ctx_);
   // The token's row of the embedding table.
-  //   LlamaModel::forward: be.embedding; ref::embedding, cpu::embedding, cuda::embedding
+  //   LlamaModel::forward: be.gather_rows; ref::gather_rows, cpu::gather_rows, cuda::gather_rows
   for (int64_t i = 0; i < c.dim; ++i) x_[static_cast<size_t>(i)] = embedding_[static_cast<size_t>(token * c.dim + i)];
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, pos);

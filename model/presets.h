@@ -28,7 +28,7 @@ Preset find_preset(const std::string& name);
 constexpr int64_t kMaxPresetLayers = 1024;
 
 // The preset of `base`'s shape with the fewest layers (never fewer than its own) whose weights,
-// stored as `dtype`, take at least `min_bytes`: "stories110M:layers=36" for 1 GiB of f32 weights.
+// stored as `dtype`, take at least `min_bytes`: "stories110M:layers=35" for 1 GiB of f32 weights.
 // It is how the main job and the bytes lesson get a model that must stream from main memory.
 Preset preset_at_least(const std::string& base, uint64_t min_bytes, const WeightTypes& dtype);
 
@@ -40,7 +40,7 @@ struct WeightInit {
 };
 
 // The stream and range of one weight of a synthetic model: norms are 1, matrices uniform in
-// +-1/sqrt(fan_in) (so activations neither vanish nor explode), the embedding uniform in +-1.
+// +-1/sqrt(fan_in) (so activations neither vanish nor explode), the embedding uniform in +-0.1.
 WeightInit weight_init(const LlamaConfig& config, uint64_t model_seed, WeightKind kind, int64_t layer);
 
 constexpr uint64_t kDefaultModelSeed = 20260101;

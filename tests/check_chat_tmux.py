@@ -5,7 +5,8 @@
    what the cache does not hold: --verbose's line says how many tokens each turn prefilled and how
    many came from the cache, and the second turn's cached tokens must cover the first turn's prompt.
    The answers appear on the screen, /reset and /exit work.
-2. Ctrl-C during a long answer (a 42M-parameter preset on the reference kernels, slow on purpose)
+2. Ctrl-C during a long answer (a model of stories42M's shape with the fixture's 615 tokens, on
+   the reference kernels, slow on purpose)
    stops the answer, not the program: "[stopped]" and a new prompt appear, and the chat goes on.
 
   check_chat_tmux.py MINFER SOURCE_DIR

@@ -46,7 +46,7 @@ def self_test() -> int:
     if found != expected:
         print("FAIL: self-test found", sorted(found), "expected", sorted(expected))
         return 1
-    print("ok: the check finds the four planted includes (two upward, two between siblings) and nothing else")
+    print("ok: the check finds the four planted includes (one upward, three between siblings) and nothing else")
     return 0
 
 

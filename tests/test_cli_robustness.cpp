@@ -145,10 +145,10 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"generate", "-m", "preset:tiny", "-n", "4", "--kv-dtype", "q8_0"}, 1, "--kv-dtype: 'q8_0' is not f32, f16 or bf16"},
       {{"bench-serve", "-m", "preset:tiny", "--kv-dtype", "i32"}, 1, "--kv-dtype: 'i32' is not f32, f16 or bf16"},
       {{"generate", "-m", "preset:tiny", "-n", "4", "--device", "cpu", "--kv-dtype", "bf16"}, 1,
-       "a bf16 KV cache is CUDA only"},
+       "a bf16 KV cache runs on CUDA and ref, not cpu"},
       {{"bench", "-m", "preset:tiny", "-p", "0", "-n", "4", "--kv-dtype", "f8"}, 1, "--kv-dtype: 'f8' is not f32, f16 or bf16"},
       {{"bench-serve", "-m", "preset:tiny", "--requests", "4", "--device", "cpu", "--kv-dtype", "bf16"}, 1,
-       "a bf16 KV cache is CUDA only"},
+       "a bf16 KV cache runs on CUDA and ref, not cpu"},
       {{"perplexity", "-m", "preset:tiny", "--ids", "/tmp", "--kv-dtype", "q4"}, 1, "--kv-dtype: 'q4' is not"},
       {{"generate", "-m", "/nonexistent/model.bin", "--kv-dtype", "q4"}, 1, "--kv-dtype: 'q4' is not"},
   };

@@ -29,8 +29,8 @@ class TextTokenizer {
   virtual ~TextTokenizer() = default;
   virtual int64_t vocab_size() const = 0;
   // The ids of `text`. With add_special, the special tokens the tokenizer's own configuration
-  // puts around a text: BOS for Llama 2 and Llama 3 (tokenizer_config.json's add_bos_token, a
-  // TemplateProcessing post-processor, GGUF's tokenizer.ggml.add_bos_token).
+  // puts around a text: BOS for Llama 2 and Llama 3 (a tokenizer.json's TemplateProcessing
+  // post-processor, GGUF's tokenizer.ggml.add_bos_token).
   virtual std::vector<int32_t> encode(const std::string& text, bool add_special) const = 0;
   // The ids of the spans' text, one text, as encode(text, false) gives them, except that special
   // tokens are recognised only inside spans marked special: in the others "<|im_end|>" is the
@@ -75,7 +75,7 @@ class Utf8Stream {
 };
 
 // A tokenizer.json (the Hugging Face tokenizers library's format) and, when present beside it,
-// tokenizer_config.json (add_bos_token, add_eos_token) and special_tokens_map.json. Anything the
+// tokenizer_config.json and special_tokens_map.json (bos_token, eos_token, chat_template). Anything the
 // format allows that minfer does not implement (another model type, a normalizer or
 // pre-tokenizer it does not know) is refused with one line naming it.
 std::unique_ptr<TextTokenizer> load_tokenizer_json(const std::string& path);

@@ -2,7 +2,7 @@
 # The GPU proof in one call: builds minfer for the GPU at hand, runs every CUDA test in one
 # process, benchmarks decode and prefill against the measured roofline, times a PyTorch peer on
 # the same shapes, runs the demos while time is left, and brings back one archive and a summary
-# that is enough alone. Made for the device tool (DEVELOPERS.md): a lease of 15 minutes in all,
+# that is enough alone. Made for a lent GPU machine (docs/gpu.md): a lease of 15 minutes in all,
 # one call of at most 6, which may bring back at most 8 files.
 #
 #   tools/gpu-check.sh --prepare

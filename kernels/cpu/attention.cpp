@@ -60,7 +60,7 @@ void weighted_sum_scalar(float* out, const float* p, const typename W::Stored* v
 // accumulator, and L keys' accumulators are reduced to L scores by one shared transpose-and-add
 // (simd::sum_each) instead of L horizontal sums. Eigen's general matrix-vector product spends
 // most of its time on setup at these tiny sizes (on AVX2, at head_dim 48 and 16 sequences, the
-// Eigen path streamed the cache at about a third of the bandwidth; bench/results/NOTES.md).
+// Eigen path took about a tenth longer: 605 against 543 ms; bench/results/NOTES.md).
 constexpr int L = simd::kWidth;
 
 // Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of L * HV values) into the cache.
@@ -117,7 +117,7 @@ template <class W, int HV>
 void weighted_sum(float* out, const float* p, const typename W::Stored* values, int64_t stride, int64_t n,
                   bool accumulate, const typename W::Stored* next_values, int64_t n_next) {
   // Sets of accumulators: keys t, t+1, ... feed independent FMA chains. AVX2 has 16 vector
-  // registers, so there the sets shrink as the head grows, to one set of HV from head_dim 104 on
+  // registers, so there the sets shrink as the head grows, to one set of HV from head_dim 56 on
   // (which spills at 128: 16 accumulators, unmeasured).
   constexpr int U = L == 16 ? 4 : std::clamp(12 / HV, 1, 4);
   simd::Vec o[U][HV];

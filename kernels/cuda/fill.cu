@@ -15,7 +15,7 @@ __global__ void fill_kernel(T* t, int64_t n, uint64_t seed, float lo, float hi) 
 }
 
 // One thread per block of 32: the same values as the f32 fill, quantized by llama.cpp's rule as
-// core/dtype.cpp does it on the host (IEEE division and roundf, so the bytes agree).
+// core/quants.cpp (quantize_q8_0) does it on the host (IEEE division and roundf, so the bytes agree).
 __global__ void fill_q8_0_kernel(BlockQ8* t, int64_t n_blocks, uint64_t seed, float lo, float hi) {
   for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < n_blocks;
        b += int64_t(gridDim.x) * blockDim.x) {

@@ -26,7 +26,7 @@
 // the unpacking costs 1/M of a weight's work per row. AVX2 reads the same strip as two halves of
 // 16 columns, in tiles of 2 rows (16 registers).
 // note: on AVX2 (AMD Zen 2, stories110M's shape, Q4_K_M, pp256, 3 interleaved rounds) this GEMM
-// against the dequantized tiles and Eigen: 1.86x at 2 threads (about 1000 against 540 tokens/s),
+// against the dequantized tiles and Eigen: 1.85x at 2 threads (about 1000 against 540 tokens/s),
 // 1.64x at one (bench/results/NOTES.md).
 // note: the activations are copied once per call out of their blocks into contiguous rows (the
 // K-quants' blocks put d before the codes and the bsums after), so that a row's 4-byte
