@@ -1,6 +1,7 @@
 // Start here. The whole Llama forward pass for one sequence, one token at a time, in plain loops:
 // llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
-// checkpoints. No backend, no batch, no threads, f32 only. Everything else in minfer computes
+// checkpoints. No backend, no batch, no threads; f32 weights and activations, sums in double.
+// Everything else in minfer computes
 // exactly this, faster:
 //   - model/llama.cpp (LlamaModel::forward_layer_unfused, and _fused in fewer passes) runs the
 //     same steps on many rows (tokens of many sequences) at once, as calls on the backend

@@ -15,11 +15,12 @@
 //   2-7       any        small_m       4 weight rows x up to 4 activation rows per tile: each weight
 //                                      vector loaded feeds up to 4 FMAs (the rows past 4 load it
 //                                      again, from L1), and is read from memory exactly once
-//   8-32      f32        outer         outer products: weights broadcast from memory into FMAs with
+//   8-32      f32        outer         (AVX2, AVX-512) outer products: weights broadcast into FMAs with
 //                                      one vector of rows at once (16 with AVX-512, 8 with AVX2),
-//                                      no horizontal sums (compute-bound); up to 3/4 of a vector's
-//                                      rows left over take the small_m tile
+//                                      no horizontal sums (compute-bound); rows left over after a
+//                                      whole vector, up to 3/4 of one, take the small_m tile
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
+//                                      (and f32 too in a build without AVX2)
 //   > 32      f32        outer         AVX-512 only, while the packed rows fit in L2 (M x K <=
 //                                      256 x 1024): 1.1x the panels there (it does not block
 //                                      along K or M, so it stops at that size)
@@ -52,10 +53,12 @@ namespace {
 enum class Kernel { one_row, small_m, outer, gemm, panels };
 
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
-constexpr int64_t kOuterMinRows = simd::kWidth >= 8 ? 8 : kSmallMaxRows + 1;  // outer needs 8-lane vectors
+constexpr int64_t kOuterMinRows = 8;              // and at least one vector of 8 lanes (simd::kWidth)
+#if defined(MINFER_PANELS)
 constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
 // With AVX-512, outer beats the panels at prefill while its packed rows fit (bench/results/NOTES.md).
 constexpr bool kOuterBeforePanels = simd::kWidth == 16;
+#endif
 
 Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) {
   if (batch_invariant) return Kernel::one_row;  // every row as a lone one (matmul.h)
@@ -64,9 +67,10 @@ Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) 
     if (kOuterBeforePanels && w_dtype == DType::f32 && M * K <= kOuterMaxPacked) return Kernel::outer;
     return Kernel::panels;
   }
+#else
+  (void)K;  // only the panels' choice reads K
 #endif
-  if (w_dtype == DType::f32 && M >= kOuterMinRows && (M <= kSmallMaxRows || M * K <= kOuterMaxPacked))
-    return Kernel::outer;
+  if (simd::kWidth >= 8 && w_dtype == DType::f32 && M >= kOuterMinRows && M <= kSmallMaxRows) return Kernel::outer;
   if (M == 1) return Kernel::one_row;
   return M <= kSmallMaxRows ? Kernel::small_m : Kernel::gemm;
 }
