@@ -120,7 +120,8 @@ class Backend {
                          int64_t head_dim, AttentionAlgorithm algorithm) = 0;
   // out = silu(gate) * up          (M, F) each
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
-  // out = a + b                    (M, D) each; out may alias a or b
+  // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a
+  //                                bias, Qwen2's on q, k, v); out may alias a or b
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;

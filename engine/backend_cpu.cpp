@@ -112,8 +112,8 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
 }
 
 void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  checks::elementwise("add", out, a, b, kCpu);
-  cpu::add(threads_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+  const int64_t ld_b = checks::add(out, a, b, kCpu);
+  cpu::add(threads_, f32(out), ld(out), f32(a), ld(a), f32(b), ld_b, out.size(0), out.size(1));
 }
 
 void CpuBackend::argmax(const Tensor& out, const Tensor& x) {

@@ -206,8 +206,8 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
-    checks::elementwise("add", out, a, b, kCuda);
-    cuda::add(stream_, f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+    const int64_t ld_b = checks::add(out, a, b, kCuda);
+    cuda::add(stream_, f32(out), ld(out), f32(a), ld(a), f32(b), ld_b, out.size(0), out.size(1));
   }
 
   void argmax(const Tensor& out, const Tensor& x) override {

@@ -89,8 +89,8 @@ void RefBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
 }
 
 void RefBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  checks::elementwise("add", out, a, b, kHost);
-  ref::add(f32(out), ld(out), f32(a), ld(a), f32(b), ld(b), out.size(0), out.size(1));
+  const int64_t ld_b = checks::add(out, a, b, kHost);
+  ref::add(f32(out), ld(out), f32(a), ld(a), f32(b), ld_b, out.size(0), out.size(1));
 }
 
 void RefBackend::argmax(const Tensor& out, const Tensor& x) {

@@ -177,6 +177,19 @@ void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tenso
   same_rows(op, o, "out", activation(op, "b", b, device), "b");
 }
 
+int64_t add(const Tensor& out, const Tensor& a, const Tensor& b, DeviceKind device) {
+  if (b.ndim() != 1) {
+    elementwise("add", out, a, b, device);
+    return ld(b);
+  }
+  Rows o = activation("add", "out", out, device);
+  same_rows("add", o, "out", activation("add", "a", a, device), "a");
+  on_device("add", "b", b, device);
+  MINFER_CHECK(b.dtype() == DType::f32 && b.size(0) == o.cols && b.is_contiguous(), "add: b must be f32[", o.cols,
+               "] or f32 [", o.rows, ", ", o.cols, "], got ", b.str());
+  return 0;
+}
+
 void argmax(const Tensor& out, const Tensor& x, DeviceKind device) {
   Rows r = activation("argmax", "x", x, device);
   MINFER_CHECK(r.cols > 0, "argmax: x has no columns");

@@ -59,6 +59,9 @@ AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cac
                          int64_t head_dim, DeviceKind device);
 void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                  DeviceKind device);
+// out = a + b, with b (M, D) like a, or a row (D) added to every row (a bias): returns b's row
+// stride for the kernels, 0 for a row.
+int64_t add(const Tensor& out, const Tensor& a, const Tensor& b, DeviceKind device);
 void argmax(const Tensor& out, const Tensor& x, DeviceKind device);
 void fill(const Tensor& t, DeviceKind device);
 

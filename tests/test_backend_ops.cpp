@@ -45,7 +45,7 @@ namespace {
 
 enum class Op {
   gather_rows, rmsnorm, rmsnorm_small, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
-  attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, argmax, fill, sum
+  attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, add_row, argmax, fill, sum
 };
 
 const char* op_name(Op op) {
@@ -63,6 +63,7 @@ const char* op_name(Op op) {
     case Op::attention_prefill: return "ATTENTION_PREFILL";
     case Op::swiglu: return "SWIGLU";
     case Op::add: return "ADD";
+    case Op::add_row: return "ADD_ROW";  // add with b one row (D), added to every row
     case Op::argmax: return "ARGMAX";
     case Op::fill: return "FILL_UNIFORM";
     case Op::sum: return "SUM";
@@ -294,13 +295,18 @@ TEST_P(BackendOps, MatchesReference) {
       break;
     }
     case Op::swiglu:
-    case Op::add: {
+    case Op::add:
+    case Op::add_row: {
       const int64_t F = k.a;
       auto [a, a_host] = activation(M, F, -4, 4);
       auto [b, b_host] = activation(M, F, -4, 4);
       GuardedOutput out(*backend_, M, F, ld(F));
       Tensor expected = host_tensor({M, F}, DType::f32);
-      if (k.op == Op::swiglu) {
+      if (k.op == Op::add_row) {
+        const Tensor row_host = host_random({F}, rng_, -4, 4);
+        backend_->add(out.view(), a, to_backend(*backend_, row_host));
+        ref::add(expected.data_as<float>(), F, a_host.data_as<float>(), F, row_host.data_as<float>(), 0, M, F);
+      } else if (k.op == Op::swiglu) {
         backend_->swiglu(out.view(), a, b);
         ref::swiglu(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(),
                     F, M, F);
@@ -401,6 +407,7 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f16, strided});
       cases.push_back({backend, Op::swiglu, M, 172, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::add, M, 67, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::add_row, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
       for (DType t : {DType::f32, DType::f16, DType::bf16})
         cases.push_back({backend, Op::fill, M, 1000, 0, 0, t, false});
@@ -570,6 +577,9 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   }
   Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
   EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, AttentionAlgorithm::three_pass), Error);
+  // A bias row must be as wide as the rows it is added to.
+  EXPECT_THROW(cpu.add(o, q, cpu.empty({15}, DType::f32)), Error);
+  EXPECT_NO_THROW(cpu.add(o, q, cpu.empty({16}, DType::f32)));
 }
 
 }  // namespace
