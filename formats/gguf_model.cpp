@@ -7,34 +7,65 @@
 
 namespace minfer {
 
-LlamaConfig read_gguf_config(const GgufFile& f) {
+namespace {
+
+// The architectures minfer runs (general.architecture, which also prefixes every key) and how each
+// differs from llama's.
+struct GgufArchitecture {
+  const char* name;
+  bool qkv_bias;     // blk.N.attn_{q,k,v}.bias
+  bool rotate_half;  // q and k rows in Hugging Face's rotate-half order (llama.cpp's NEOX RoPE)
+};
+// note: llama.cpp's converter permutes a llama model's q and k rows to interleaved pairs and
+// leaves Qwen2's as Hugging Face stores them (its RoPE reads either order).
+constexpr GgufArchitecture kArchitectures[] = {
+    {"llama", false, false},
+    {"qwen2", true, true},
+};
+
+const GgufArchitecture& find_architecture(const GgufFile& f) {
   const std::string arch = f.text("general.architecture", true, "");
-  if (arch != "llama") fail(f.path(), ": architecture '", arch, "' is not supported (minfer runs llama)");
+  std::string names;
+  for (const GgufArchitecture& a : kArchitectures) {
+    if (arch == a.name) return a;
+    names += (names.empty() ? "" : ", ") + std::string(a.name);
+  }
+  fail(f.path(), ": architecture '", arch, "' is not supported (minfer runs ", names, ")");
+}
+
+}  // namespace
+
+LlamaConfig read_gguf_config(const GgufFile& f) {
+  const GgufArchitecture& arch = find_architecture(f);
+  const std::string a = std::string(arch.name) + ".";
   LlamaConfig c;
-  c.dim = f.integer("llama.embedding_length", true, 0);
-  c.hidden_dim = f.integer("llama.feed_forward_length", true, 0);
-  c.n_layers = f.integer("llama.block_count", true, 0);
-  c.n_heads = f.integer("llama.attention.head_count", true, 0);
-  c.n_kv_heads = f.integer("llama.attention.head_count_kv", false, c.n_heads);
-  c.n_ctx = f.integer("llama.context_length", true, 0);
-  c.rms_eps = static_cast<float>(f.number("llama.attention.layer_norm_rms_epsilon", false, 1e-5));
-  c.rope_theta = f.number("llama.rope.freq_base", false, 10000.0);
-  const int64_t key_length = f.integer("llama.attention.key_length", false, 0);
+  c.qkv_bias = arch.qkv_bias;
+  c.dim = f.integer(a + "embedding_length", true, 0);
+  c.hidden_dim = f.integer(a + "feed_forward_length", true, 0);
+  c.n_layers = f.integer(a + "block_count", true, 0);
+  c.n_heads = f.integer(a + "attention.head_count", true, 0);
+  c.n_kv_heads = f.integer(a + "attention.head_count_kv", false, c.n_heads);
+  c.n_ctx = f.integer(a + "context_length", true, 0);
+  c.rms_eps = static_cast<float>(f.number(a + "attention.layer_norm_rms_epsilon", false, 1e-5));
+  c.rope_theta = f.number(a + "rope.freq_base", false, 10000.0);
+  const int64_t key_length = f.integer(a + "attention.key_length", false, 0);
   if (key_length > 0 && (c.n_heads <= 0 || c.dim % c.n_heads != 0 || key_length != c.dim / c.n_heads))
     c.head_size = key_length;
-  if (f.integer("llama.attention.value_length", false, key_length) != key_length)
+  if (f.integer(a + "attention.value_length", false, key_length) != key_length)
     fail(f.path(), ": keys and values of different widths are not supported");
-  if (f.find("llama.expert_count") != nullptr && f.integer("llama.expert_count", false, 0) > 0)
+  if (f.find(a + "expert_count") != nullptr && f.integer(a + "expert_count", false, 0) > 0)
     fail(f.path(), ": mixture-of-experts models are not supported");
-  const std::string scaling = f.text("llama.rope.scaling.type", false, "none");
+  if (f.find(a + "attention.sliding_window") != nullptr)
+    fail(f.path(), ": sliding-window attention (", a, "attention.sliding_window) is not supported");
+  const std::string scaling = f.text(a + "rope.scaling.type", false, "none");
   if (scaling == "linear") {
     c.rope_scaling.type = RopeScaling::Type::linear;
-    c.rope_scaling.factor = f.number("llama.rope.scaling.factor", true, 1.0);
+    c.rope_scaling.factor = f.number(a + "rope.scaling.factor", true, 1.0);
   } else if (scaling != "none") {
     fail(f.path(), ": rope scaling '", scaling, "' is not supported (minfer supports linear, and llama3 through rope_freqs)");
   }
   const Tensor embedding = f.view("token_embd.weight");
-  c.vocab_size = f.integer("llama.vocab_size", false, embedding.size(0));
+  c.vocab_size = f.integer(a + "vocab_size", false, embedding.size(0));
   c.shared_classifier = !f.has_tensor("output.weight");
   if (f.has_tensor("rope_freqs.weight")) {
     const Tensor factors = f.view("rope_freqs.weight");
@@ -87,6 +118,7 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
   auto file = std::make_shared<GgufFile>(path);
   LlamaHostWeights w;
   w.config = read_gguf_config(*file);
+  w.rotate_half = find_architecture(*file).rotate_half;
   const LlamaConfig& c = w.config;
   w.owner = file;
   w.token_embedding = file->view("token_embd.weight");
@@ -100,6 +132,11 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     layer.wq = file->view(p + "attn_q.weight");
     layer.wk = file->view(p + "attn_k.weight");
     layer.wv = file->view(p + "attn_v.weight");
+    if (c.qkv_bias) {
+      layer.bq = file->view(p + "attn_q.bias");
+      layer.bk = file->view(p + "attn_k.bias");
+      layer.bv = file->view(p + "attn_v.bias");
+    }
     layer.wo = file->view(p + "attn_output.weight");
     layer.rms_ffn = file->view(p + "ffn_norm.weight");
     layer.w1 = file->view(p + "ffn_gate.weight");

@@ -103,6 +103,57 @@ void read_rope(const json& doc, const std::string& source, LlamaConfig* c) {
   }
 }
 
+// The architectures minfer runs (config.json's architectures, or model_type) and how each differs
+// from Llama's.
+struct HfArchitecture {
+  const char* name;
+  const char* model_type;
+  bool qkv_bias;  // q_proj, k_proj and v_proj carry a .bias
+};
+constexpr HfArchitecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", false},
+    {"Qwen2ForCausalLM", "qwen2", true},
+};
+
+std::string architecture_names() {
+  std::string names;
+  for (const HfArchitecture& a : kArchitectures) names += (names.empty() ? "" : ", ") + std::string(a.name);
+  return names;
+}
+
+const HfArchitecture& find_architecture(const json& doc, const std::string& source) {
+  std::string names;
+  if (doc.contains("architectures")) {
+    const json& a = doc["architectures"];
+    if (a.is_array())
+      for (const auto& x : a)
+        if (x.is_string()) {
+          names += (names.empty() ? "" : ", ") + x.get<std::string>();
+          for (const HfArchitecture& arch : kArchitectures)
+            if (x.get<std::string>() == arch.name) return arch;
+        }
+    fail(source, ": architecture ", names.empty() ? "(none)" : names, " is not supported (minfer runs ",
+         architecture_names(), ")");
+  }
+  if (doc.contains("model_type") && doc["model_type"].is_string())
+    for (const HfArchitecture& arch : kArchitectures)
+      if (doc["model_type"] == arch.model_type) return arch;
+  fail(source, ": neither architectures nor model_type names an architecture minfer runs (", architecture_names(), ")");
+}
+
+// Sliding-window attention, which minfer does not implement: Llama's sliding_window, or Qwen2's
+// use_sliding_window (its sliding_window is set but unused without it), or a layer_types entry
+// other than full attention.
+bool uses_sliding_window(const json& doc, const HfArchitecture& arch) {
+  if (doc.contains("layer_types") && doc["layer_types"].is_array())
+    for (const auto& t : doc["layer_types"])
+      if (t != "full_attention") return true;
+  if (std::string(arch.model_type) == "qwen2")
+    return doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
+           doc["use_sliding_window"].get<bool>();
+  return doc.contains("sliding_window") && !doc["sliding_window"].is_null();
+}
+
 }  // namespace
 
 LlamaConfig parse_hf_config(const std::string& text, const std::string& source) {
@@ -113,20 +164,7 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     fail(source, ": not valid JSON (", e.what(), ")");
   }
   if (!doc.is_object()) fail(source, ": not a JSON object");
-  if (doc.contains("architectures")) {
-    const json& a = doc["architectures"];
-    bool llama = false;
-    std::string names;
-    if (a.is_array())
-      for (const auto& x : a)
-        if (x.is_string()) {
-          names += (names.empty() ? "" : ", ") + x.get<std::string>();
-          llama = llama || x.get<std::string>() == "LlamaForCausalLM";
-        }
-    if (!llama) fail(source, ": architecture ", names.empty() ? "(none)" : names, " is not supported (minfer runs LlamaForCausalLM)");
-  } else if (!doc.contains("model_type") || doc["model_type"] != "llama") {
-    fail(source, ": neither architectures nor model_type says LlamaForCausalLM");
-  }
+  const HfArchitecture& arch = find_architecture(doc, source);
   auto integer = [&](const char* key, bool required, int64_t fallback) -> int64_t {
     if (!doc.contains(key) || doc[key].is_null()) {
       if (required) fail(source, ": ", key, " is missing");
@@ -140,9 +178,9 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     fail(source, ": hidden_act ", doc["hidden_act"].dump(), " is not supported (minfer's SwiGLU uses silu)");
   if (flag("attention_bias")) fail(source, ": attention biases (attention_bias) are not supported");
   if (flag("mlp_bias")) fail(source, ": MLP biases (mlp_bias) are not supported");
-  if (doc.contains("sliding_window") && !doc["sliding_window"].is_null())
-    fail(source, ": sliding-window attention (sliding_window) is not supported");
+  if (uses_sliding_window(doc, arch)) fail(source, ": sliding-window attention (sliding_window) is not supported");
   LlamaConfig c;
+  c.qkv_bias = arch.qkv_bias;
   c.dim = integer("hidden_size", true, 0);
   c.hidden_dim = integer("intermediate_size", true, 0);
   c.n_layers = integer("num_hidden_layers", true, 0);
@@ -231,10 +269,17 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
       if (file->has(name)) return file->view(name);
     fail(folder, ": the weights lack '", name, "'");
   };
+  auto is_qkv_bias = [](const std::string& name) {
+    for (const char* proj : {".self_attn.q_proj.bias", ".self_attn.k_proj.bias", ".self_attn.v_proj.bias"}) {
+      const size_t n = std::strlen(proj);
+      if (name.size() > n && name.compare(name.size() - n, n, proj) == 0) return true;
+    }
+    return false;
+  };
   for (const auto& [p, file] : *shards)
     for (const auto& [name, entry] : file->header().tensors)
-      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0)
-        fail(p, ": tensor '", name, "' is a bias; minfer's Llama has none");
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 && !(c.qkv_bias && is_qkv_bias(name)))
+        fail(p, ": tensor '", name, "' is a bias the architecture does not have");
   w.token_embedding = get("model.embed_tokens.weight");
   w.rms_final = get("model.norm.weight");
   w.classifier = c.shared_classifier ? w.token_embedding : get("lm_head.weight");
@@ -246,6 +291,11 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
     layer.wq = get(p + "self_attn.q_proj.weight");
     layer.wk = get(p + "self_attn.k_proj.weight");
     layer.wv = get(p + "self_attn.v_proj.weight");
+    if (c.qkv_bias) {
+      layer.bq = get(p + "self_attn.q_proj.bias");
+      layer.bk = get(p + "self_attn.k_proj.bias");
+      layer.bv = get(p + "self_attn.v_proj.bias");
+    }
     layer.wo = get(p + "self_attn.o_proj.weight");
     layer.rms_ffn = get(p + "post_attention_layernorm.weight");
     layer.w1 = get(p + "mlp.gate_proj.weight");

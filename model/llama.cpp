@@ -3,7 +3,8 @@
 // A batch is M rows (tokens); each row carries its sequence and its position. One layer:
 //
 //   xb  = rmsnorm(x) * rms_att                       attention block
-//   qkv = xb Wqkv^T                                  q (q_dim) | k (kv_dim) | v (kv_dim) per row
+//   qkv = xb Wqkv^T (+ bqkv)                         q (q_dim) | k (kv_dim) | v (kv_dim) per row;
+//                                                    the bias with qkv_bias only (Qwen2)
 //   q, k = rope(q, k)                                rotate pairs by the row's position
 //   cache[seq, pos] = k, v                           the KV cache remembers this position
 //   att = attention(q, cache)                        each row attends to positions 0..pos
@@ -149,13 +150,15 @@ uint64_t stored_bytes(const std::optional<WeightTypes>& wanted, const LayerMatri
   return dtype_bytes(stored_type(wanted, m, n_layers), checked_mul(uint64_t(m.rows), uint64_t(m.in), "model size"));
 }
 
-// Every weight as allocate() will store it: the norms and the RoPE table in f32, the tables and the
-// matrices in their stored types. `host` may be null (synthetic weights, typed by `wanted`).
+// Every weight as allocate() will store it: the norms, the biases and the RoPE table in f32, the
+// tables and the matrices in their stored types. `host` may be null (synthetic weights, typed by
+// `wanted`).
 uint64_t planned_bytes(const LlamaConfig& c, const LlamaHostWeights* host, const std::optional<WeightTypes>& wanted) {
   const char* what = "model size";
   const uint64_t norms = checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what);
+  const uint64_t biases = c.qkv_bias ? checked_mul(uint64_t(c.n_layers), uint64_t(c.q_dim() + 2 * c.kv_dim()), what) : 0;
   const uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
-  uint64_t bytes = checked_mul(checked_add(norms, rope, what), 4, what);
+  uint64_t bytes = checked_mul(checked_add(checked_add(norms, biases, what), rope, what), 4, what);
   bytes = checked_add(bytes, stored_bytes(wanted, embedding_table(c, host), c.n_layers), what);
   if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(wanted, classifier_table(c, host), c.n_layers), what);
   for (int64_t l = 0; l < c.n_layers; ++l)
@@ -187,6 +190,7 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
+  if (c.qkv_bias) w_.bqkv = backend_.empty({L, c.q_dim() + 2 * c.kv_dim()}, DType::f32);
   w_.layers.assign(size_t(L), Layer());
   std::vector<PlannedPart> plan;
   for (int64_t l = 0; l < L; ++l) {
@@ -198,7 +202,8 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
     plan_rows(plan, &layer.w2, m, 6, 7, wanted, L);
   }
   allocate_parts(backend_, plan);
-  uint64_t bytes = w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes();
+  uint64_t bytes = w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes() +
+                   (c.qkv_bias ? w_.bqkv.nbytes() : 0);
   for_each_matrix([&](const Tensor& t) {
     bytes += t.nbytes();
     backend_.check_weights(t.dtype(), name);
@@ -249,12 +254,13 @@ void upload(Backend& backend, const Tensor& dst, const Tensor& src) {
   dst.copy_from(staging);
 }
 
-// The rows of a q or k projection (heads * head_dim, in) reordered from Hugging Face's
-// rotate-half pairs (j, j + head_dim / 2) to interleaved pairs (2j, 2j + 1); see
-// model/llama_weights.h.
+// The rows of a q or k projection (heads * head_dim, in), or the elements of its bias (heads *
+// head_dim), reordered from Hugging Face's rotate-half pairs (j, j + head_dim / 2) to interleaved
+// pairs (2j, 2j + 1); see model/llama_weights.h.
 Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, int64_t head_dim) {
   Tensor out = backend.empty_host(w.shape(), w.dtype());
-  const int64_t half = head_dim / 2, row_bytes = int64_t(dtype_bytes(w.dtype(), uint64_t(w.size(1))));
+  const int64_t half = head_dim / 2;
+  const int64_t row_bytes = int64_t(dtype_bytes(w.dtype(), w.ndim() == 2 ? uint64_t(w.size(1)) : 1));
   const char* src = static_cast<const char*>(w.data());
   char* dst = static_cast<char*>(out.data());
   for (int64_t h = 0; h < heads; ++h)
@@ -295,6 +301,12 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
     put_rope_rows(dst.wqkv.slice(0, q).tensor(), src.wq, config_.n_heads);
     put_rope_rows(dst.wqkv.slice(q, q + kv).tensor(), src.wk, config_.n_kv_heads);
     put(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), src.wv);
+    if (config_.qkv_bias) {
+      const Tensor bias = w_.bqkv.select(0, l);
+      put_rope_rows(bias.slice(0, 0, q), src.bq, config_.n_heads);
+      put_rope_rows(bias.slice(0, q, q + kv), src.bk, config_.n_kv_heads);
+      put(bias.slice(0, q + kv, q + 2 * kv), src.bv);
+    }
     put(dst.wo.tensor(), src.wo);
     put(dst.w13.slice(0, h).tensor(), src.w1);
     put(dst.w13.slice(h, 2 * h).tensor(), src.w3);
@@ -323,6 +335,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
     fill(dst.wqkv.slice(0, q).tensor(), WeightKind::wq, l);
     fill(dst.wqkv.slice(q, q + kv).tensor(), WeightKind::wk, l);
     fill(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), WeightKind::wv, l);
+    if (config_.qkv_bias) fill(w_.bqkv.select(0, l), WeightKind::qkv_bias, l);
     fill(dst.wo.tensor(), WeightKind::wo, l);
     fill(dst.w13.slice(0, h).tensor(), WeightKind::w1, l);
     fill(dst.w13.slice(h, 2 * h).tensor(), WeightKind::w3, l);
@@ -387,6 +400,7 @@ void LlamaModel::reserve(int64_t max_rows, int64_t max_logit_rows) {
 struct LlamaModel::LayerViews {
   Tensor x, xb, qkv, q, k, v, att, proj, h13, gate, up, hb;  // activations (M, ...)
   Tensor rms_att, rms_ffn;                                    // this layer's weights
+  Tensor bqkv, bq, bk, bv;                                    // and biases (qkv_bias only)
   const Layer* w = nullptr;                                   // (a pointer: no copy per step)
   Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
 };
@@ -408,6 +422,12 @@ LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCac
   v.hb = ws_.hb.slice(0, 0, M);
   v.rms_att = w_.rms_att.select(0, l);
   v.rms_ffn = w_.rms_ffn.select(0, l);
+  if (config_.qkv_bias) {
+    v.bqkv = w_.bqkv.select(0, l);
+    v.bq = v.bqkv.slice(0, 0, qd);
+    v.bk = v.bqkv.slice(0, qd, qd + kv);
+    v.bv = v.bqkv.slice(0, qd + kv, qd + 2 * kv);
+  }
   v.w = &w_.layers[static_cast<size_t>(l)];
   v.k_cache = cache.k(l);
   v.v_cache = cache.v(l);
@@ -423,6 +443,11 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
   matmul(be, v.q, v.xb, v.w->wqkv, 0, qd);
   matmul(be, v.k, v.xb, v.w->wqkv, qd, qd + kv);
   matmul(be, v.v, v.xb, v.w->wqkv, qd + kv, qd + 2 * kv);
+  if (config_.qkv_bias) {
+    be.add(v.q, v.q, v.bq);
+    be.add(v.k, v.k, v.bk);
+    be.add(v.v, v.v, v.bv);
+  }
   be.rope(v.q, b.pos, w_.rope, hd);
   be.rope(v.k, b.pos, w_.rope, hd);
   be.kv_store(v.k_cache, v.v_cache, v.k, v.v, b.seq, b.pos);
@@ -448,6 +473,7 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   Backend& be = backend_;
   if (l == 0) be.rmsnorm(v.xb, v.x, v.rms_att, eps);
   matmul(be, v.qkv, v.xb, v.w->wqkv);
+  if (config_.qkv_bias) be.add(v.qkv, v.qkv, v.bqkv);
   be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, w_.rope, config_.head_dim());
   be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, config_.head_dim(), AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);

@@ -36,6 +36,13 @@ void LlamaHostWeights::validate(const std::string& source) const {
     check_tensor(source, at + "wq", w.wq, {q, d});
     check_tensor(source, at + "wk", w.wk, {kv, d});
     check_tensor(source, at + "wv", w.wv, {kv, d});
+    if (c.qkv_bias) {
+      check_tensor(source, at + "q bias", w.bq, {q});
+      check_tensor(source, at + "k bias", w.bk, {kv});
+      check_tensor(source, at + "v bias", w.bv, {kv});
+    } else if (w.bq.defined() || w.bk.defined() || w.bv.defined()) {
+      fail(source, ": ", at, "attention has biases the config does not declare (qkv_bias)");
+    }
     check_tensor(source, at + "wo", w.wo, {d, q});
     check_tensor(source, at + "feed-forward norm", w.rms_ffn, {d});
     check_tensor(source, at + "w1 (gate)", w.w1, {h, d});

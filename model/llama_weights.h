@@ -30,6 +30,7 @@ struct LlamaHostWeights {
     Tensor wq;             // (q_dim, dim)
     Tensor wk;             // (kv_dim, dim)
     Tensor wv;             // (kv_dim, dim)
+    Tensor bq, bk, bv;     // (q_dim), (kv_dim), (kv_dim): with config.qkv_bias only
     Tensor wo;             // (dim, q_dim)
     Tensor rms_ffn;        // (dim)
     Tensor w1;             // (hidden, dim): the gate
@@ -43,8 +44,9 @@ struct LlamaHostWeights {
   std::function<void(const Tensor&)> release;
   std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
 
-  // Checks that every tensor is a dense 2-D (or 1-D for norms) host tensor of the shape the
-  // config implies, of a float or quantized type (not i32); Error naming the tensor otherwise.
+  // Checks that every tensor is a dense 2-D (or 1-D for norms and biases) host tensor of the shape
+  // the config implies, of a float or quantized type (not i32), and that the biases are there
+  // exactly when config.qkv_bias says so; Error naming the tensor otherwise.
   void validate(const std::string& source) const;
 };
 

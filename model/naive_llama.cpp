@@ -123,9 +123,15 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   embedding_ = as_f32(weights.token_embedding);
   classifier_ = as_f32(weights.classifier);
   rms_final_ = as_f32(weights.rms_final);
-  for (const LlamaHostWeights::Layer& l : weights.layers)
+  for (const LlamaHostWeights::Layer& l : weights.layers) {
     layers_.push_back({as_f32(l.rms_att), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo), as_f32(l.rms_ffn),
-                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3)});
+                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}});
+    if (c.qkv_bias) {
+      layers_.back().bq = as_f32(l.bq);
+      layers_.back().bk = as_f32(l.bk);
+      layers_.back().bv = as_f32(l.bv);
+    }
+  }
   inv_freq_ = rope_frequencies(c);
   key_cache_.assign(static_cast<size_t>(c.n_layers * n_ctx_ * c.kv_dim()), 0.0f);
   value_cache_.assign(key_cache_.size(), 0.0f);
@@ -139,7 +145,7 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
 
-// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv; rotate q, k; cache k, v at `pos`; each query head
+// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv (+ biases); rotate q, k; cache k, v at `pos`; each query head
 // attends over positions 0..pos of its key/value head; x += att Wo.
 void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   const LlamaConfig& c = config_;
@@ -158,6 +164,13 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   matmul(q_.data(), w.wq.data(), xb_.data(), q_dim, dim);
   matmul(k, w.wk.data(), xb_.data(), kv_dim, dim);
   matmul(v, w.wv.data(), xb_.data(), kv_dim, dim);
+  // Qwen2 adds a bias to each (config.qkv_bias).
+  //   forward_layer_*: be.add with a row (fused: one add over q | k | v); ref::add, ...
+  if (c.qkv_bias) {
+    add(q_.data(), w.bq.data(), q_dim);
+    add(k, w.bk.data(), kv_dim);
+    add(v, w.bv.data(), kv_dim);
+  }
   rope(q_.data(), c.n_heads, hs, pos, inv_freq_, rotate_half_);
   rope(k, c.n_kv_heads, hs, pos, inv_freq_, rotate_half_);
 

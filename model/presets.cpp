@@ -87,7 +87,8 @@ WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kin
     return WeightInit{seed, -a, a};
   };
   switch (kind) {
-    case WeightKind::embedding: return {seed, -0.1f, 0.1f};
+    case WeightKind::embedding:
+    case WeightKind::qkv_bias: return {seed, -0.1f, 0.1f};
     case WeightKind::rms_att:
     case WeightKind::rms_ffn:
     case WeightKind::rms_final: return {seed, 1.0f, 1.0f};

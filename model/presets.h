@@ -32,7 +32,8 @@ constexpr int64_t kMaxPresetLayers = 1024;
 // It is how the main job and the bytes lesson get a model that must stream from main memory.
 Preset preset_at_least(const std::string& base, uint64_t min_bytes, const WeightTypes& dtype);
 
-enum class WeightKind { embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
+// note: a kind's value seeds its stream, so a new kind goes last.
+enum class WeightKind { embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier, qkv_bias };
 
 struct WeightInit {
   uint64_t seed;
@@ -40,7 +41,8 @@ struct WeightInit {
 };
 
 // The stream and range of one weight of a synthetic model: norms are 1, matrices uniform in
-// +-1/sqrt(fan_in) (so activations neither vanish nor explode), the embedding uniform in +-0.1.
+// +-1/sqrt(fan_in) (so activations neither vanish nor explode), the embedding and the q, k, v
+// biases uniform in +-0.1.
 WeightInit weight_init(const LlamaConfig& config, uint64_t model_seed, WeightKind kind, int64_t layer);
 
 constexpr uint64_t kDefaultModelSeed = 20260101;

@@ -35,6 +35,11 @@ LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, doubl
     layer.w1 = matrix({h, d}, d);
     layer.w2 = matrix({d, h}, h);
     layer.w3 = matrix({h, d}, d);
+    if (c.qkv_bias) {
+      layer.bq = host_random({q}, rng, -0.5f, 0.5f);
+      layer.bk = host_random({kv}, rng, -0.5f, 0.5f);
+      layer.bv = host_random({kv}, rng, -0.5f, 0.5f);
+    }
     w.layers.push_back(layer);
   }
   w.classifier = c.shared_classifier ? w.token_embedding : host_random({V, d}, rng, -1.0f, 1.0f);

@@ -311,6 +311,17 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
               "rope scaling of type 'yarn' is not supported");
   config_with("attention biases", [](nlohmann::json& c) { c["attention_bias"] = true; }, "attention biases");
   config_with("a sliding window", [](nlohmann::json& c) { c["sliding_window"] = 4096; }, "sliding-window");
+  config_with("Qwen2's sliding window on", [](nlohmann::json& c) {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["sliding_window"] = 4096;
+    c["use_sliding_window"] = true;
+  }, "sliding-window");
+  config_with("a sliding layer", [](nlohmann::json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; },
+              "sliding-window");
+  config_with("Qwen2 without its biases", [](nlohmann::json& c) {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["sliding_window"] = 4096;  // set, and unused without use_sliding_window
+  }, "lack 'model.layers.0.self_attn.q_proj.bias'");
   config_with("gelu", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act \"gelu\" is not supported");
   config_with("no hidden_size", [](nlohmann::json& c) { c.erase("hidden_size"); }, "hidden_size is missing");
   config_with("a string for a size", [](nlohmann::json& c) { c["num_hidden_layers"] = "2"; }, "num_hidden_layers is not an integer");

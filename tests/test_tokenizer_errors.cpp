@@ -269,7 +269,8 @@ TEST(GgufTokenizerErrors, RefusedWithOneLine) {
     return v;
   };
   expect_gguf_refused(with("bert", [](GgufVocab&) {}), "tokenizer.ggml.model = 'bert' is not supported");
-  expect_gguf_refused(with("gpt2", [](GgufVocab& v) { v.pre = "qwen2"; }), "tokenizer.ggml.pre = 'qwen2' is not supported");
+  expect_gguf_refused(with("gpt2", [](GgufVocab& v) { v.pre = "deepseek-llm"; }),
+                      "tokenizer.ggml.pre = 'deepseek-llm' is not supported");
   expect_gguf_refused(with("gpt2", [](GgufVocab& v) { v.merges = {"a c"}; }), "names 'c', which is not a token");
   expect_gguf_refused(with("gpt2", [](GgufVocab& v) { v.merges = {"b a"}; }), "names 'ba'");
   expect_gguf_refused(with("gpt2", [](GgufVocab& v) { v.merges = {"ab"}; }), "is not two tokens");

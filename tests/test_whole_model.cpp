@@ -65,6 +65,15 @@ LlamaConfig linear_scaled(LlamaConfig c) {
   return c;
 }
 
+// Qwen2's difference: q, k and v each add a bias (added before RoPE, so the rotate-half
+// permutation must reorder the q and k biases too).
+LlamaConfig qwen2_like(LlamaConfig c) {
+  c.qkv_bias = true;
+  c.rope_theta = 1000000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
 const std::vector<Named>& shapes() {
   static const std::vector<Named> all = {
       {"multi-head, shared classifier", shape(64, 160, 2, 4, 4, 97, true)},
@@ -73,6 +82,8 @@ const std::vector<Named>& shapes() {
       {"llama3-like: 4/2 heads of 24, theta 5e5, llama3 scaling, rotate-half weights",
        llama3_like(shape(64, 160, 2, 4, 2, 89, false)), true},
       {"linear rope scaling, rotate-half weights, shared classifier", linear_scaled(shape(48, 128, 2, 4, 4, 79, true)),
+       true},
+      {"qwen2-like: q, k, v biases, 4/2 heads, rotate-half weights", qwen2_like(shape(64, 160, 2, 4, 2, 91, false)),
        true},
   };
   return all;

@@ -7,7 +7,7 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Two tiny models (hidden 64, two layers), with the tokenizers of
+converter made. Three tiny models (hidden 64, two layers), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -15,6 +15,12 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
   llama3    byte-level BPE tokenizer, multi-query attention 4/1 with head_dim 32 (not 64 / 4),
             theta 500000, Llama 3.1 rope scaling, tied embeddings: bf16 in two shards with an
             index, GGUF F16 by the converter (which stores the scaling as rope_freqs).
+  qwen2     Qwen2ForCausalLM: q, k and v biases, grouped-query attention 4/2, theta 1000000,
+            untied classifier, Llama 3's byte-level BPE tokenizer and a vocabulary padded to 640
+            rows (transformers' Qwen2Tokenizer adds <|endoftext|> as id 637): a folder in f32, GGUF
+            F32 by the converter (architecture qwen2, whose q and k rows stay in rotate-half order).
+
+`--only NAME` builds one of them and leaves the others' files as they are.
 
 Each folder gets reference.json: prompts (ids from the tokenizer), for each the greedy
 continuation of transformers on the stored weights computed in float32 (plain argmax, no stop
@@ -37,7 +43,7 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
@@ -54,6 +60,8 @@ def init_weights(model, seed, gain):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_(torch.randn(p.shape, generator=g))
             else:
@@ -133,17 +141,19 @@ def convert(llama_cpp, folder, outfile, outtype):
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
-def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs, q8_from):
+def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs, q8_from,
+          classes=(LlamaConfig, LlamaForCausalLM)):
+    Config, Model = classes
     tokenizer_dir = os.path.join(TOKENIZERS, tokenizer_name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = len(tokenizer)
     for seed in range(1, 50):
-        config = LlamaConfig(vocab_size=vocab, **config_kwargs)
-        model = LlamaForCausalLM(config).eval()
+        config = Config(**dict({"vocab_size": vocab}, **config_kwargs))
+        model = Model(config).eval()
         init_weights(model, seed, gain=2.0)
         ok = True
         for dtype_name, dtype in variants:
-            stored = LlamaForCausalLM(config).eval()
+            stored = Model(config).eval()
             stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
             refs = references(stored, tokenizer, vocab)
             if min(min(r["margins"]) for r in refs) < MIN_MARGIN:
@@ -155,7 +165,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
         raise SystemExit(f"{name}: no seed gives clear greedy margins")
     print(f"{name}: seed {seed}, vocab {vocab}")
     for dtype_name, dtype in variants:
-        stored = LlamaForCausalLM(config).eval()
+        stored = Model(config).eval()
         stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
         refs = references(stored, tokenizer, vocab)
         folder = os.path.join(OUT, f"{name}-{dtype_name}")
@@ -194,21 +204,31 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2"], help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
     LLAMA_CPP = a.llama_cpp
     os.makedirs(OUT, exist_ok=True)
     common = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, rms_norm_eps=1e-5, hidden_act="silu",
                   bos_token_id=1, eos_token_id=2)
-    build("llama2", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         rope_theta=10000.0, tie_word_embeddings=False),
-          "spm-bpe", [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)], 1, a.llama_cpp,
-          [("f32", "f32"), ("f16", "f16")], "f32")
-    build("llama3", dict(common, num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
-                         rope_theta=500000.0, tie_word_embeddings=True,
-                         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
-          "llama3-bpe", [("bf16", torch.bfloat16)], 2, a.llama_cpp, [("f16", "bf16")], "bf16")
+    wanted = lambda name: a.only in (None, name)  # noqa: E731
+    if wanted("llama2"):
+        build("llama2", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                             rope_theta=10000.0, tie_word_embeddings=False),
+              "spm-bpe", [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16)], 1, a.llama_cpp,
+              [("f32", "f32"), ("f16", "f16")], "f32")
+    if wanted("llama3"):
+        build("llama3", dict(common, num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                             rope_theta=500000.0, tie_word_embeddings=True,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+              "llama3-bpe", [("bf16", torch.bfloat16)], 2, a.llama_cpp, [("f16", "bf16")], "bf16")
+    if wanted("qwen2"):
+        build("qwen2", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                            rope_theta=1000000.0, tie_word_embeddings=False, use_sliding_window=False,
+                            vocab_size=640),  # padded past the tokenizer, as Qwen's are
+              "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
+              classes=(Qwen2Config, Qwen2ForCausalLM))
 
 
 if __name__ == "__main__":
