@@ -24,6 +24,14 @@ LlamaConfig shape(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, in
   return c;
 }
 
+// Qwen2's constants: q, k and v biases, theta 1e6, epsilon 1e-6.
+LlamaConfig qwen2(LlamaConfig c) {
+  c.qkv_bias = true;
+  c.rope_theta = 1000000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
 LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
   c.n_layers = layers;
   return c;
@@ -38,6 +46,7 @@ const std::vector<Preset>& presets() {
       {"stories110M", shape(768, 2048, 12, 12, 12, 32000, 1024, true), "llama2.c's stories110M"},
       {"llama-1b", shape(2048, 5632, 22, 32, 4, 32000, 2048, false), "TinyLlama 1.1B"},
       {"llama-7b", shape(4096, 11008, 32, 32, 32, 32000, 4096, false), "Llama 2 7B"},
+      {"qwen2.5-0.5b", qwen2(shape(896, 4864, 24, 14, 2, 151936, 32768, true)), "Qwen2.5 0.5B"},
   };
   return all;
 }

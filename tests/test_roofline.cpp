@@ -174,6 +174,14 @@ TEST(Presets, ADeeperPresetKeepsItsShapeWithMoreLayers) {
     EXPECT_THROW(find_preset(bad), Error) << bad;
 }
 
+// Qwen2.5-0.5B's shape with its biases and tied embeddings: the 494,032,768 parameters its model
+// card counts (the q, k and v biases are 24 x 1,152 of them).
+TEST(Presets, Qwen25HasItsPublishedParameterCount) {
+  const LlamaConfig c = find_preset("qwen2.5-0.5b").config;
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.n_params(), 494032768u);
+}
+
 TEST(Presets, PresetAtLeastIsTheShallowestThatHoldsTheBytes) {
   // 4x the 300 MiB L3 in f32: the fewest layers that reach 1200 MiB.
   const Preset big = preset_at_least("stories110M", 1200 * MiB, DType::f32);

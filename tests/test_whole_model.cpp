@@ -478,6 +478,25 @@ TEST(WholeModel, PresetsGiveTheReferenceGreedyIdsOnTheCpu) {
   }
 }
 
+// Synthetic weights with qkv_bias (presets such as qwen2.5-0.5b) fill the biases: the same seed
+// without them gives other logits, and the CPU backend agrees with the reference on them.
+TEST(WholeModel, SyntheticBiasesAreFilledAndAgreeAcrossBackends) {
+  auto ref = make_backend(BackendKind::ref);
+  auto cpu = make_backend(BackendKind::cpu);
+  const LlamaConfig with = qwen2_like(shape(64, 160, 2, 4, 2, 91, true));
+  LlamaConfig without = with;
+  without.qkv_bias = false;
+  auto logits_of = [](Backend& backend, const LlamaConfig& c) {
+    LlamaModel model(backend, c, "synthetic", LlamaOptions{});
+    Decoder decoder(model, DecoderOptions{});
+    decoder.prefill({{1, 45, 20, 31}});
+    return std::vector<double>(decoder.logits(0), decoder.logits(0) + c.vocab_size);
+  };
+  const std::vector<double> expected = logits_of(*ref, with);
+  EXPECT_LE(nmse(expected, logits_of(*cpu, with)), 1e-10);
+  EXPECT_GT(nmse(expected, logits_of(*ref, without)), 1e-6) << "the biases change nothing";
+}
+
 // The rule itself: a difference after a near-tie is not a failure, one before it is.
 TEST(WholeModel, IdsAreComparedOnlyWhereTheReferenceIsDecisive) {
   GreedyRun reference{{5, 6, 7, 8}, {0.5, 0.2, 1e-5, 0.9}, {}};

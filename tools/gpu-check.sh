@@ -151,6 +151,8 @@ if [ $dry -eq 0 ]; then
   bench graphs-fusion -m preset:stories110M -p 0 -n 128 -B 1 --dtype f16 --kernels fused,unfused --graphs on,off -r 3
   bench decode-f32 -m preset:llama-7b -p 0 -n 64 -B 1 --dtype f32 -r 2 --roofline
   bench gemm-mma -m preset:llama-1b -p 512 -n 0 -B 1 --dtype f16 --gemm mma -r 2
+  # Qwen2's shape: q, k and v biases (the broadened add), 14/2 heads, a 151,936 x 896 classifier
+  bench qwen2 -m preset:qwen2.5-0.5b -p 512 -n 128 -B 1,8 --dtype f16,q4_k_m -r 2 --roofline
 else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
@@ -158,6 +160,7 @@ else
   bench decode-q4_k_m -m preset:stories42M -p 16 -n 8 -B 1 --dtype q4_k_m -r 1 --device cpu
   bench prefill -m preset:stories15M -p 32 -n 0 -B 1 -r 1 --device cpu
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
+  bench qwen2 -m preset:qwen2.5-0.5b:layers=1 -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
 fi
 
 # --- speculative decoding: the same greedy ids with fewer target passes ---
