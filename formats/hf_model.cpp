@@ -112,6 +112,7 @@ struct HfArchitecture {
 };
 constexpr HfArchitecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", false},
+    {"MistralForCausalLM", "mistral", false},  // a Llama; v0.1's sliding window is refused
     {"Qwen2ForCausalLM", "qwen2", true},
 };
 

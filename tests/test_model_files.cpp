@@ -305,8 +305,8 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   header_with("a bias", [](nlohmann::json& h) {
     h["model.layers.0.self_attn.q_proj.bias"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}};
   }, "is a bias");
-  config_with("another architecture", [](nlohmann::json& c) { c["architectures"] = {"MistralForCausalLM"}; },
-              "architecture MistralForCausalLM is not supported");
+  config_with("another architecture", [](nlohmann::json& c) { c["architectures"] = {"MixtralForCausalLM"}; },
+              "architecture MixtralForCausalLM is not supported");
   config_with("an unknown rope scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
               "rope scaling of type 'yarn' is not supported");
   config_with("attention biases", [](nlohmann::json& c) { c["attention_bias"] = true; }, "attention biases");
@@ -315,6 +315,10 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
     c["architectures"] = {"Qwen2ForCausalLM"};
     c["sliding_window"] = 4096;
     c["use_sliding_window"] = true;
+  }, "sliding-window");
+  config_with("Mistral v0.1's sliding window", [](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["sliding_window"] = 4096;
   }, "sliding-window");
   config_with("a sliding layer", [](nlohmann::json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; },
               "sliding-window");

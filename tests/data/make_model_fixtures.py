@@ -7,7 +7,7 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Three tiny models (hidden 64, two layers), with the tokenizers of
+converter made. Four tiny models (hidden 64, two layers), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -19,6 +19,10 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
             untied classifier, Llama 3's byte-level BPE tokenizer and a vocabulary padded to 640
             rows (transformers' Qwen2Tokenizer adds <|endoftext|> as id 637): a folder in f32, GGUF
             F32 by the converter (architecture qwen2, whose q and k rows stay in rotate-half order).
+
+  mistral   MistralForCausalLM without a sliding window (v0.2 and later): Llama's layer under
+            Mistral's name, 8/2 heads, theta 1000000, the SentencePiece tokenizer: a folder in f32,
+            GGUF F32 by the converter (which writes it as a llama).
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -43,7 +47,8 @@ import sys
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
@@ -204,7 +209,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
-    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2"], help="build this model's fixtures only")
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral"], help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
     LLAMA_CPP = a.llama_cpp
@@ -229,6 +234,11 @@ def main():
                             vocab_size=640),  # padded past the tokenizer, as Qwen's are
               "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
               classes=(Qwen2Config, Qwen2ForCausalLM))
+    if wanted("mistral"):
+        build("mistral", dict(common, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128,
+                              rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=None),
+              "spm-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
+              classes=(MistralConfig, MistralForCausalLM))
 
 
 if __name__ == "__main__":
