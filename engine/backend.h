@@ -97,7 +97,8 @@ class Backend {
 
   // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
   virtual void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
-  // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32
+  // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32, or (G) with D = k G: each row's
+  //                                k runs of G normalised apart (Qwen3's heads); out may alias x
   virtual void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
   // fused: x += delta; out = rmsnorm(x) * weight      out, x, delta (M, D); x updated in place
   virtual void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,

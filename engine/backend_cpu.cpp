@@ -48,8 +48,8 @@ void CpuBackend::gather_rows(const Tensor& out, const Tensor& table, const Tenso
 }
 
 void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
-  checks::rmsnorm(out, x, weight, kCpu);
-  cpu::rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+  const int64_t groups = checks::rmsnorm(out, x, weight, kCpu);
+  cpu::rmsnorm(threads_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), weight.size(0), eps, groups);
 }
 
 void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,

@@ -116,8 +116,8 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
-    checks::rmsnorm(out, x, weight, kCuda);
-    cuda::rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+    const int64_t groups = checks::rmsnorm(out, x, weight, kCuda);
+    cuda::rmsnorm(stream_, f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), weight.size(0), eps, groups);
   }
 
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,

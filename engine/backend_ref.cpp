@@ -31,8 +31,8 @@ void RefBackend::gather_rows(const Tensor& out, const Tensor& table, const Tenso
 }
 
 void RefBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
-  checks::rmsnorm(out, x, weight, kHost);
-  ref::rmsnorm(f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), x.size(1), eps);
+  const int64_t groups = checks::rmsnorm(out, x, weight, kHost);
+  ref::rmsnorm(f32(out), ld(out), f32(x), ld(x), f32(weight), x.size(0), weight.size(0), eps, groups);
 }
 
 // The fused op is its definition: the add, then the norm.

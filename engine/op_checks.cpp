@@ -87,13 +87,14 @@ void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, Devi
   index_vector("gather_rows", "ids", ids, o.rows, device);
 }
 
-void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device) {
+int64_t rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device) {
   Rows o = activation("rmsnorm", "out", out, device);
   same_rows("rmsnorm", o, "out", activation("rmsnorm", "x", x, device), "x");
   on_device("rmsnorm", "weight", weight, device);
-  MINFER_CHECK(weight.ndim() == 1 && weight.dtype() == DType::f32 && weight.size(0) == o.cols &&
-                   weight.is_contiguous(),
-               "rmsnorm: weight must be f32[", o.cols, "], got ", weight.str());
+  MINFER_CHECK(weight.ndim() == 1 && weight.dtype() == DType::f32 && weight.size(0) > 0 &&
+                   o.cols % weight.size(0) == 0 && weight.is_contiguous(),
+               "rmsnorm: weight must be f32[", o.cols, "] or of a width that divides it, got ", weight.str());
+  return o.cols / weight.size(0);
 }
 
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device) {
@@ -121,7 +122,8 @@ void table_positions(const char* op, const int32_t* pos, int64_t rows, const Ten
 
 void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
                       DeviceKind device) {
-  rmsnorm(out, x, weight, device);
+  MINFER_CHECK(rmsnorm(out, x, weight, device) == 1, "residual_rmsnorm: weight ", weight.str(), " must be as wide as x ",
+               x.str());
   same_rows("residual_rmsnorm", activation("residual_rmsnorm", "x", x, device), "x",
             activation("residual_rmsnorm", "delta", delta, device), "delta");
 }

@@ -41,7 +41,8 @@ void rope_table(const char* op, const Tensor& table, int64_t head_dim, DeviceKin
 void head_dim(const char* op, const Rows& x, int64_t head_dim);
 
 void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device);
-void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device);
+// Returns the groups each row is normalised in: cols / weight's width (Qwen3's heads), usually 1.
+int64_t rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device);
 void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device);
 void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,
           DeviceKind device);

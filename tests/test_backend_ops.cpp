@@ -44,7 +44,7 @@ namespace minfer::test {
 namespace {
 
 enum class Op {
-  gather_rows, rmsnorm, rmsnorm_small, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
+  gather_rows, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
   attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, add_row, argmax, fill, sum
 };
 
@@ -53,6 +53,7 @@ const char* op_name(Op op) {
     case Op::gather_rows: return "GATHER_ROWS";
     case Op::rmsnorm: return "RMS_NORM";
     case Op::rmsnorm_small: return "RMS_NORM_SMALL_X";
+    case Op::rmsnorm_groups: return "RMS_NORM_GROUPS";  // weight (b), each row's a / b runs apart
     case Op::residual_rmsnorm: return "RESIDUAL_RMS_NORM";
     case Op::matmul: return "MUL_MAT";
     case Op::rope: return "ROPE";
@@ -169,11 +170,12 @@ TEST_P(BackendOps, MatchesReference) {
     }
     case Op::rmsnorm:
     case Op::rmsnorm_small:
+    case Op::rmsnorm_groups:
     case Op::residual_rmsnorm: {
-      const int64_t D = k.a;
+      const int64_t D = k.a, G = k.op == Op::rmsnorm_groups ? k.b : D;
       const float range = k.op == Op::rmsnorm_small ? 3e-3f : 2.0f;  // small: eps dominates mean(x^2)
       auto [x, x_host] = activation(M, D, -range, range);
-      Tensor w = host_random({D}, rng_, 0.5f, 1.5f);
+      Tensor w = host_random({G}, rng_, 0.5f, 1.5f);
       GuardedOutput out(*backend_, M, D, ld(D));
       Tensor expected = host_tensor({M, D}, DType::f32);
       if (k.op != Op::residual_rmsnorm) {
@@ -186,7 +188,7 @@ TEST_P(BackendOps, MatchesReference) {
         expect_close(x_host, to_host(x), limit_elementwise(), label + " (x += delta)");
       }
       ref::rmsnorm(expected.data_as<float>(), D, x_host.data_as<float>(), D, w.data_as<float>(), M,
-                   D, 1e-5f);
+                   G, 1e-5f, D / G);
       expect_close(expected, out.check(label), limit_elementwise(), label);
       break;
     }
@@ -376,6 +378,8 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::rmsnorm, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::rmsnorm, M, 288, 0, 0, DType::f32, !strided});
       cases.push_back({backend, Op::rmsnorm_small, M, 67, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::rmsnorm_groups, M, 7 * 24, 24, 0, DType::f32, strided});
+      cases.push_back({backend, Op::rmsnorm_groups, M, 3 * 128, 128, 0, DType::f32, !strided});
       cases.push_back({backend, Op::residual_rmsnorm, M, 100, 0, 0, DType::f32, strided});
       for (DType t : {DType::f32, DType::f16, DType::bf16}) {
         cases.push_back({backend, Op::matmul, M, 33, 67, 0, t, strided});
@@ -577,6 +581,10 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   }
   Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
   EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, AttentionAlgorithm::three_pass), Error);
+  // A norm's weight must divide the row; the fused residual norm takes only a whole row's.
+  EXPECT_THROW(cpu.rmsnorm(o, q, cpu.empty({5}, DType::f32), 1e-5f), Error);
+  EXPECT_NO_THROW(cpu.rmsnorm(o, q, cpu.empty({8}, DType::f32), 1e-5f));
+  EXPECT_THROW(cpu.residual_rmsnorm(o, q, q, cpu.empty({8}, DType::f32), 1e-5f), Error);
   // A bias row must be as wide as the rows it is added to.
   EXPECT_THROW(cpu.add(o, q, cpu.empty({15}, DType::f32)), Error);
   EXPECT_NO_THROW(cpu.add(o, q, cpu.empty({16}, DType::f32)));

@@ -6,12 +6,13 @@
 
 namespace minfer::cpu {
 
-// out = rmsnorm(x) * weight (see kernels/ref/rmsnorm.h).
+// out = rmsnorm(x) * weight, each of a row's `groups` runs of D on its own (see
+// kernels/ref/rmsnorm.h).
 void rmsnorm(ThreadPool& pool,
-             float* out, int64_t ld_out,    // (M, D)
-             const float* x, int64_t ld_x,  // (M, D)
+             float* out, int64_t ld_out,    // (M, groups * D)
+             const float* x, int64_t ld_x,  // (M, groups * D)
              const float* weight,           // (D)
-             int64_t M, int64_t D, float eps);
+             int64_t M, int64_t D, float eps, int64_t groups = 1);
 
 // Fused with the residual add before it: x += delta; out = rmsnorm(x) * weight. One pass over x
 // instead of two; equal to add() then rmsnorm().
