@@ -14,13 +14,15 @@ namespace {
 struct GgufArchitecture {
   const char* name;
   bool qkv_bias;     // blk.N.attn_{q,k,v}.bias
+  bool qk_norm;      // blk.N.attn_{q,k}_norm.weight: an RMSNorm of every head of q and k
   bool rotate_half;  // q and k rows in Hugging Face's rotate-half order (llama.cpp's NEOX RoPE)
 };
 // note: llama.cpp's converter permutes a llama model's q and k rows to interleaved pairs and
-// leaves Qwen2's as Hugging Face stores them (its RoPE reads either order).
+// leaves Qwen's as Hugging Face stores them (its RoPE reads either order).
 constexpr GgufArchitecture kArchitectures[] = {
-    {"llama", false, false},
-    {"qwen2", true, true},
+    {"llama", false, false, false},
+    {"qwen2", true, false, true},
+    {"qwen3", false, true, true},
 };
 
 const GgufArchitecture& find_architecture(const GgufFile& f) {
@@ -40,6 +42,7 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
   const std::string a = std::string(arch.name) + ".";
   LlamaConfig c;
   c.qkv_bias = arch.qkv_bias;
+  c.qk_norm = arch.qk_norm;
   c.dim = f.integer(a + "embedding_length", true, 0);
   c.hidden_dim = f.integer(a + "feed_forward_length", true, 0);
   c.n_layers = f.integer(a + "block_count", true, 0);
@@ -136,6 +139,10 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
       layer.bq = file->view(p + "attn_q.bias");
       layer.bk = file->view(p + "attn_k.bias");
       layer.bv = file->view(p + "attn_v.bias");
+    }
+    if (c.qk_norm) {
+      layer.q_norm = file->view(p + "attn_q_norm.weight");
+      layer.k_norm = file->view(p + "attn_k_norm.weight");
     }
     layer.wo = file->view(p + "attn_output.weight");
     layer.rms_ffn = file->view(p + "ffn_norm.weight");

@@ -109,11 +109,13 @@ struct HfArchitecture {
   const char* name;
   const char* model_type;
   bool qkv_bias;  // q_proj, k_proj and v_proj carry a .bias
+  bool qk_norm;   // self_attn.q_norm and k_norm: an RMSNorm of every head of q and k
 };
 constexpr HfArchitecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false},
-    {"MistralForCausalLM", "mistral", false},  // a Llama; v0.1's sliding window is refused
-    {"Qwen2ForCausalLM", "qwen2", true},
+    {"LlamaForCausalLM", "llama", false, false},
+    {"MistralForCausalLM", "mistral", false, false},  // a Llama; v0.1's sliding window is refused
+    {"Qwen2ForCausalLM", "qwen2", true, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true},
 };
 
 std::string architecture_names() {
@@ -142,14 +144,14 @@ const HfArchitecture& find_architecture(const json& doc, const std::string& sour
   fail(source, ": neither architectures nor model_type names an architecture minfer runs (", architecture_names(), ")");
 }
 
-// Sliding-window attention, which minfer does not implement: Llama's sliding_window, or Qwen2's
+// Sliding-window attention, which minfer does not implement: Llama's sliding_window, or Qwen's
 // use_sliding_window (its sliding_window is set but unused without it), or a layer_types entry
 // other than full attention.
 bool uses_sliding_window(const json& doc, const HfArchitecture& arch) {
   if (doc.contains("layer_types") && doc["layer_types"].is_array())
     for (const auto& t : doc["layer_types"])
       if (t != "full_attention") return true;
-  if (std::string(arch.model_type) == "qwen2")
+  if (std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3")
     return doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
            doc["use_sliding_window"].get<bool>();
   return doc.contains("sliding_window") && !doc["sliding_window"].is_null();
@@ -182,6 +184,7 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   if (uses_sliding_window(doc, arch)) fail(source, ": sliding-window attention (sliding_window) is not supported");
   LlamaConfig c;
   c.qkv_bias = arch.qkv_bias;
+  c.qk_norm = arch.qk_norm;
   c.dim = integer("hidden_size", true, 0);
   c.hidden_dim = integer("intermediate_size", true, 0);
   c.n_layers = integer("num_hidden_layers", true, 0);
@@ -296,6 +299,10 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
       layer.bq = get(p + "self_attn.q_proj.bias");
       layer.bk = get(p + "self_attn.k_proj.bias");
       layer.bv = get(p + "self_attn.v_proj.bias");
+    }
+    if (c.qk_norm) {
+      layer.q_norm = get(p + "self_attn.q_norm.weight");
+      layer.k_norm = get(p + "self_attn.k_norm.weight");
     }
     layer.wo = get(p + "self_attn.o_proj.weight");
     layer.rms_ffn = get(p + "post_attention_layernorm.weight");

@@ -5,6 +5,7 @@
 //   xb  = rmsnorm(x) * rms_att                       attention block
 //   qkv = xb Wqkv^T (+ bqkv)                         q (q_dim) | k (kv_dim) | v (kv_dim) per row;
 //                                                    the bias with qkv_bias only (Qwen2)
+//   q, k = rmsnorm per head (q, k)                   with qk_norm only (Qwen3)
 //   q, k = rope(q, k)                                rotate pairs by the row's position
 //   cache[seq, pos] = k, v                           the KV cache remembers this position
 //   att = attention(q, cache)                        each row attends to positions 0..pos
@@ -150,13 +151,14 @@ uint64_t stored_bytes(const std::optional<WeightTypes>& wanted, const LayerMatri
   return dtype_bytes(stored_type(wanted, m, n_layers), checked_mul(uint64_t(m.rows), uint64_t(m.in), "model size"));
 }
 
-// Every weight as allocate() will store it: the norms, the biases and the RoPE table in f32, the
+// Every weight as allocate() will store it: the norms, the biases (and q, k norms) and the RoPE table in f32, the
 // tables and the matrices in their stored types. `host` may be null (synthetic weights, typed by
 // `wanted`).
 uint64_t planned_bytes(const LlamaConfig& c, const LlamaHostWeights* host, const std::optional<WeightTypes>& wanted) {
   const char* what = "model size";
   const uint64_t norms = checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what);
-  const uint64_t biases = c.qkv_bias ? checked_mul(uint64_t(c.n_layers), uint64_t(c.q_dim() + 2 * c.kv_dim()), what) : 0;
+  uint64_t biases = c.qkv_bias ? checked_mul(uint64_t(c.n_layers), uint64_t(c.q_dim() + 2 * c.kv_dim()), what) : 0;
+  if (c.qk_norm) biases = checked_add(biases, checked_mul(uint64_t(c.n_layers), 2 * uint64_t(c.head_dim()), what), what);
   const uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
   uint64_t bytes = checked_mul(checked_add(checked_add(norms, biases, what), rope, what), 4, what);
   bytes = checked_add(bytes, stored_bytes(wanted, embedding_table(c, host), c.n_layers), what);
@@ -191,6 +193,10 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
   if (c.qkv_bias) w_.bqkv = backend_.empty({L, c.q_dim() + 2 * c.kv_dim()}, DType::f32);
+  if (c.qk_norm) {
+    w_.q_norm = backend_.empty({L, c.head_dim()}, DType::f32);
+    w_.k_norm = backend_.empty({L, c.head_dim()}, DType::f32);
+  }
   w_.layers.assign(size_t(L), Layer());
   std::vector<PlannedPart> plan;
   for (int64_t l = 0; l < L; ++l) {
@@ -203,7 +209,7 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   }
   allocate_parts(backend_, plan);
   uint64_t bytes = w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes() +
-                   (c.qkv_bias ? w_.bqkv.nbytes() : 0);
+                   (c.qkv_bias ? w_.bqkv.nbytes() : 0) + (c.qk_norm ? w_.q_norm.nbytes() + w_.k_norm.nbytes() : 0);
   for_each_matrix([&](const Tensor& t) {
     bytes += t.nbytes();
     backend_.check_weights(t.dtype(), name);
@@ -307,6 +313,10 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
       put_rope_rows(bias.slice(0, q, q + kv), src.bk, config_.n_kv_heads);
       put(bias.slice(0, q + kv, q + 2 * kv), src.bv);
     }
+    if (config_.qk_norm) {  // a head's weights, reordered as its rows are
+      put_rope_rows(w_.q_norm.select(0, l), src.q_norm, 1);
+      put_rope_rows(w_.k_norm.select(0, l), src.k_norm, 1);
+    }
     put(dst.wo.tensor(), src.wo);
     put(dst.w13.slice(0, h).tensor(), src.w1);
     put(dst.w13.slice(h, 2 * h).tensor(), src.w3);
@@ -336,6 +346,10 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
     fill(dst.wqkv.slice(q, q + kv).tensor(), WeightKind::wk, l);
     fill(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), WeightKind::wv, l);
     if (config_.qkv_bias) fill(w_.bqkv.select(0, l), WeightKind::qkv_bias, l);
+    if (config_.qk_norm) {
+      fill(w_.q_norm.select(0, l), WeightKind::qk_norm, l);
+      fill(w_.k_norm.select(0, l), WeightKind::qk_norm, l);
+    }
     fill(dst.wo.tensor(), WeightKind::wo, l);
     fill(dst.w13.slice(0, h).tensor(), WeightKind::w1, l);
     fill(dst.w13.slice(h, 2 * h).tensor(), WeightKind::w3, l);
@@ -401,6 +415,7 @@ struct LlamaModel::LayerViews {
   Tensor x, xb, qkv, q, k, v, att, proj, h13, gate, up, hb;  // activations (M, ...)
   Tensor rms_att, rms_ffn;                                    // this layer's weights
   Tensor bqkv, bq, bk, bv;                                    // and biases (qkv_bias only)
+  Tensor q_norm, k_norm;                                      // and q, k norms (qk_norm only)
   const Layer* w = nullptr;                                   // (a pointer: no copy per step)
   Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
 };
@@ -428,6 +443,10 @@ LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCac
     v.bk = v.bqkv.slice(0, qd, qd + kv);
     v.bv = v.bqkv.slice(0, qd + kv, qd + 2 * kv);
   }
+  if (config_.qk_norm) {
+    v.q_norm = w_.q_norm.select(0, l);
+    v.k_norm = w_.k_norm.select(0, l);
+  }
   v.w = &w_.layers[static_cast<size_t>(l)];
   v.k_cache = cache.k(l);
   v.v_cache = cache.v(l);
@@ -447,6 +466,10 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
     be.add(v.q, v.q, v.bq);
     be.add(v.k, v.k, v.bk);
     be.add(v.v, v.v, v.bv);
+  }
+  if (config_.qk_norm) {  // each head of q and k on its own (rmsnorm's runs)
+    be.rmsnorm(v.q, v.q, v.q_norm, config_.rms_eps);
+    be.rmsnorm(v.k, v.k, v.k_norm, config_.rms_eps);
   }
   be.rope(v.q, b.pos, w_.rope, hd);
   be.rope(v.k, b.pos, w_.rope, hd);
@@ -474,6 +497,10 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   if (l == 0) be.rmsnorm(v.xb, v.x, v.rms_att, eps);
   matmul(be, v.qkv, v.xb, v.w->wqkv);
   if (config_.qkv_bias) be.add(v.qkv, v.qkv, v.bqkv);
+  if (config_.qk_norm) {
+    be.rmsnorm(v.q, v.q, v.q_norm, eps);
+    be.rmsnorm(v.k, v.k, v.k_norm, eps);
+  }
   be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, w_.rope, config_.head_dim());
   be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, config_.head_dim(), AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);

@@ -115,6 +115,7 @@ class LlamaModel final : public Model {
     Tensor rms_ffn;          // (L, dim) f32
     Tensor rms_final;        // (dim) f32
     Tensor bqkv;             // (L, q_dim + 2 kv_dim) f32: q | k | v biases, with qkv_bias only
+    Tensor q_norm, k_norm;   // (L, head_dim) f32 each: with qk_norm only
     std::vector<Layer> layers;
     Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
   } w_;

@@ -170,6 +170,7 @@ uint64_t LlamaConfig::n_params() const {
   uint64_t norms = checked_add(checked_mul(2 * layers, d, what), d, what);
   uint64_t total = checked_add(n_matmul_params(), norms, what);
   if (qkv_bias) total = checked_add(total, checked_mul(layers, uint64_t(q_dim() + 2 * kv_dim()), what), what);
+  if (qk_norm) total = checked_add(total, checked_mul(layers, 2 * uint64_t(head_dim()), what), what);
   // The classifier counted above is the embedding table when shared, another matrix when not.
   if (!shared_classifier)
     total = checked_add(total, checked_mul(static_cast<uint64_t>(vocab_size), d, what), what);
@@ -180,7 +181,7 @@ std::string LlamaConfig::describe() const {
   return detail::concat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
                         "/", n_kv_heads, " heads", head_size > 0 ? detail::concat(" of ", head_size) : "",
                         ", vocab ", vocab_size, ", ctx ", n_ctx, shared_classifier ? "" : ", separate classifier",
-                        qkv_bias ? ", qkv bias" : "");
+                        qkv_bias ? ", qkv bias" : "", qk_norm ? ", qk norm" : "");
 }
 
 }  // namespace minfer

@@ -79,6 +79,7 @@ struct LlamaConfig {
   int64_t head_size = 0;    // the width of a head when it is not dim / n_heads (0: dim / n_heads)
   bool shared_classifier = true;  // the output classifier is the token embedding table
   bool qkv_bias = false;    // q, k and v each add a bias after their product (Qwen2)
+  bool qk_norm = false;     // every head of q and k gets an RMSNorm before RoPE (Qwen3)
   float rms_eps = 1e-5f;    // RMSNorm's epsilon (llama2.c's 1e-5; config.json's rms_norm_eps)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;

@@ -43,6 +43,12 @@ void LlamaHostWeights::validate(const std::string& source) const {
     } else if (w.bq.defined() || w.bk.defined() || w.bv.defined()) {
       fail(source, ": ", at, "attention has biases the config does not declare (qkv_bias)");
     }
+    if (c.qk_norm) {
+      check_tensor(source, at + "q norm", w.q_norm, {c.head_dim()});
+      check_tensor(source, at + "k norm", w.k_norm, {c.head_dim()});
+    } else if (w.q_norm.defined() || w.k_norm.defined()) {
+      fail(source, ": ", at, "attention has q and k norms the config does not declare (qk_norm)");
+    }
     check_tensor(source, at + "wo", w.wo, {d, q});
     check_tensor(source, at + "feed-forward norm", w.rms_ffn, {d});
     check_tensor(source, at + "w1 (gate)", w.w1, {h, d});

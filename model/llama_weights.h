@@ -31,6 +31,7 @@ struct LlamaHostWeights {
     Tensor wk;             // (kv_dim, dim)
     Tensor wv;             // (kv_dim, dim)
     Tensor bq, bk, bv;     // (q_dim), (kv_dim), (kv_dim): with config.qkv_bias only
+    Tensor q_norm, k_norm; // (head_dim) each: with config.qk_norm only
     Tensor wo;             // (dim, q_dim)
     Tensor rms_ffn;        // (dim)
     Tensor w1;             // (hidden, dim): the gate
@@ -45,8 +46,9 @@ struct LlamaHostWeights {
   std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
 
   // Checks that every tensor is a dense 2-D (or 1-D for norms and biases) host tensor of the shape
-  // the config implies, of a float or quantized type (not i32), and that the biases are there
-  // exactly when config.qkv_bias says so; Error naming the tensor otherwise.
+  // the config implies, of a float or quantized type (not i32), and that the biases and the q, k
+  // norms are there exactly when config.qkv_bias and config.qk_norm say so; Error naming the
+  // tensor otherwise.
   void validate(const std::string& source) const;
 };
 

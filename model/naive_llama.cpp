@@ -125,11 +125,15 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   rms_final_ = as_f32(weights.rms_final);
   for (const LlamaHostWeights::Layer& l : weights.layers) {
     layers_.push_back({as_f32(l.rms_att), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo), as_f32(l.rms_ffn),
-                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}});
+                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}, {}, {}});
     if (c.qkv_bias) {
       layers_.back().bq = as_f32(l.bq);
       layers_.back().bk = as_f32(l.bk);
       layers_.back().bv = as_f32(l.bv);
+    }
+    if (c.qk_norm) {
+      layers_.back().q_norm = as_f32(l.q_norm);
+      layers_.back().k_norm = as_f32(l.k_norm);
     }
   }
   inv_freq_ = rope_frequencies(c);
@@ -145,7 +149,7 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
 
-// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv (+ biases); rotate q, k; cache k, v at `pos`; each query head
+// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv (+ biases; then q, k normalised per head); rotate q, k; cache k, v at `pos`; each query head
 // attends over positions 0..pos of its key/value head; x += att Wo.
 void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   const LlamaConfig& c = config_;
@@ -170,6 +174,15 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     add(q_.data(), w.bq.data(), q_dim);
     add(k, w.bk.data(), kv_dim);
     add(v, w.bv.data(), kv_dim);
+  }
+  // Qwen3 normalises every head of q and k on its own (config.qk_norm).
+  //   forward_layer_*: be.rmsnorm with a head-wide weight (its runs); ref::rmsnorm, ...
+  if (c.qk_norm) {
+    for (int64_t h = 0; h < c.n_heads; ++h) {
+      float* head = &q_[static_cast<size_t>(h * hs)];  // (head_dim)
+      rmsnorm(head, head, w.q_norm.data(), hs, c.rms_eps);
+    }
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) rmsnorm(k + h * hs, k + h * hs, w.k_norm.data(), hs, c.rms_eps);
   }
   rope(q_.data(), c.n_heads, hs, pos, inv_freq_, rotate_half_);
   rope(k, c.n_kv_heads, hs, pos, inv_freq_, rotate_half_);

@@ -48,6 +48,7 @@ class NaiveLlama {
     std::vector<float> w2;       // (dim, hidden): down
     std::vector<float> w3;       // (hidden, dim): up
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim): Qwen2's biases; empty without
+    std::vector<float> q_norm, k_norm;  // (head_dim) each: Qwen3's per-head norms; empty without
   };
   LlamaConfig config_;
   int64_t n_ctx_;

@@ -32,6 +32,15 @@ LlamaConfig qwen2(LlamaConfig c) {
   return c;
 }
 
+// Qwen3's: an RMSNorm of every head of q and k, heads of `head_dim`, theta 1e6, epsilon 1e-6.
+LlamaConfig qwen3(LlamaConfig c, int64_t head_dim) {
+  c.qk_norm = true;
+  c.head_size = head_dim;
+  c.rope_theta = 1000000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
 LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
   c.n_layers = layers;
   return c;
@@ -47,6 +56,7 @@ const std::vector<Preset>& presets() {
       {"llama-1b", shape(2048, 5632, 22, 32, 4, 32000, 2048, false), "TinyLlama 1.1B"},
       {"llama-7b", shape(4096, 11008, 32, 32, 32, 32000, 4096, false), "Llama 2 7B"},
       {"qwen2.5-0.5b", qwen2(shape(896, 4864, 24, 14, 2, 151936, 32768, true)), "Qwen2.5 0.5B"},
+      {"qwen3-0.6b", qwen3(shape(1024, 3072, 28, 16, 8, 151936, 40960, true), 128), "Qwen3 0.6B"},
   };
   return all;
 }
@@ -100,7 +110,8 @@ WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kin
     case WeightKind::qkv_bias: return {seed, -0.1f, 0.1f};
     case WeightKind::rms_att:
     case WeightKind::rms_ffn:
-    case WeightKind::rms_final: return {seed, 1.0f, 1.0f};
+    case WeightKind::rms_final:
+    case WeightKind::qk_norm: return {seed, 1.0f, 1.0f};
     case WeightKind::w2: return around(c.hidden_dim);
     case WeightKind::wo: return around(c.q_dim());
     case WeightKind::wq:

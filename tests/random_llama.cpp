@@ -40,6 +40,10 @@ LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, doubl
       layer.bk = host_random({kv}, rng, -0.5f, 0.5f);
       layer.bv = host_random({kv}, rng, -0.5f, 0.5f);
     }
+    if (c.qk_norm) {
+      layer.q_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
+      layer.k_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
+    }
     w.layers.push_back(layer);
   }
   w.classifier = c.shared_classifier ? w.token_embedding : host_random({V, d}, rng, -1.0f, 1.0f);

@@ -320,6 +320,8 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
     c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = 4096;
   }, "sliding-window");
+  config_with("Qwen3 without its q and k norms", [](nlohmann::json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; },
+              "lack 'model.layers.0.self_attn.q_norm.weight'");
   config_with("a sliding layer", [](nlohmann::json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; },
               "sliding-window");
   config_with("Qwen2 without its biases", [](nlohmann::json& c) {

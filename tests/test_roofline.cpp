@@ -182,6 +182,18 @@ TEST(Presets, Qwen25HasItsPublishedParameterCount) {
   EXPECT_EQ(c.n_params(), 494032768u);
 }
 
+// Qwen3-0.6B's: heads of 128 (16 x 128 = 2048 wide q against a 1024-wide stream), per-head q and
+// k norms, tied embeddings: 596,049,920 parameters, the 0.6B and 0.44B outside the embedding that
+// its model card gives.
+TEST(Presets, Qwen3HasItsShape) {
+  const LlamaConfig c = find_preset("qwen3-0.6b").config;
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.n_params(), 596049920u);
+  EXPECT_EQ(c.n_params() - uint64_t(c.vocab_size * c.dim), 440467456u);
+}
+
 TEST(Presets, PresetAtLeastIsTheShallowestThatHoldsTheBytes) {
   // 4x the 300 MiB L3 in f32: the fewest layers that reach 1200 MiB.
   const Preset big = preset_at_least("stories110M", 1200 * MiB, DType::f32);

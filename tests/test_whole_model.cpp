@@ -74,6 +74,16 @@ LlamaConfig qwen2_like(LlamaConfig c) {
   return c;
 }
 
+// Qwen3's: an RMSNorm of every head of q and k before RoPE (permuted with the rows under
+// rotate-half), heads wider than dim / heads.
+LlamaConfig qwen3_like(LlamaConfig c) {
+  c.qk_norm = true;
+  c.head_size = 32;
+  c.rope_theta = 1000000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
 const std::vector<Named>& shapes() {
   static const std::vector<Named> all = {
       {"multi-head, shared classifier", shape(64, 160, 2, 4, 4, 97, true)},
@@ -85,6 +95,8 @@ const std::vector<Named>& shapes() {
        true},
       {"qwen2-like: q, k, v biases, 4/2 heads, rotate-half weights", qwen2_like(shape(64, 160, 2, 4, 2, 91, false)),
        true},
+      {"qwen3-like: q, k norms per head, 4/2 heads of 32, rotate-half weights",
+       qwen3_like(shape(64, 160, 2, 4, 2, 93, true)), true},
   };
   return all;
 }

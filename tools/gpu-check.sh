@@ -153,6 +153,8 @@ if [ $dry -eq 0 ]; then
   bench gemm-mma -m preset:llama-1b -p 512 -n 0 -B 1 --dtype f16 --gemm mma -r 2
   # Qwen2's shape: q, k and v biases (the broadened add), 14/2 heads, a 151,936 x 896 classifier
   bench qwen2 -m preset:qwen2.5-0.5b -p 512 -n 128 -B 1,8 --dtype f16,q4_k_m -r 2 --roofline
+  # Qwen3: per-head q and k norms (rmsnorm over runs), heads of 128
+  bench qwen3 -m preset:qwen3-0.6b -p 512 -n 128 -B 1,8 --dtype f16 -r 2 --roofline
 else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu

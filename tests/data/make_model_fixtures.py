@@ -7,7 +7,7 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Four tiny models (hidden 64, two layers), with the tokenizers of
+converter made. Five tiny models (hidden 64, two layers), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -23,6 +23,10 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
   mistral   MistralForCausalLM without a sliding window (v0.2 and later): Llama's layer under
             Mistral's name, 8/2 heads, theta 1000000, the SentencePiece tokenizer: a folder in f32,
             GGUF F32 by the converter (which writes it as a llama).
+
+  qwen3     Qwen3ForCausalLM: an RMSNorm of every head of q and k, 4/2 heads of 32 (not 64 / 4),
+            theta 1000000, tied embeddings, the byte-level BPE tokenizer and 640 rows as qwen2:
+            a folder in f32, GGUF F32 by the converter (architecture qwen3).
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -48,7 +52,7 @@ import sys
 import numpy as np
 import torch
 from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
@@ -209,7 +213,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
-    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral"], help="build this model's fixtures only")
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3"], help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
     LLAMA_CPP = a.llama_cpp
@@ -239,6 +243,12 @@ def main():
                               rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=None),
               "spm-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
               classes=(MistralConfig, MistralForCausalLM))
+    if wanted("qwen3"):
+        build("qwen3", dict(common, num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=128,
+                            rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
+                            vocab_size=640),
+              "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
+              classes=(Qwen3Config, Qwen3ForCausalLM))
 
 
 if __name__ == "__main__":
