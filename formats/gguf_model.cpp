@@ -16,13 +16,15 @@ struct GgufArchitecture {
   bool qkv_bias;     // blk.N.attn_{q,k,v}.bias
   bool qk_norm;      // blk.N.attn_{q,k}_norm.weight: an RMSNorm of every head of q and k
   bool rotate_half;  // q and k rows in Hugging Face's rotate-half order (llama.cpp's NEOX RoPE)
+  bool fused;        // blk.N.attn_qkv holds q | k | v, and blk.N.ffn_up gate | up (no ffn_gate)
 };
 // note: llama.cpp's converter permutes a llama model's q and k rows to interleaved pairs and
-// leaves Qwen's as Hugging Face stores them (its RoPE reads either order).
+// leaves Qwen's and Phi-3's as Hugging Face stores them (its RoPE reads either order).
 constexpr GgufArchitecture kArchitectures[] = {
-    {"llama", false, false, false},
-    {"qwen2", true, false, true},
-    {"qwen3", false, true, true},
+    {"llama", false, false, false, false},
+    {"qwen2", true, false, true, false},
+    {"qwen3", false, true, true, false},
+    {"phi3", false, false, true, true},
 };
 
 const GgufArchitecture& find_architecture(const GgufFile& f) {
@@ -58,8 +60,13 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
     fail(f.path(), ": keys and values of different widths are not supported");
   if (f.find(a + "expert_count") != nullptr && f.integer(a + "expert_count", false, 0) > 0)
     fail(f.path(), ": mixture-of-experts models are not supported");
-  if (f.find(a + "attention.sliding_window") != nullptr)
-    fail(f.path(), ": sliding-window attention (", a, "attention.sliding_window) is not supported");
+  // note: minfer's attention sees every key of its context; a model that attends in a sliding
+  // window of W keys computes the same within W positions, so its context is capped there.
+  const int64_t window = f.integer(a + "attention.sliding_window", false, 0);
+  if (window > 0 && window < c.n_ctx) c.n_ctx = window;
+  const int64_t rope_dims = f.integer(a + "rope.dimension_count", false, 0);
+  if (rope_dims > 0 && c.n_heads > 0 && rope_dims != c.head_dim())
+    fail(f.path(), ": RoPE over ", rope_dims, " of a head's ", c.head_dim(), " dimensions (partial rotary) is not supported");
   const std::string scaling = f.text(a + "rope.scaling.type", false, "none");
   if (scaling == "linear") {
     c.rope_scaling.type = RopeScaling::Type::linear;
@@ -70,6 +77,8 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
   const Tensor embedding = f.view("token_embd.weight");
   c.vocab_size = f.integer(a + "vocab_size", false, embedding.size(0));
   c.shared_classifier = !f.has_tensor("output.weight");
+  if (f.has_tensor("rope_factors_long.weight") || f.has_tensor("rope_factors_short.weight"))
+    fail(f.path(), ": LongRoPE scaling (rope_factors_long, rope_factors_short) is not supported");
   if (f.has_tensor("rope_freqs.weight")) {
     const Tensor factors = f.view("rope_freqs.weight");
     if (factors.dtype() != DType::f32 || factors.ndim() != 1)
@@ -122,7 +131,9 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
   LlamaHostWeights w;
   w.config = read_gguf_config(*file);
   w.rotate_half = find_architecture(*file).rotate_half;
+  const bool fused = find_architecture(*file).fused;
   const LlamaConfig& c = w.config;
+  const int64_t q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   w.owner = file;
   w.token_embedding = file->view("token_embd.weight");
   w.rms_final = file->view("output_norm.weight");
@@ -132,9 +143,23 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaHostWeights::Layer& layer = w.layers[static_cast<size_t>(l)];
     layer.rms_att = file->view(p + "attn_norm.weight");
-    layer.wq = file->view(p + "attn_q.weight");
-    layer.wk = file->view(p + "attn_k.weight");
-    layer.wv = file->view(p + "attn_v.weight");
+    if (fused) {  // Phi-3: q | k | v rows in attn_qkv, gate | up rows in ffn_up
+      const Tensor qkv = file->view(p + "attn_qkv.weight"), gate_up = file->view(p + "ffn_up.weight");
+      if (qkv.ndim() != 2 || qkv.size(0) != q + 2 * kv || gate_up.ndim() != 2 || gate_up.size(0) != 2 * h)
+        fail(path, ": ", p, "attn_qkv ", qkv.str(), " or ffn_up ", gate_up.str(),
+             " does not hold the config's q | k | v and gate | up rows");
+      layer.wq = qkv.slice(0, 0, q);
+      layer.wk = qkv.slice(0, q, q + kv);
+      layer.wv = qkv.slice(0, q + kv, q + 2 * kv);
+      layer.w1 = gate_up.slice(0, 0, h);
+      layer.w3 = gate_up.slice(0, h, 2 * h);
+    } else {
+      layer.wq = file->view(p + "attn_q.weight");
+      layer.wk = file->view(p + "attn_k.weight");
+      layer.wv = file->view(p + "attn_v.weight");
+      layer.w1 = file->view(p + "ffn_gate.weight");
+      layer.w3 = file->view(p + "ffn_up.weight");
+    }
     if (c.qkv_bias) {
       layer.bq = file->view(p + "attn_q.bias");
       layer.bk = file->view(p + "attn_k.bias");
@@ -146,8 +171,6 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     }
     layer.wo = file->view(p + "attn_output.weight");
     layer.rms_ffn = file->view(p + "ffn_norm.weight");
-    layer.w1 = file->view(p + "ffn_gate.weight");
-    layer.w3 = file->view(p + "ffn_up.weight");
     layer.w2 = file->view(p + "ffn_down.weight");
   }
   w.release = [file](const Tensor& t) { file->drop(t); };

@@ -110,12 +110,14 @@ struct HfArchitecture {
   const char* model_type;
   bool qkv_bias;  // q_proj, k_proj and v_proj carry a .bias
   bool qk_norm;   // self_attn.q_norm and k_norm: an RMSNorm of every head of q and k
+  bool fused;     // self_attn.qkv_proj and mlp.gate_up_proj hold q | k | v and gate | up
 };
 constexpr HfArchitecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false, false},
-    {"MistralForCausalLM", "mistral", false, false},  // a Llama; v0.1's sliding window is refused
-    {"Qwen2ForCausalLM", "qwen2", true, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true},
+    {"LlamaForCausalLM", "llama", false, false, false},
+    {"MistralForCausalLM", "mistral", false, false, false},  // a Llama
+    {"Qwen2ForCausalLM", "qwen2", true, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true, false},
+    {"Phi3ForCausalLM", "phi3", false, false, true},
 };
 
 std::string architecture_names() {
@@ -144,17 +146,21 @@ const HfArchitecture& find_architecture(const json& doc, const std::string& sour
   fail(source, ": neither architectures nor model_type names an architecture minfer runs (", architecture_names(), ")");
 }
 
-// Sliding-window attention, which minfer does not implement: Llama's sliding_window, or Qwen's
-// use_sliding_window (its sliding_window is set but unused without it), or a layer_types entry
-// other than full attention.
-bool uses_sliding_window(const json& doc, const HfArchitecture& arch) {
-  if (doc.contains("layer_types") && doc["layer_types"].is_array())
-    for (const auto& t : doc["layer_types"])
-      if (t != "full_attention") return true;
+// The sliding window the model's attention uses, 0 for none: Llama's, Mistral's and Phi-3's
+// sliding_window, Qwen's when use_sliding_window is on (its sliding_window is set but unused
+// without it), or any when a layer_types entry is not full attention.
+int64_t sliding_window(const json& doc, const HfArchitecture& arch, const std::string& source) {
+  bool used = doc.contains("sliding_window") && !doc["sliding_window"].is_null();
   if (std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3")
-    return doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
+    used = doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
            doc["use_sliding_window"].get<bool>();
-  return doc.contains("sliding_window") && !doc["sliding_window"].is_null();
+  if (doc.contains("layer_types") && doc["layer_types"].is_array())
+    for (const auto& t : doc["layer_types"]) used = used || t != "full_attention";
+  if (!used) return 0;
+  if (!doc.contains("sliding_window") || !doc["sliding_window"].is_number_integer() ||
+      doc["sliding_window"].get<int64_t>() < 1)
+    fail(source, ": the model attends in a sliding window, but sliding_window is not a positive integer");
+  return doc["sliding_window"].get<int64_t>();
 }
 
 }  // namespace
@@ -181,7 +187,8 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     fail(source, ": hidden_act ", doc["hidden_act"].dump(), " is not supported (minfer's SwiGLU uses silu)");
   if (flag("attention_bias")) fail(source, ": attention biases (attention_bias) are not supported");
   if (flag("mlp_bias")) fail(source, ": MLP biases (mlp_bias) are not supported");
-  if (uses_sliding_window(doc, arch)) fail(source, ": sliding-window attention (sliding_window) is not supported");
+  if (doc.contains("partial_rotary_factor") && doc["partial_rotary_factor"] != 1.0)
+    fail(source, ": partial rotary embeddings (partial_rotary_factor) are not supported");
   LlamaConfig c;
   c.qkv_bias = arch.qkv_bias;
   c.qk_norm = arch.qk_norm;
@@ -202,6 +209,10 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     c.rms_eps = 1e-6f;  // transformers' LlamaConfig default
   }
   read_rope(doc, source, &c);
+  // note: minfer's attention sees every key of its context; a model that attends in a sliding
+  // window of W keys computes the same within W positions, so its context is capped there.
+  const int64_t window = sliding_window(doc, arch, source);
+  if (window > 0 && window < c.n_ctx) c.n_ctx = window;
   const std::vector<int32_t> bos = token_ids(doc.value("bos_token_id", json()), source, "bos_token_id");
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.stop_ids = token_ids(doc.value("eos_token_id", json()), source, "eos_token_id");
@@ -288,13 +299,29 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
   w.rms_final = get("model.norm.weight");
   w.classifier = c.shared_classifier ? w.token_embedding : get("lm_head.weight");
   w.layers.resize(static_cast<size_t>(c.n_layers));
+  const bool fused = find_architecture(read_json(folder + "/config.json", "model config"), folder).fused;
+  const int64_t q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LlamaHostWeights::Layer& layer = w.layers[static_cast<size_t>(l)];
     layer.rms_att = get(p + "input_layernorm.weight");
-    layer.wq = get(p + "self_attn.q_proj.weight");
-    layer.wk = get(p + "self_attn.k_proj.weight");
-    layer.wv = get(p + "self_attn.v_proj.weight");
+    if (fused) {  // Phi-3: one tensor of q | k | v rows, one of gate | up rows
+      const Tensor qkv = get(p + "self_attn.qkv_proj.weight"), gate_up = get(p + "mlp.gate_up_proj.weight");
+      if (qkv.ndim() != 2 || qkv.size(0) != q + 2 * kv || gate_up.ndim() != 2 || gate_up.size(0) != 2 * h)
+        fail(folder, ": layer ", l, "'s qkv_proj ", qkv.str(), " or gate_up_proj ", gate_up.str(),
+             " does not hold the config's q | k | v and gate | up rows");
+      layer.wq = qkv.slice(0, 0, q);
+      layer.wk = qkv.slice(0, q, q + kv);
+      layer.wv = qkv.slice(0, q + kv, q + 2 * kv);
+      layer.w1 = gate_up.slice(0, 0, h);
+      layer.w3 = gate_up.slice(0, h, 2 * h);
+    } else {
+      layer.wq = get(p + "self_attn.q_proj.weight");
+      layer.wk = get(p + "self_attn.k_proj.weight");
+      layer.wv = get(p + "self_attn.v_proj.weight");
+      layer.w1 = get(p + "mlp.gate_proj.weight");
+      layer.w3 = get(p + "mlp.up_proj.weight");
+    }
     if (c.qkv_bias) {
       layer.bq = get(p + "self_attn.q_proj.bias");
       layer.bk = get(p + "self_attn.k_proj.bias");
@@ -306,8 +333,6 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
     }
     layer.wo = get(p + "self_attn.o_proj.weight");
     layer.rms_ffn = get(p + "post_attention_layernorm.weight");
-    layer.w1 = get(p + "mlp.gate_proj.weight");
-    layer.w3 = get(p + "mlp.up_proj.weight");
     layer.w2 = get(p + "mlp.down_proj.weight");
   }
   w.rotate_half = true;

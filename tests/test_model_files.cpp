@@ -18,6 +18,8 @@
 #include "model/llama.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
+#include "formats/gguf_model.h"
+#include "formats/hf_model.h"
 #include "formats/model_files.h"
 #include "formats/model_writers.h"
 #include "tests/random_llama.h"
@@ -310,20 +312,17 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   config_with("an unknown rope scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
               "rope scaling of type 'yarn' is not supported");
   config_with("attention biases", [](nlohmann::json& c) { c["attention_bias"] = true; }, "attention biases");
-  config_with("a sliding window", [](nlohmann::json& c) { c["sliding_window"] = 4096; }, "sliding-window");
-  config_with("Qwen2's sliding window on", [](nlohmann::json& c) {
-    c["architectures"] = {"Qwen2ForCausalLM"};
-    c["sliding_window"] = 4096;
-    c["use_sliding_window"] = true;
-  }, "sliding-window");
-  config_with("Mistral v0.1's sliding window", [](nlohmann::json& c) {
-    c["architectures"] = {"MistralForCausalLM"};
-    c["sliding_window"] = 4096;
-  }, "sliding-window");
+  config_with("a sliding window of no size", [](nlohmann::json& c) { c["sliding_window"] = 0; },
+              "sliding_window is not a positive integer");
+  config_with("partial rotary embeddings", [](nlohmann::json& c) { c["partial_rotary_factor"] = 0.5; },
+              "partial rotary embeddings");
+  config_with("Phi-3 without its fused projections", [](nlohmann::json& c) { c["architectures"] = {"Phi3ForCausalLM"}; },
+              "lack 'model.layers.0.self_attn.qkv_proj.weight'");
   config_with("Qwen3 without its q and k norms", [](nlohmann::json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; },
               "lack 'model.layers.0.self_attn.q_norm.weight'");
-  config_with("a sliding layer", [](nlohmann::json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; },
-              "sliding-window");
+  config_with("a sliding layer without a window", [](nlohmann::json& c) {
+    c["layer_types"] = {"full_attention", "sliding_attention"};
+  }, "sliding_window is not a positive integer");
   config_with("Qwen2 without its biases", [](nlohmann::json& c) {
     c["architectures"] = {"Qwen2ForCausalLM"};
     c["sliding_window"] = 4096;  // set, and unused without use_sliding_window
@@ -339,6 +338,45 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   folder_with("a config that is a list", weights, "[1, 2]", "not a JSON object");
   for (const Broken& b : cases) expect_refused(b);
   expect_refused({"a folder with no config", dir.path(), "not a Hugging Face model folder"});
+}
+
+// A sliding window of W keys caps the context at W positions, where minfer's full attention
+// computes what the window does: Llama's and Mistral's sliding_window, Qwen's only while
+// use_sliding_window is on, any with a sliding layer.
+TEST(ModelFiles, ASlidingWindowCapsTheContext) {
+  const nlohmann::json base = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 160},
+                               {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100},
+                               {"max_position_embeddings", 4096}};
+  auto n_ctx = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json c = base;
+    edit(c);
+    return parse_hf_config(c.dump(), "config.json").n_ctx;
+  };
+  EXPECT_EQ(n_ctx([](nlohmann::json&) {}), 4096);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = 2047; }), 2047);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = 8192; }), 4096);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = nullptr; }), 4096);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["sliding_window"] = 1024;
+  }), 1024);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["sliding_window"] = 512;
+  }), 4096);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["sliding_window"] = 512;
+    c["use_sliding_window"] = true;
+  }), 512);
+  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+    c["sliding_window"] = 300;
+    c["layer_types"] = {"sliding_attention", "full_attention"};
+  }), 300);
+  // GGUF's ARCH.attention.sliding_window: the Phi-3 fixture's window of 96 in a context of 128.
+  const std::string phi3 = std::string(MINFER_SOURCE_DIR) + "/tests/data/models/phi3-f32.gguf";
+  if (!std::filesystem::exists(phi3)) GTEST_SKIP() << "skipped: " << phi3 << " is missing";
+  EXPECT_EQ(read_gguf_config(GgufFile(phi3)).n_ctx, 96);
 }
 
 TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {

@@ -7,7 +7,7 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Five tiny models (hidden 64, two layers), with the tokenizers of
+converter made. Six tiny models (hidden 64, two layers), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -27,6 +27,12 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
   qwen3     Qwen3ForCausalLM: an RMSNorm of every head of q and k, 4/2 heads of 32 (not 64 / 4),
             theta 1000000, tied embeddings, the byte-level BPE tokenizer and 640 rows as qwen2:
             a folder in f32, GGUF F32 by the converter (architecture qwen3).
+
+  phi3      Phi3ForCausalLM: q | k | v in one qkv_proj and gate | up in one gate_up_proj, 4/4
+            heads, a sliding window of 96 positions in a context of 128 (so minfer runs it in 96),
+            the byte-level BPE tokenizer under GPT2Tokenizer's name (Phi-4's, which tells the
+            converter to write it as one) and 640 rows: a folder in f32, GGUF F32 by the converter
+            (phi3).
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -52,7 +58,7 @@ import sys
 import numpy as np
 import torch
 from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
@@ -96,12 +102,19 @@ def references(model, tokenizer, vocab):
     return out
 
 
-def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1):
+def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1, tokenizer_class=None):
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder, max_shard_size="1GB" if shards == 1 else "200KB")
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if os.path.exists(os.path.join(tokenizer_dir, f)):
             shutil.copy(os.path.join(tokenizer_dir, f), folder)
+    if tokenizer_class is not None:  # the class a converter reads to choose how it writes the vocabulary
+        path = os.path.join(folder, "tokenizer_config.json")
+        with open(path) as f:
+            tokenizer_config = json.load(f)
+        tokenizer_config["tokenizer_class"] = tokenizer_class
+        with open(path, "w") as f:
+            json.dump(tokenizer_config, f)
     doc = {"dtype": dtype_name, "steps": STEPS, "prompts": []}
     for i, r in enumerate(refs):
         name = f"prompt_logits_{i}.f32"
@@ -151,7 +164,7 @@ def convert(llama_cpp, folder, outfile, outtype):
 
 
 def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs, q8_from,
-          classes=(LlamaConfig, LlamaForCausalLM)):
+          classes=(LlamaConfig, LlamaForCausalLM), tokenizer_class=None):
     Config, Model = classes
     tokenizer_dir = os.path.join(TOKENIZERS, tokenizer_name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -179,7 +192,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
         refs = references(stored, tokenizer, vocab)
         folder = os.path.join(OUT, f"{name}-{dtype_name}")
         shutil.rmtree(folder, ignore_errors=True)
-        save(folder, stored.to(dtype), tokenizer_dir, refs, dtype_name, shards)
+        save(folder, stored.to(dtype), tokenizer_dir, refs, dtype_name, shards, tokenizer_class)
         for outtype, source in ggufs:
             if source == dtype_name:
                 convert(llama_cpp, folder, os.path.join(OUT, f"{name}-{outtype}.gguf"), outtype)
@@ -213,7 +226,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
-    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3"], help="build this model's fixtures only")
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3", "phi3"], help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
     LLAMA_CPP = a.llama_cpp
@@ -249,6 +262,12 @@ def main():
                             vocab_size=640),
               "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
               classes=(Qwen3Config, Qwen3ForCausalLM))
+    if wanted("phi3"):
+        build("phi3", dict(common, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                           original_max_position_embeddings=128, rope_theta=10000.0, tie_word_embeddings=False,
+                           sliding_window=96, pad_token_id=0, vocab_size=640),
+              "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
+              classes=(Phi3Config, Phi3ForCausalLM), tokenizer_class="GPT2Tokenizer")
 
 
 if __name__ == "__main__":
