@@ -109,7 +109,10 @@ void check_format_options(const Args& args, const std::string& format) {
 
 // The preset's shape with the shape options applied, validated.
 LlamaConfig model_config(const Args& args) {
-  LlamaConfig c = find_preset(args.get("--preset", "tiny")).config;
+  const std::string preset = args.get("--preset", "tiny");
+  LlamaConfig c = find_preset(preset).config;
+  MINFER_CHECK(!c.qkv_bias && !c.qk_norm, "make-model: preset ", preset, " has ",
+               c.qkv_bias ? "q, k and v biases" : "q and k norms", ", and make-model writes Llama models");
   // Shape options are checked by LlamaConfig::validate; here only that they are numbers.
   const int64_t big = INT32_MAX;
   c.dim = args.get_int("--dim", c.dim, INT32_MIN, big);
@@ -120,7 +123,7 @@ LlamaConfig model_config(const Args& args) {
   c.vocab_size = args.get_int("--vocab", c.vocab_size, INT32_MIN, big);
   c.n_ctx = args.get_int("--seq-len", c.n_ctx, INT32_MIN, big);
   if (args.has("--separate-classifier")) c.shared_classifier = false;
-  c.head_size = args.get_int("--head-dim", 0, 0, big);
+  c.head_size = args.get_int("--head-dim", c.head_size, 0, big);
   c.rope_theta = args.get_double("--rope-theta", c.rope_theta, 1.0, 1e12);
   c.rms_eps = static_cast<float>(args.get_double("--norm-eps", c.rms_eps, 1e-12, 0.5));
   if (args.has("--rope-scaling")) c.rope_scaling = parse_rope_scaling(args.get("--rope-scaling"));

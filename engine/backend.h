@@ -122,7 +122,7 @@ class Backend {
   // out = silu(gate) * up          (M, F) each
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
   // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a
-  //                                bias, Qwen2's on q, k, v); out may alias a or b
+  //                                bias, Qwen2's on q, k, v); out may alias a, or b when b is (M, D)
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;

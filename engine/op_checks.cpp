@@ -91,7 +91,7 @@ int64_t rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, Device
   Rows o = activation("rmsnorm", "out", out, device);
   same_rows("rmsnorm", o, "out", activation("rmsnorm", "x", x, device), "x");
   on_device("rmsnorm", "weight", weight, device);
-  MINFER_CHECK(weight.ndim() == 1 && weight.dtype() == DType::f32 && weight.size(0) > 0 &&
+  MINFER_CHECK(weight.ndim() == 1 && weight.dtype() == DType::f32 && weight.size(0) > 0 && o.cols > 0 &&
                    o.cols % weight.size(0) == 0 && weight.is_contiguous(),
                "rmsnorm: weight must be f32[", o.cols, "] or of a width that divides it, got ", weight.str());
   return o.cols / weight.size(0);

@@ -1,6 +1,7 @@
 #include "formats/gguf_model.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -26,6 +27,23 @@ constexpr GgufArchitecture kArchitectures[] = {
     {"qwen3", false, true, true, false},
     {"phi3", false, false, true, true},
 };
+
+// Refuses a tensor the architecture does not compute with: a bias on any projection but q, k and
+// v of an architecture with qkv_bias, or q and k norms outside qk_norm (llama.cpp's llama loads
+// optional biases, so such files exist; ignoring them would compute another model).
+void check_extra_tensors(const GgufFile& f, const GgufArchitecture& arch) {
+  auto ends_with = [](const std::string& s, const char* tail) {
+    const size_t n = std::strlen(tail);
+    return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+  };
+  for (const auto& [name, info] : f.contents().tensors) {
+    const bool qkv_bias =
+        ends_with(name, ".attn_q.bias") || ends_with(name, ".attn_k.bias") || ends_with(name, ".attn_v.bias");
+    const bool qk_norm = ends_with(name, ".attn_q_norm.weight") || ends_with(name, ".attn_k_norm.weight");
+    if ((ends_with(name, ".bias") && !(qkv_bias && arch.qkv_bias)) || (qk_norm && !arch.qk_norm))
+      fail(f.path(), ": tensor '", name, "' is not part of a ", arch.name, " model as minfer runs it");
+  }
+}
 
 const GgufArchitecture& find_architecture(const GgufFile& f) {
   const std::string arch = f.text("general.architecture", true, "");
@@ -62,7 +80,9 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
     fail(f.path(), ": mixture-of-experts models are not supported");
   // note: minfer's attention sees every key of its context; a model that attends in a sliding
   // window of W keys computes the same within W positions, so its context is capped there.
+  // (0: none, as llama.cpp's converter writes it for Phi-4.)
   const int64_t window = f.integer(a + "attention.sliding_window", false, 0);
+  if (window < 0) fail(f.path(), ": ", a, "attention.sliding_window = ", window);
   if (window > 0 && window < c.n_ctx) c.n_ctx = window;
   const int64_t rope_dims = f.integer(a + "rope.dimension_count", false, 0);
   if (rope_dims > 0 && c.n_heads > 0 && rope_dims != c.head_dim())
@@ -132,6 +152,7 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
   w.config = read_gguf_config(*file);
   w.rotate_half = find_architecture(*file).rotate_half;
   const bool fused = find_architecture(*file).fused;
+  check_extra_tensors(*file, find_architecture(*file));
   const LlamaConfig& c = w.config;
   const int64_t q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   w.owner = file;

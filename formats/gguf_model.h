@@ -1,12 +1,15 @@
-// A Llama model in a GGUF file (general.architecture = "llama"), as llama.cpp's converter writes
-// it: the hyperparameters under llama.* (embedding_length, feed_forward_length, block_count,
-// attention.head_count, attention.head_count_kv, attention.key_length when heads are not
-// embedding_length / head_count, attention.layer_norm_rms_epsilon, context_length,
-// rope.freq_base, rope.scaling.type linear with rope.scaling.factor), the tensors under
+// A Llama model in a GGUF file, as llama.cpp's converter writes it: general.architecture "llama",
+// or "qwen2", "qwen3" or "phi3" (gguf_model.cpp's table of their differences: biases, q and k
+// norms, fused tensors, rotate-half order); the hyperparameters under ARCH.* (embedding_length,
+// feed_forward_length, block_count, attention.head_count, attention.head_count_kv,
+// attention.key_length when heads are not embedding_length / head_count,
+// attention.layer_norm_rms_epsilon, context_length, rope.freq_base, rope.scaling.type linear with
+// rope.scaling.factor, attention.sliding_window, which caps the context), the tensors under
 // llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm, output; no output when the
 // classifier is the embedding), rope_freqs.weight for Llama 3.1's frequency scaling, and the
-// tokenizer under tokenizer.ggml.*. llama.cpp's converter already put q and k in interleaved
-// RoPE order, the order minfer computes in.
+// tokenizer under tokenizer.ggml.*. For llama, llama.cpp's converter already put q and k in
+// interleaved RoPE order, the order minfer computes in; the others keep Hugging Face's
+// rotate-half order, which LlamaModel permutes at upload (model/llama_weights.h).
 #pragma once
 
 #include <string>

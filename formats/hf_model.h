@@ -1,4 +1,5 @@
-// Hugging Face checkpoints of LlamaForCausalLM: a folder with config.json, the weights as
+// Hugging Face checkpoints of LlamaForCausalLM and the families that differ from it by a declared
+// feature (hf_model.cpp's table: Mistral, Qwen2, Qwen3, Phi-3): a folder with config.json, the weights as
 // model.safetensors or shards listed in model.safetensors.index.json, and optionally
 // generation_config.json (whose bos/eos ids win over config.json's), tokenizer.json and
 // tokenizer_config.json. `-m` takes the folder, or a .safetensors file inside it.
@@ -7,9 +8,9 @@
 // num_key_value_heads (MHA, GQA, MQA), head_dim when it differs from hidden / heads,
 // rms_norm_eps, rope_theta and rope_scaling (types llama3 and linear), or transformers 5's
 // rope_parameters, tie_word_embeddings, max_position_embeddings, bos_token_id, eos_token_id (an
-// int or a list). Anything else that changes the computation (another architecture, an unknown
-// rope scaling, attention or MLP biases, sliding windows, another activation) is refused with
-// one line naming it. q_proj and k_proj are stored for rotate-half RoPE: the weights carry
+// int or a list); a sliding_window caps the context at the window. Anything else that changes the
+// computation (another architecture, an unknown rope scaling, partial rotary embeddings, biases
+// other than Qwen2's on q, k and v, another activation) is refused with one line naming it. q_proj and k_proj are stored for rotate-half RoPE: the weights carry
 // rotate_half, and LlamaModel reorders their rows at upload (model/llama_weights.h).
 #pragma once
 

@@ -20,7 +20,10 @@ uint64_t decode_step_bytes(const LlamaConfig& c, const WeightTypes& weights, DTy
   const DType classifier = weights.of(WeightRole::classifier, 0, c.n_layers, c.dim);
   const DType table = c.shared_classifier ? classifier : weights.of(WeightRole::embedding, 0, c.n_layers, c.dim);
   uint64_t matrices = c.layer_matrix_bytes(weights) + dtype_bytes(classifier, uint64_t(c.vocab_size) * d);
+  // The norms, and Qwen's q, k, v biases and q, k norms, in f32.
   uint64_t norms = (2 * uint64_t(c.n_layers) + 1) * d * 4;
+  if (c.qkv_bias) norms += uint64_t(c.n_layers) * uint64_t(c.q_dim() + 2 * c.kv_dim()) * 4;
+  if (c.qk_norm) norms += uint64_t(c.n_layers) * 2 * uint64_t(c.head_dim()) * 4;
   uint64_t embedding_rows = uint64_t(n_seqs) * dtype_bytes(table, d);
   return matrices + norms + embedding_rows + kv_cache_step_bytes(c, kv, n_seqs, pos);
 }

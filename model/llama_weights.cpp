@@ -18,6 +18,13 @@ void check_tensor(const std::string& source, const std::string& name, const Tens
   }
 }
 
+// A bias or a head's norm: a vector of `n` in f32, f16 or bf16 (reordered element by element under
+// rotate-half, which a block of a quantized type would not allow).
+void check_vector(const std::string& source, const std::string& name, const Tensor& t, int64_t n) {
+  check_tensor(source, name, t, {n});
+  if (is_quantized(t.dtype())) fail(source, ": ", name, " is ", dtype_name(t.dtype()), "; it must be f32, f16 or bf16");
+}
+
 }  // namespace
 
 void LlamaHostWeights::validate(const std::string& source) const {
@@ -37,15 +44,15 @@ void LlamaHostWeights::validate(const std::string& source) const {
     check_tensor(source, at + "wk", w.wk, {kv, d});
     check_tensor(source, at + "wv", w.wv, {kv, d});
     if (c.qkv_bias) {
-      check_tensor(source, at + "q bias", w.bq, {q});
-      check_tensor(source, at + "k bias", w.bk, {kv});
-      check_tensor(source, at + "v bias", w.bv, {kv});
+      check_vector(source, at + "q bias", w.bq, q);
+      check_vector(source, at + "k bias", w.bk, kv);
+      check_vector(source, at + "v bias", w.bv, kv);
     } else if (w.bq.defined() || w.bk.defined() || w.bv.defined()) {
       fail(source, ": ", at, "attention has biases the config does not declare (qkv_bias)");
     }
     if (c.qk_norm) {
-      check_tensor(source, at + "q norm", w.q_norm, {c.head_dim()});
-      check_tensor(source, at + "k norm", w.k_norm, {c.head_dim()});
+      check_vector(source, at + "q norm", w.q_norm, c.head_dim());
+      check_vector(source, at + "k norm", w.k_norm, c.head_dim());
     } else if (w.q_norm.defined() || w.k_norm.defined()) {
       fail(source, ": ", at, "attention has q and k norms the config does not declare (qk_norm)");
     }

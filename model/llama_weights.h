@@ -3,12 +3,12 @@
 // in the dtype they are stored in.
 //
 // note: the layout is the one minfer computes in: matrices are (out_features, in_features), and
-// the rows of wq and wk hold each head's dimensions as llama2.c and GGUF order them, in
+// the rows of wq and wk hold each head's dimensions as llama2.c and GGUF's llama order them, in
 // interleaved RoPE pairs (0, 1), (2, 3), ... Hugging Face checkpoints store q and k for the
 // rotate-half convention instead, pairs (j, j + head_dim / 2); a loader of such a file sets
-// `rotate_half`, and LlamaModel permutes those rows as it uploads them. The permutation is exact
-// (attention's dot products do not see an order that q and k share), costs nothing at run time,
-// and keeps one RoPE kernel for every format.
+// `rotate_half`, and LlamaModel permutes those rows (and the q, k biases and norms with them) as
+// it uploads them. The permutation is exact (attention's dot products do not see an order that q
+// and k share), costs nothing at run time, and keeps one RoPE kernel for every format.
 #pragma once
 
 #include <functional>

@@ -120,6 +120,8 @@ TEST(CliRobustness, BadOptionsAreRefusedBeforeAnyWork) {
       {{"make-model", "--vocab", "2", "-o", "/tmp/never-written.bin"}, 1, "vocab_size = 2, must be in [3"},
       {{"make-model", "--vocab", "-5", "-o", "/tmp/never-written.bin"}, 1, "vocab_size = -5"},
       {{"make-model", "--dim", "100000", "-o", "/tmp/never-written.bin"}, 1, "dim = 100000"},
+      {{"make-model", "--preset", "qwen3-0.6b", "--format", "gguf", "-o", "/tmp/never-written.gguf"}, 1,
+       "make-model: preset qwen3-0.6b has q and k norms, and make-model writes Llama models"},
       {{"bench", "-m", "preset:tiny", "--save-json", "/nonexistent-dir/r.json"}, 1, "No such file or directory"},
       {{"bench", "-m", "preset:tiny", "--save-json", "/dev/full"}, 1, "is a character device"},
       {{"bench", "-m", "preset:tiny", "--save-json", "/tmp"}, 1, "is a directory"},

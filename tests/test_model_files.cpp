@@ -441,6 +441,24 @@ TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {
     file_with("a misaligned offset", d, "not aligned");
   }
   file_with("not GGUF at all but named .gguf", std::string(64, 'x'), "dim = 2021161080");
+  // The families' files (the fixtures llama.cpp's converter wrote), each broken once: a key's
+  // value sits after the key's name and its type (4 bytes).
+  const std::string models = std::string(MINFER_SOURCE_DIR) + "/tests/data/models/";
+  if (std::filesystem::exists(models + "qwen2-f32.gguf") && std::filesystem::exists(models + "phi3-f32.gguf")) {
+    std::string qwen2 = slurp(models + "qwen2-f32.gguf");
+    const std::string bias = "blk.0.attn_q.bias";
+    qwen2.replace(qwen2.find(bias), bias.size(), "blk.0.attn_x.bias");
+    file_with("a bias Qwen2 does not have", qwen2, "tensor 'blk.0.attn_x.bias' is not part of a qwen2 model");
+    const std::string phi3 = slurp(models + "phi3-f32.gguf");
+    auto phi3_with = [&](const std::string& key, uint32_t value) {
+      std::string b = phi3;
+      std::memcpy(b.data() + b.find(key) + key.size() + 4, &value, 4);
+      return b;
+    };
+    file_with("partial rotary", phi3_with("phi3.rope.dimension_count", 8), "RoPE over 8 of a head's 16 dimensions");
+    file_with("a fused qkv of other rows", phi3_with("phi3.attention.head_count_kv", 2),
+              "does not hold the config's q | k | v");
+  }
   for (const Broken& b : cases) expect_refused(b);
 }
 

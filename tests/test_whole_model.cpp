@@ -490,23 +490,29 @@ TEST(WholeModel, PresetsGiveTheReferenceGreedyIdsOnTheCpu) {
   }
 }
 
-// Synthetic weights with qkv_bias (presets such as qwen2.5-0.5b) fill the biases: the same seed
-// without them gives other logits, and the CPU backend agrees with the reference on them.
-TEST(WholeModel, SyntheticBiasesAreFilledAndAgreeAcrossBackends) {
+// Synthetic weights with Qwen's features (presets qwen2.5-0.5b, qwen3-0.6b) fill the q, k and v
+// biases and the q and k norms: the same seed without them gives other logits, the CPU backend
+// agrees with the reference on them, and the bytes counted from the config are the tensors'.
+TEST(WholeModel, SyntheticQwenWeightsAreFilledAndAgreeAcrossBackends) {
   auto ref = make_backend(BackendKind::ref);
   auto cpu = make_backend(BackendKind::cpu);
-  const LlamaConfig with = qwen2_like(shape(64, 160, 2, 4, 2, 91, true));
-  LlamaConfig without = with;
-  without.qkv_bias = false;
   auto logits_of = [](Backend& backend, const LlamaConfig& c) {
     LlamaModel model(backend, c, "synthetic", LlamaOptions{});
+    EXPECT_EQ(model.info().weight_bytes, LlamaModel::weight_bytes(c, DType::f32));
+    EXPECT_EQ(decode_step_bytes(model.info(), c, DType::f32, 1, 3), decode_step_bytes(c, DType::f32, DType::f32, 1, 3));
     Decoder decoder(model, DecoderOptions{});
     decoder.prefill({{1, 45, 20, 31}});
     return std::vector<double>(decoder.logits(0), decoder.logits(0) + c.vocab_size);
   };
-  const std::vector<double> expected = logits_of(*ref, with);
-  EXPECT_LE(nmse(expected, logits_of(*cpu, with)), 1e-10);
-  EXPECT_GT(nmse(expected, logits_of(*ref, without)), 1e-6) << "the biases change nothing";
+  for (const LlamaConfig& with :
+       {qwen2_like(shape(64, 160, 2, 4, 2, 91, true)), qwen3_like(shape(64, 160, 2, 4, 2, 91, true))}) {
+    SCOPED_TRACE(with.describe());
+    LlamaConfig without = with;
+    without.qkv_bias = without.qk_norm = false;
+    const std::vector<double> expected = logits_of(*ref, with);
+    EXPECT_LE(nmse(expected, logits_of(*cpu, with)), 1e-10);
+    EXPECT_GT(nmse(expected, logits_of(*ref, without)), 1e-6) << "the biases or norms change nothing";
+  }
 }
 
 // The rule itself: a difference after a near-tie is not a failure, one before it is.
