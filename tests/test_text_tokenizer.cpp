@@ -141,6 +141,37 @@ TEST(TextTokenizer, Gpt2ByteLevelMatchesTokenizers) { check_json_cases("gpt2-bpe
 TEST(TextTokenizer, Gpt2ByteLevelGgufGpt2) { check_gguf_cases("gpt2-bpe"); }
 TEST(TextTokenizer, GgufDefaultPreTokenizerRegexes) { check_gguf_cases("gpt2-bpe", "ids_gguf_default", "default"); }
 
+// GGUF's qwen2 pre-tokenizer is Llama 3's with single digits: on the llama3-bpe vocabulary, every
+// case's ids are llama-bpe's wherever the text has no run of two digits, and a run of digits
+// becomes one token per digit, where llama-bpe's pieces of up to three digits merge.
+TEST(TextTokenizer, GgufQwen2PreTokenizerSplitsDigitsOneByOne) {
+  GgufVocab v = gguf_vocab(read_json(fixture("llama3-bpe", "gguf_vocab.json")));
+  const auto llama3 = make_gguf_tokenizer(v, "llama3-bpe");
+  v.pre = "qwen2";
+  const auto qwen2 = make_gguf_tokenizer(v, "llama3-bpe as qwen2");
+  size_t compared = 0;
+  const json cases = read_json(fixture("llama3-bpe", "cases.json"));  // held: a range-for would dangle
+  for (const json& c : cases["cases"]) {
+    const std::string text = c["text"];
+    bool digit_run = false;
+    for (size_t i = 1; i < text.size(); ++i)
+      digit_run = digit_run || (std::isdigit(uint8_t(text[i - 1])) && std::isdigit(uint8_t(text[i])));
+    if (digit_run) continue;
+    EXPECT_EQ(qwen2->encode(text, false), llama3->encode(text, false)) << printable(text);
+    ++compared;
+  }
+  EXPECT_GE(compared, 50u);
+  const std::vector<int32_t> digits = qwen2->encode("2026 12345", false);
+  std::string joined;
+  for (int32_t id : digits) {
+    const std::string piece = qwen2->token_bytes(digits.front(), id);
+    EXPECT_LE(std::count_if(piece.begin(), piece.end(), [](char ch) { return std::isdigit(uint8_t(ch)); }), 1) << piece;
+    joined += piece;
+  }
+  EXPECT_EQ(joined, "2026 12345");
+  EXPECT_LT(llama3->encode("2026 12345", false).size(), digits.size()) << "llama-bpe merges digits in pieces of three";
+}
+
 TEST(TextTokenizer, AddedTokensLstripRstripNormalized) {
   const auto t = load_tokenizer_json(fixture("added-tokens", "tokenizer.json"));
   const json cases = read_json(fixture("added-tokens", "cases.json"));
