@@ -28,6 +28,7 @@
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "kernels/ref/attention.h"
+#include "kernels/ref/glu.h"
 
 namespace minfer {
 
@@ -95,8 +96,9 @@ class Backend {
   // Turns recording (CUDA Graphs) on or off where the backend can record.
   virtual void set_recording(bool on) { (void)on; }
 
-  // out[m, :] = table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32
-  virtual void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+  // out[m, :] = scale * table[ids[m], :]   out (M, D) f32; table (V, D); ids (M) i32; scale: 1, or
+  //                                Gemma's sqrt(dim) on its embeddings
+  virtual void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) = 0;
   // out = rmsnorm(x) * weight      out, x (M, D); weight (D) f32, or (G) with D = k G: each row's
   //                                k runs of G normalised apart (Qwen3's heads); out may alias x
   virtual void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) = 0;
@@ -114,13 +116,13 @@ class Backend {
   virtual void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& seq,
                              const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
-  // causal attention of each row over its sequence's cache up to its position, by either
-  // algorithm of kernels/ref/attention.h
+  // causal attention of each row over its sequence's cache up to its position (within the spec's
+  // window, scores scaled as it says), by either algorithm of kernels/ref/attention.h
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         int64_t head_dim, AttentionAlgorithm algorithm) = 0;
-  // out = silu(gate) * up          (M, F) each
-  virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+                         const AttentionSpec& spec, AttentionAlgorithm algorithm) = 0;
+  // out = act(gate) * up           (M, F) each; act: silu (SwiGLU) or tanh-GELU (GeGLU)
+  virtual void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) = 0;
   // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a
   //                                bias, Qwen2's on q, k, v); out may alias a, or b when b is (M, D)
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;

@@ -13,7 +13,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/sum.h"
-#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/glu.h"
 
 namespace minfer {
 
@@ -41,10 +41,10 @@ std::string CpuBackend::name() const {
                         batch_invariant_ ? ", batch-invariant" : "", ")");
 }
 
-void CpuBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
+void CpuBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) {
   checks::gather_rows(out, table, ids, kCpu);
   cpu::gather_rows(threads_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0),
-                 out.size(1), table.size(0));
+                 out.size(1), table.size(0), scale);
 }
 
 void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
@@ -94,21 +94,20 @@ void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, con
 
 void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                           int64_t head_dim, AttentionAlgorithm algorithm) {
-  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCpu);
+                           const AttentionSpec& spec, AttentionAlgorithm algorithm) {
+  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kCpu);
   require_cpu_cache("attention", k_cache);
   checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
   auto run = algorithm == AttentionAlgorithm::online_softmax
                  ? cpu::attention<AttentionAlgorithm::online_softmax>
                  : cpu::attention<AttentionAlgorithm::three_pass>;
   run(threads_, {f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), i32(seq), i32(pos),
-                 s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx});
+                 s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx, spec.score_scale(), spec.window});
 }
 
-void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  checks::elementwise("swiglu", out, gate, up, kCpu);
-  cpu::swiglu(threads_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0),
-              out.size(1));
+void CpuBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
+  checks::elementwise("glu", out, gate, up, kCpu);
+  cpu::glu(threads_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1), activation);
 }
 
 void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

@@ -34,7 +34,7 @@
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sum.cuh"
-#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/glu.cuh"
 
 namespace minfer {
 
@@ -110,9 +110,10 @@ class CudaBackend final : public Backend, private Recorder {
 
   void forget_recordings(const std::string& prefix) override { recordings_.forget(prefix); }
 
-  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override {
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) override {
     checks::gather_rows(out, table, ids, kCuda);
-    cuda::gather_rows(stream_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1));
+    cuda::gather_rows(stream_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1),
+                      scale);
   }
 
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
@@ -181,10 +182,12 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
-                 const Tensor& pos, int64_t head_dim, AttentionAlgorithm algorithm) override {
-    auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kCuda);
-    cuda::AttentionArgs a{f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
-                          i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx};
+                 const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm algorithm) override {
+    auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kCuda);
+    cuda::AttentionArgs a{f32(out),    ld(out),           f32(q),      ld(q),       k_cache.data(),
+                          v_cache.data(), k_cache.dtype(), i32(seq),   i32(pos),    s.M,
+                          s.n_heads,   s.n_kv_heads,      s.head_dim,  s.cache.n_ctx, spec.score_scale(),
+                          spec.window};
     switch (cuda_attention(algorithm, s.M)) {  // engine/cuda_choices.h
       case CudaAttention::three_pass:
         cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
@@ -200,9 +203,10 @@ class CudaBackend final : public Backend, private Recorder {
     }
   }
 
-  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override {
-    checks::elementwise("swiglu", out, gate, up, kCuda);
-    cuda::swiglu(stream_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1));
+  void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) override {
+    checks::elementwise("glu", out, gate, up, kCuda);
+    cuda::glu(stream_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1),
+              activation);
   }
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {

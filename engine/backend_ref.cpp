@@ -12,7 +12,7 @@
 #include "kernels/ref/rmsnorm.h"
 #include "kernels/ref/rope.h"
 #include "kernels/ref/sum.h"
-#include "kernels/ref/swiglu.h"
+#include "kernels/ref/glu.h"
 
 namespace minfer {
 
@@ -24,10 +24,10 @@ constexpr DeviceKind kHost = DeviceKind::cpu;
 
 RefBackend::RefBackend() : pool_(std::make_unique<HostUpstream>()) {}
 
-void RefBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
+void RefBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) {
   checks::gather_rows(out, table, ids, kHost);
   ref::gather_rows(f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0), out.size(1),
-                 table.size(0));
+                 table.size(0), scale);
 }
 
 void RefBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
@@ -76,16 +76,17 @@ void RefBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, con
 // attention.h), so `algorithm` changes nothing here.
 void RefBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                            const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                           int64_t head_dim, AttentionAlgorithm) {
-  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, head_dim, kHost);
+                           const AttentionSpec& spec, AttentionAlgorithm) {
+  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kHost);
   checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
   ref::attention(f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
-                 i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx);
+                 i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx, spec.score_scale(),
+                 spec.window);
 }
 
-void RefBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  checks::elementwise("swiglu", out, gate, up, kHost);
-  ref::swiglu(f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1));
+void RefBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
+  checks::elementwise("glu", out, gate, up, kHost);
+  ref::glu(f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1), activation);
 }
 
 void RefBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

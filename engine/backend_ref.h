@@ -17,7 +17,7 @@ class RefBackend final : public Backend {
   CachingPool& pool() override { return pool_; }
   CachingPool& host_pool() override { return pool_; }
 
-  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;
   void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta,
                         const Tensor& weight, float eps) override;
@@ -29,9 +29,9 @@ class RefBackend final : public Backend {
                      const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
                      int64_t head_dim) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                 const Tensor& seq, const Tensor& pos, int64_t head_dim,
+                 const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
                  AttentionAlgorithm algorithm) override;
-  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void argmax(const Tensor& out, const Tensor& x) override;
   void sum(const Tensor& out, const Tensor& x) override;

@@ -1,5 +1,7 @@
 #include "engine/op_checks.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace minfer::op_checks {
@@ -156,7 +158,8 @@ CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Ten
 
 AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         int64_t head_dim, DeviceKind device) {
+                         const AttentionSpec& spec, DeviceKind device) {
+  const int64_t head_dim = spec.head_dim;
   Rows o = activation("attention", "out", out, device);
   Rows qr = activation("attention", "q", q, device);
   same_rows("attention", o, "out", qr, "q");
@@ -167,6 +170,8 @@ AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cac
   AttentionShape s{qr.rows, qr.cols / head_dim, cache.n_kv_heads, head_dim, cache};
   MINFER_CHECK(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: ", s.n_heads,
                " query heads cannot share ", s.n_kv_heads, " KV heads");
+  MINFER_CHECK(spec.window >= 0 && spec.scale >= 0.0f && std::isfinite(spec.scale), "attention: a window of ",
+               spec.window, " keys and a scale of ", spec.scale);
   index_vector("attention", "seq", seq, qr.rows, device);
   index_vector("attention", "pos", pos, qr.rows, device);
   return s;

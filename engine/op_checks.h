@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/ref/attention.h"
 
 namespace minfer::op_checks {
 
@@ -57,7 +58,7 @@ CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& 
                     const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device);
 AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         int64_t head_dim, DeviceKind device);
+                         const AttentionSpec& spec, DeviceKind device);
 void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                  DeviceKind device);
 // out = a + b, with b (M, D) like a, or a row (D) added to every row (a bias): returns b's row

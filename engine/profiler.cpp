@@ -28,8 +28,8 @@ std::string matmul_label(const Tensor& x, const Tensor& w) {
 }
 }  // namespace
 
-void ProfilingBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  timed("gather_rows", [&] { inner_.gather_rows(out, table, ids); });
+void ProfilingBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) {
+  timed("gather_rows", [&] { inner_.gather_rows(out, table, ids, scale); });
 }
 void ProfilingBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   timed("rmsnorm", [&] { inner_.rmsnorm(out, x, weight, eps); });
@@ -54,13 +54,13 @@ void ProfilingBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cach
   timed("rope_kv_store", [&] { inner_.rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim); });
 }
 void ProfilingBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                 const Tensor& seq, const Tensor& pos, int64_t head_dim,
+                                 const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
                                  AttentionAlgorithm algorithm) {
   timed(std::string("attention (") + attention_algorithm_name(algorithm) + ")",
-        [&] { inner_.attention(out, q, k_cache, v_cache, seq, pos, head_dim, algorithm); });
+        [&] { inner_.attention(out, q, k_cache, v_cache, seq, pos, spec, algorithm); });
 }
-void ProfilingBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  timed("swiglu", [&] { inner_.swiglu(out, gate, up); });
+void ProfilingBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
+  timed(std::string("glu (") + glu_activation_name(activation) + ")", [&] { inner_.glu(out, gate, up, activation); });
 }
 void ProfilingBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   timed("add", [&] { inner_.add(out, a, b); });

@@ -73,7 +73,7 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   points.push_back(memory_bound({"rmsnorm", 4.0 * rows * D, 8.0 * rows * D,
                                  median_seconds(reps, [&] { b.rmsnorm(y, x, g, 1e-5f); }, sync), ""}));
   points.push_back(memory_bound({"swiglu", 6.0 * rows * D, 12.0 * rows * D,
-                                 median_seconds(reps, [&] { b.swiglu(y, x, z); }, sync), ""}));
+                                 median_seconds(reps, [&] { b.glu(y, x, z, GluActivation::silu); }, sync), ""}));
   x = y = z = Tensor();
   const int64_t T = 2048, heads = 16, hd = 64;
   const uint64_t seq_bytes = 2 * heads * T * hd * 4;  // keys and values of one sequence
@@ -94,7 +94,7 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   points.push_back(memory_bound(
       {"attention, decode of " + std::to_string(seqs) + " x 2048", 4.0 * seqs * heads * hd * T,
        2.0 * seqs * heads * T * hd * 4,
-       median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, hd, AttentionAlgorithm::online_softmax); }, sync),
+       median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, {hd}, AttentionAlgorithm::online_softmax); }, sync),
        ""}));
   return points;
 }

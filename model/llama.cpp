@@ -2,17 +2,23 @@
 //
 // A batch is M rows (tokens); each row carries its sequence and its position. One layer:
 //
+//   x   = embedding[token] * embedding_scale         before the first layer (the scale: Gemma)
+//
 //   xb  = rmsnorm(x) * rms_att                       attention block
 //   qkv = xb Wqkv^T (+ bqkv)                         q (q_dim) | k (kv_dim) | v (kv_dim) per row;
 //                                                    the bias with qkv_bias only (Qwen2)
-//   q, k = rmsnorm per head (q, k)                   with qk_norm only (Qwen3)
-//   q, k = rope(q, k)                                rotate pairs by the row's position
+//   q, k = rmsnorm per head (q, k)                   with qk_norm only (Qwen3, Gemma 3)
+//   q, k = rope(q, k)                                rotate pairs by the row's position (a
+//                                                    sliding layer by its own table: Gemma 3)
 //   cache[seq, pos] = k, v                           the KV cache remembers this position
-//   att = attention(q, cache)                        each row attends to positions 0..pos
-//   x  += att Wo^T                                   residual
+//   att = attention(q, cache)                        each row attends to positions 0..pos, or
+//                                                    pos - W + 1..pos in a sliding layer
+//   o   = att Wo^T (then rmsnorm(o) * rms_post_att)  the post norm with post_norms only (Gemma 3)
+//   x  += o                                          residual
 //   xb  = rmsnorm(x) * rms_ffn                       feed-forward block
 //   h1 | h3 = xb W13^T
-//   x  += (silu(h1) * h3) W2^T                       residual
+//   f   = (act(h1) * h3) W2^T                        act: silu, or tanh-GELU (Gemma)
+//   x  += f (or rmsnorm(f) * rms_post_ffn)           residual
 //
 // then, for the rows whose logits are wanted only: logits = rmsnorm(x) * rms_final Wcls^T.
 //
@@ -151,15 +157,17 @@ uint64_t stored_bytes(const std::optional<WeightTypes>& wanted, const LayerMatri
   return dtype_bytes(stored_type(wanted, m, n_layers), checked_mul(uint64_t(m.rows), uint64_t(m.in), "model size"));
 }
 
-// Every weight as allocate() will store it: the norms, the biases (and q, k norms) and the RoPE table in f32, the
-// tables and the matrices in their stored types. `host` may be null (synthetic weights, typed by
-// `wanted`).
+// Every weight as allocate() will store it: the norms, the biases (and q, k norms) and the RoPE
+// tables in f32, the tables and the matrices in their stored types. `host` may be null (synthetic
+// weights, typed by `wanted`).
 uint64_t planned_bytes(const LlamaConfig& c, const LlamaHostWeights* host, const std::optional<WeightTypes>& wanted) {
   const char* what = "model size";
-  const uint64_t norms = checked_mul(2 * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what);
+  const uint64_t layer_norms = c.post_norms ? 4 : 2;
+  const uint64_t norms = checked_mul(layer_norms * uint64_t(c.n_layers) + 1, uint64_t(c.dim), what);
   uint64_t biases = c.qkv_bias ? checked_mul(uint64_t(c.n_layers), uint64_t(c.q_dim() + 2 * c.kv_dim()), what) : 0;
   if (c.qk_norm) biases = checked_add(biases, checked_mul(uint64_t(c.n_layers), 2 * uint64_t(c.head_dim()), what), what);
-  const uint64_t rope = checked_mul(uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
+  const uint64_t rope =
+      checked_mul(uint64_t(c.rope_theta_sliding > 0.0 ? 2 : 1) * uint64_t(c.n_ctx), uint64_t(c.head_dim()), what);
   uint64_t bytes = checked_mul(checked_add(checked_add(norms, biases, what), rope, what), 4, what);
   bytes = checked_add(bytes, stored_bytes(wanted, embedding_table(c, host), c.n_layers), what);
   if (!c.shared_classifier) bytes = checked_add(bytes, stored_bytes(wanted, classifier_table(c, host), c.n_layers), what);
@@ -179,6 +187,21 @@ uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, const std::optional
   return planned_bytes(w.config, &w, dtype);
 }
 
+namespace {
+
+// The (n_ctx, head_dim) table of (cos, sin) pairs on the backend: the global one, or with `sliding`
+// the sliding layers' own (LlamaConfig::rope_theta_sliding).
+Tensor rope_table(Backend& backend, const LlamaConfig& c, bool sliding) {
+  const std::vector<float> inv_freq = c.rope_inv_freq(sliding);
+  Tensor host = backend.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
+  ref::rope_table(host.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());
+  Tensor table = backend.empty({c.n_ctx, c.head_dim()}, DType::f32);
+  table.copy_from(host);
+  return table;
+}
+
+}  // namespace
+
 void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
   const LlamaConfig& c = config_;
   const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
@@ -197,6 +220,10 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
     w_.q_norm = backend_.empty({L, c.head_dim()}, DType::f32);
     w_.k_norm = backend_.empty({L, c.head_dim()}, DType::f32);
   }
+  if (c.post_norms) {
+    w_.rms_post_att = backend_.empty({L, d}, DType::f32);
+    w_.rms_post_ffn = backend_.empty({L, d}, DType::f32);
+  }
   w_.layers.assign(size_t(L), Layer());
   std::vector<PlannedPart> plan;
   for (int64_t l = 0; l < L; ++l) {
@@ -209,16 +236,14 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   }
   allocate_parts(backend_, plan);
   uint64_t bytes = w_.rms_att.nbytes() + w_.rms_ffn.nbytes() + w_.rms_final.nbytes() +
-                   (c.qkv_bias ? w_.bqkv.nbytes() : 0) + (c.qk_norm ? w_.q_norm.nbytes() + w_.k_norm.nbytes() : 0);
+                   (c.qkv_bias ? w_.bqkv.nbytes() : 0) + (c.qk_norm ? w_.q_norm.nbytes() + w_.k_norm.nbytes() : 0) +
+                   (c.post_norms ? w_.rms_post_att.nbytes() + w_.rms_post_ffn.nbytes() : 0);
   for_each_matrix([&](const Tensor& t) {
     bytes += t.nbytes();
     backend_.check_weights(t.dtype(), name);
   });
-  const std::vector<float> inv_freq = c.rope_inv_freq();
-  Tensor rope = backend_.empty_host({c.n_ctx, c.head_dim()}, DType::f32);
-  ref::rope_table(rope.data_as<float>(), c.n_ctx, inv_freq.data(), c.head_dim());
-  w_.rope = backend_.empty({c.n_ctx, c.head_dim()}, DType::f32);
-  w_.rope.copy_from(rope);
+  w_.rope = rope_table(backend_, c, false);
+  if (c.rope_theta_sliding > 0.0) w_.rope_sliding = rope_table(backend_, c, true);
 
   info_.name = name;
   info_.shape = c.describe();
@@ -228,7 +253,7 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   info_.n_kv_heads = c.n_kv_heads;
   info_.head_dim = c.head_dim();
   info_.n_params = c.n_params();
-  info_.weight_bytes = bytes + w_.rope.nbytes();
+  info_.weight_bytes = bytes + w_.rope.nbytes() + (w_.rope_sliding.defined() ? w_.rope_sliding.nbytes() : 0);
   info_.embedding_row_bytes = dtype_bytes(w_.token_embedding.dtype(), uint64_t(d));
   // A step reads every matrix, the norms and the classifier; of an embedding table of its own only
   // one row per sequence (embedding_row_bytes).
@@ -277,6 +302,17 @@ Tensor interleave_rope_rows(Backend& backend, const Tensor& w, int64_t heads, in
   return out;
 }
 
+// An RMSNorm's weights in f32 with `offset` added (LlamaHostWeights::norm_weight_offset: Gemma's
+// checkpoints store w for x (1 + w)); `w` itself where the offset is 0.
+Tensor offset_norm(Backend& backend, const Tensor& w, float offset) {
+  if (offset == 0.0f) return w;
+  Tensor out = backend.empty_host(w.shape(), DType::f32);
+  out.convert_from(w);
+  float* values = out.data_as<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) values[i] += offset;
+  return out;
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
@@ -291,19 +327,30 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
     upload(backend_, dst, src);
     if (weights.release) weights.release(src);
   };
-  auto put_rope_rows = [&](const Tensor& dst, const Tensor& src, int64_t heads) {
-    if (!weights.rotate_half) return put(dst, src);
-    upload(backend_, dst, interleave_rope_rows(backend_, src, heads, hd));
+  // `heads` heads of head_dim rows (or elements), reordered under rotate-half; `offset` is added
+  // to a norm's weights.
+  auto put_rope_rows = [&](const Tensor& dst, const Tensor& src, int64_t heads, float offset = 0.0f) {
+    const Tensor shifted = offset_norm(backend_, src, offset);
+    upload(backend_, dst, weights.rotate_half ? interleave_rope_rows(backend_, shifted, heads, hd) : shifted);
+    if (weights.release) weights.release(src);
+  };
+  const float norm_offset = weights.norm_weight_offset;
+  auto put_norm = [&](const Tensor& dst, const Tensor& src) {
+    upload(backend_, dst, offset_norm(backend_, src, norm_offset));
     if (weights.release) weights.release(src);
   };
   put(w_.token_embedding, weights.token_embedding);
   if (!config_.shared_classifier) put(w_.classifier, weights.classifier);
-  put(w_.rms_final, weights.rms_final);
+  put_norm(w_.rms_final, weights.rms_final);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LlamaHostWeights::Layer& src = weights.layers[static_cast<size_t>(l)];
     const Layer& dst = w_.layers[static_cast<size_t>(l)];
-    put(w_.rms_att.select(0, l), src.rms_att);
-    put(w_.rms_ffn.select(0, l), src.rms_ffn);
+    put_norm(w_.rms_att.select(0, l), src.rms_att);
+    put_norm(w_.rms_ffn.select(0, l), src.rms_ffn);
+    if (config_.post_norms) {
+      put_norm(w_.rms_post_att.select(0, l), src.post_att_norm);
+      put_norm(w_.rms_post_ffn.select(0, l), src.post_ffn_norm);
+    }
     put_rope_rows(dst.wqkv.slice(0, q).tensor(), src.wq, config_.n_heads);
     put_rope_rows(dst.wqkv.slice(q, q + kv).tensor(), src.wk, config_.n_kv_heads);
     put(dst.wqkv.slice(q + kv, q + 2 * kv).tensor(), src.wv);
@@ -314,8 +361,8 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
       put(bias.slice(0, q + kv, q + 2 * kv), src.bv);
     }
     if (config_.qk_norm) {  // a head's weights, reordered as its rows are
-      put_rope_rows(w_.q_norm.select(0, l), src.q_norm, 1);
-      put_rope_rows(w_.k_norm.select(0, l), src.k_norm, 1);
+      put_rope_rows(w_.q_norm.select(0, l), src.q_norm, 1, norm_offset);
+      put_rope_rows(w_.k_norm.select(0, l), src.k_norm, 1, norm_offset);
     }
     put(dst.wo.tensor(), src.wo);
     put(dst.w13.slice(0, h).tensor(), src.w1);
@@ -349,6 +396,10 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
     if (config_.qk_norm) {
       fill(w_.q_norm.select(0, l), WeightKind::qk_norm, l);
       fill(w_.k_norm.select(0, l), WeightKind::qk_norm, l);
+    }
+    if (config_.post_norms) {
+      fill(w_.rms_post_att.select(0, l), WeightKind::post_norm, l);
+      fill(w_.rms_post_ffn.select(0, l), WeightKind::post_norm, l);
     }
     fill(dst.wo.tensor(), WeightKind::wo, l);
     fill(dst.w13.slice(0, h).tensor(), WeightKind::w1, l);
@@ -416,6 +467,9 @@ struct LlamaModel::LayerViews {
   Tensor rms_att, rms_ffn;                                    // this layer's weights
   Tensor bqkv, bq, bk, bv;                                    // and biases (qkv_bias only)
   Tensor q_norm, k_norm;                                      // and q, k norms (qk_norm only)
+  Tensor rms_post_att, rms_post_ffn;                          // and post norms (post_norms only)
+  Tensor rope;                                                // this layer's RoPE table
+  AttentionSpec attention;                                    // its scale and window
   const Layer* w = nullptr;                                   // (a pointer: no copy per step)
   Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
 };
@@ -447,6 +501,12 @@ LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCac
     v.q_norm = w_.q_norm.select(0, l);
     v.k_norm = w_.k_norm.select(0, l);
   }
+  if (config_.post_norms) {
+    v.rms_post_att = w_.rms_post_att.select(0, l);
+    v.rms_post_ffn = w_.rms_post_ffn.select(0, l);
+  }
+  v.rope = config_.layer_uses_sliding_rope(l) ? w_.rope_sliding : w_.rope;
+  v.attention = config_.attention_spec(l);
   v.w = &w_.layers[static_cast<size_t>(l)];
   v.k_cache = cache.k(l);
   v.v_cache = cache.v(l);
@@ -471,18 +531,20 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
     be.rmsnorm(v.q, v.q, v.q_norm, config_.rms_eps);
     be.rmsnorm(v.k, v.k, v.k_norm, config_.rms_eps);
   }
-  be.rope(v.q, b.pos, w_.rope, hd);
-  be.rope(v.k, b.pos, w_.rope, hd);
+  be.rope(v.q, b.pos, v.rope, hd);
+  be.rope(v.k, b.pos, v.rope, hd);
   be.kv_store(v.k_cache, v.v_cache, v.k, v.v, b.seq, b.pos);
-  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, hd, AttentionAlgorithm::three_pass);
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, v.attention, AttentionAlgorithm::three_pass);
   matmul(be, v.proj, v.att, v.w->wo);
+  if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, config_.rms_eps);
   be.add(v.x, v.x, v.proj);
 
   be.rmsnorm(v.xb, v.x, v.rms_ffn, config_.rms_eps);
   matmul(be, v.gate, v.xb, v.w->w13, 0, h);
   matmul(be, v.up, v.xb, v.w->w13, h, 2 * h);
-  be.swiglu(v.hb, v.gate, v.up);
+  be.glu(v.hb, v.gate, v.up, config_.activation);
   matmul(be, v.proj, v.hb, v.w->w2);
+  if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, config_.rms_eps);
   be.add(v.x, v.x, v.proj);
 }
 
@@ -501,14 +563,16 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
     be.rmsnorm(v.q, v.q, v.q_norm, eps);
     be.rmsnorm(v.k, v.k, v.k_norm, eps);
   }
-  be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, w_.rope, config_.head_dim());
-  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, config_.head_dim(), AttentionAlgorithm::online_softmax);
+  be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, v.rope, config_.head_dim());
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, v.attention, AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);
+  if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, eps);
 
   be.residual_rmsnorm(v.xb, v.x, v.proj, v.rms_ffn, eps);  // x += proj; xb = rmsnorm(x)
   matmul(be, v.h13, v.xb, v.w->w13);
-  be.swiglu(v.hb, v.gate, v.up);
+  be.glu(v.hb, v.gate, v.up, config_.activation);
   matmul(be, v.proj, v.hb, v.w->w2);
+  if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, eps);
   if (l + 1 < config_.n_layers)
     be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
   else
@@ -523,7 +587,7 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
                    cache.head_dim() == config_.head_dim(),
                "forward: the KV cache does not match the model");
   Tensor x = ws_.x.slice(0, 0, M);
-  backend_.gather_rows(x, w_.token_embedding, b.tokens);
+  backend_.gather_rows(x, w_.token_embedding, b.tokens, config_.embedding_scale);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     TraceRange trace("layer");
     const LayerViews views = layer_views(l, M, cache);
@@ -533,7 +597,7 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   if (R == 0) return;
   // Logits only where they are needed: gather those rows, normalise, classify.
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
-  backend_.gather_rows(last, x, b.logit_rows);
+  backend_.gather_rows(last, x, b.logit_rows, 1.0f);
   backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
   backend_.matmul(logits, last_norm, w_.classifier);
 }

@@ -116,8 +116,10 @@ class LlamaModel final : public Model {
     Tensor rms_final;        // (dim) f32
     Tensor bqkv;             // (L, q_dim + 2 kv_dim) f32: q | k | v biases, with qkv_bias only
     Tensor q_norm, k_norm;   // (L, head_dim) f32 each: with qk_norm only
+    Tensor rms_post_att, rms_post_ffn;  // (L, dim) f32 each: with post_norms only
     std::vector<Layer> layers;
     Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
+    Tensor rope_sliding;     // (n_ctx, head_dim) f32: the sliding layers' own, with rope_theta_sliding only
   } w_;
   // Activations for up to `rows` rows.
   struct Workspace {
@@ -128,7 +130,7 @@ class LlamaModel final : public Model {
     Tensor att;   // (rows, q_dim): attention output
     Tensor proj;  // (rows, dim): output of wo and w2, added to the residual stream
     Tensor h13;   // (rows, 2 hidden): w1 x | w3 x
-    Tensor hb;    // (rows, hidden): silu(w1 x) * w3 x
+    Tensor hb;    // (rows, hidden): act(w1 x) * w3 x
     Tensor last;  // (logit_rows, dim): the rows whose logits are wanted
     Tensor last_norm;  // (logit_rows, dim)
   } ws_;

@@ -52,6 +52,15 @@ void LlamaConfig::validate(const std::string& source) const {
     if (id < 0 || id >= vocab_size) fail(source, ": eos_token_id = ", id, " is outside the vocabulary");
   if (n_heads % n_kv_heads != 0)
     fail(source, ": n_heads = ", n_heads, " is not a multiple of n_kv_heads = ", n_kv_heads);
+  if (!(embedding_scale > 0.0f && embedding_scale < 1e6f))
+    fail(source, ": embedding scale = ", embedding_scale, ", must be in (0, 1e6)");
+  if (!(attention_scale >= 0.0f && attention_scale < 1e6f))
+    fail(source, ": attention scale = ", attention_scale, ", must be in [0, 1e6)");
+  check_range(source, "sliding_window", sliding_window, 0, kMaxCtx);
+  if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != n_layers)
+    fail(source, ": ", sliding_layers.size(), " layer types for ", n_layers, " layers");
+  if (rope_theta_sliding != 0.0 && !(rope_theta_sliding > 1.0 && rope_theta_sliding < 1e12))
+    fail(source, ": the sliding layers' rope_theta = ", rope_theta_sliding, ", must be in (1, 1e12)");
 }
 
 DType matrix_dtype(DType wanted, int64_t in_features) {
@@ -123,11 +132,11 @@ uint64_t LlamaConfig::layer_matrix_bytes(const WeightTypes& wanted) const {
   return bytes;
 }
 
-std::vector<float> LlamaConfig::rope_inv_freq() const {
+std::vector<float> LlamaConfig::rope_inv_freq(bool sliding) const {
   const int64_t half = head_dim() / 2;
   std::vector<float> inv(static_cast<size_t>(half));
-  const float base = static_cast<float>(rope_theta);
-  const RopeScaling& r = rope_scaling;
+  const float base = static_cast<float>(sliding ? rope_theta_sliding : rope_theta);
+  const RopeScaling r = sliding ? RopeScaling() : rope_scaling;
   for (int64_t j = 0; j < half; ++j) {
     float f = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(head_dim()));
     switch (r.type) {
@@ -171,6 +180,7 @@ uint64_t LlamaConfig::n_params() const {
   uint64_t total = checked_add(n_matmul_params(), norms, what);
   if (qkv_bias) total = checked_add(total, checked_mul(layers, uint64_t(q_dim() + 2 * kv_dim()), what), what);
   if (qk_norm) total = checked_add(total, checked_mul(layers, 2 * uint64_t(head_dim()), what), what);
+  if (post_norms) total = checked_add(total, checked_mul(2 * layers, d, what), what);
   // The classifier counted above is the embedding table when shared, another matrix when not.
   if (!shared_classifier)
     total = checked_add(total, checked_mul(static_cast<uint64_t>(vocab_size), d, what), what);
@@ -181,7 +191,9 @@ std::string LlamaConfig::describe() const {
   return detail::concat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
                         "/", n_kv_heads, " heads", head_size > 0 ? detail::concat(" of ", head_size) : "",
                         ", vocab ", vocab_size, ", ctx ", n_ctx, shared_classifier ? "" : ", separate classifier",
-                        qkv_bias ? ", qkv bias" : "", qk_norm ? ", qk norm" : "");
+                        qkv_bias ? ", qkv bias" : "", qk_norm ? ", qk norm" : "", post_norms ? ", post norms" : "",
+                        activation == GluActivation::silu ? "" : ", GeGLU",
+                        sliding_window > 0 ? detail::concat(", window ", sliding_window) : "");
 }
 
 }  // namespace minfer

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/glu.h"
 
 namespace minfer {
 
@@ -68,9 +70,12 @@ class WeightTypes {
   bool k_mix_ = false;
 };
 
+// note: a family is a declared difference. Every field below whose comment names families is one
+// feature a loader sets from the file; its default is Llama's, and the forward pass
+// (model/llama.cpp) and the one page (model/naive_llama.cpp) apply it where it is set.
 struct LlamaConfig {
   int64_t dim = 0;          // width of the residual stream
-  int64_t hidden_dim = 0;   // width of the SwiGLU feed-forward layer
+  int64_t hidden_dim = 0;   // width of the gated feed-forward layer
   int64_t n_layers = 0;
   int64_t n_heads = 0;      // query heads
   int64_t n_kv_heads = 0;   // key/value heads (grouped-query attention when < n_heads)
@@ -79,7 +84,21 @@ struct LlamaConfig {
   int64_t head_size = 0;    // the width of a head when it is not dim / n_heads (0: dim / n_heads)
   bool shared_classifier = true;  // the output classifier is the token embedding table
   bool qkv_bias = false;    // q, k and v each add a bias after their product (Qwen2)
-  bool qk_norm = false;     // every head of q and k gets an RMSNorm before RoPE (Qwen3)
+  bool qk_norm = false;     // every head of q and k gets an RMSNorm before RoPE (Qwen3, Gemma 3)
+  // An RMSNorm of attention's output and of the feed-forward's output, each before its residual
+  // add (Gemma 3's post_attention_layernorm and post_feedforward_layernorm).
+  bool post_norms = false;
+  GluActivation activation = GluActivation::silu;  // of the feed-forward's gate: SwiGLU; GeGLU (Gemma)
+  float embedding_scale = 1.0f;  // token embeddings are multiplied by it (Gemma: sqrt(dim), in f32)
+  float attention_scale = 0.0f;  // of q . k; 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-1/2)
+  // Sliding-window attention: a sliding layer's row at position p sees keys p - W < t <= p, W =
+  // sliding_window (Mistral v0.1 and Phi-3 mini: every layer; Gemma 3: 5 layers in 6, the 6th
+  // global). 0: every layer attends to every key up to its own.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;  // (n_layers): which layers slide; empty: all, with a window
+  // The RoPE base of the sliding layers where it differs from rope_theta (Gemma 3's local layers:
+  // 10000 against 1e6), unscaled; 0: the sliding layers rotate as the others do.
+  double rope_theta_sliding = 0.0;
   float rms_eps = 1e-5f;    // RMSNorm's epsilon (llama2.c's 1e-5; config.json's rms_norm_eps)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
@@ -89,6 +108,15 @@ struct LlamaConfig {
   std::vector<int32_t> stop_ids = {1, 2};
 
   int64_t head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  bool layer_slides(int64_t layer) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)]);
+  }
+  // Layer `layer`'s attention: its head width, score scale and window.
+  AttentionSpec attention_spec(int64_t layer) const {
+    return {head_dim(), attention_scale, layer_slides(layer) ? sliding_window : 0};
+  }
+  // Whether `layer` rotates by the sliding layers' own RoPE table (rope_theta_sliding).
+  bool layer_uses_sliding_rope(int64_t layer) const { return rope_theta_sliding > 0.0 && layer_slides(layer); }
   int64_t q_dim() const { return n_heads * head_dim(); }     // width of q and of attention's output
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
 
@@ -117,8 +145,9 @@ struct LlamaConfig {
   uint64_t layer_matrix_bytes(const WeightTypes& wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
   // The RoPE frequencies of a head, theta and the scaling applied, in float as the references
-  // compute them (PyTorch in float32, run.c in float): (head_dim / 2).
-  std::vector<float> rope_inv_freq() const;
+  // compute them (PyTorch in float32, run.c in float): (head_dim / 2). With `sliding`, those of
+  // the sliding layers' table: rope_theta_sliding, unscaled.
+  std::vector<float> rope_inv_freq(bool sliding = false) const;
 };
 
 }  // namespace minfer

@@ -5,10 +5,11 @@
 //   bytes per decode step (n_seqs sequences, each at position p after the step's token is written):
 //     every weight matrix once (wq, wk, wv, wo, w1, w2, w3 per layer, and the classifier),
 //     the RMSNorm weights (f32), n_seqs rows of the embedding table,
-//     and the KV cache read by attention: n_seqs x 2 x layers x (p + 1) x kv_dim x kv bytes.
+//     and the KV cache read by attention: n_seqs x 2 x K x kv_dim x kv bytes, where K sums the
+//     keys each layer attends to: p + 1, at most the window W in a sliding layer.
 //   FLOPs of one row at position p: 2 per matrix weight (a multiply and an add) for every layer
-//     matrix, plus attention 4 x layers x n_heads x head_dim x (p + 1) (q.k and the weighted sum
-//     of v), plus 2 x vocab x dim for the classifier when the row's logits are computed.
+//     matrix, plus attention 4 x n_heads x head_dim x K (q.k and the weighted sum of v), plus
+//     2 x vocab x dim for the classifier when the row's logits are computed.
 #pragma once
 
 #include <cstdint>

@@ -57,6 +57,12 @@ void LlamaHostWeights::validate(const std::string& source) const {
       fail(source, ": ", at, "attention has q and k norms the config does not declare (qk_norm)");
     }
     check_tensor(source, at + "wo", w.wo, {d, q});
+    if (c.post_norms) {
+      check_tensor(source, at + "post-attention norm", w.post_att_norm, {d});
+      check_tensor(source, at + "post-feed-forward norm", w.post_ffn_norm, {d});
+    } else if (w.post_att_norm.defined() || w.post_ffn_norm.defined()) {
+      fail(source, ": ", at, "has post norms the config does not declare (post_norms)");
+    }
     check_tensor(source, at + "feed-forward norm", w.rms_ffn, {d});
     check_tensor(source, at + "w1 (gate)", w.w1, {h, d});
     check_tensor(source, at + "w2 (down)", w.w2, {d, h});

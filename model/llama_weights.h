@@ -33,13 +33,18 @@ struct LlamaHostWeights {
     Tensor bq, bk, bv;     // (q_dim), (kv_dim), (kv_dim): with config.qkv_bias only
     Tensor q_norm, k_norm; // (head_dim) each: with config.qk_norm only
     Tensor wo;             // (dim, q_dim)
+    Tensor post_att_norm;  // (dim): with config.post_norms only
     Tensor rms_ffn;        // (dim)
     Tensor w1;             // (hidden, dim): the gate
     Tensor w2;             // (dim, hidden): down
     Tensor w3;             // (hidden, dim): up
+    Tensor post_ffn_norm;  // (dim): with config.post_norms only
   };
   std::vector<Layer> layers;
   bool rotate_half = false;  // wq, wk rows in Hugging Face's rotate-half order (see above)
+  // Added to every RMSNorm weight as LlamaModel uploads it: 1 for Gemma's Hugging Face checkpoints,
+  // whose RMSNorm computes x (1 + w); GGUF's converter stores 1 + w already (0 there, as for Llama).
+  float norm_weight_offset = 0.0f;
   // Called with each tensor once LlamaModel has copied it: a memory-mapped loader drops the
   // file's pages (madvise), so that loading peaks near one copy of the weights, not two.
   std::function<void(const Tensor&)> release;
@@ -47,8 +52,8 @@ struct LlamaHostWeights {
 
   // Checks that every tensor is a dense 2-D (or 1-D for norms and biases) host tensor of the shape
   // the config implies, of a float or quantized type (not i32), and that the biases and the q, k
-  // norms are there exactly when config.qkv_bias and config.qk_norm say so; Error naming the
-  // tensor otherwise.
+  // norms and the post norms are there exactly when config.qkv_bias, qk_norm and post_norms say
+  // so; Error naming the tensor otherwise.
   void validate(const std::string& source) const;
 };
 

@@ -9,6 +9,7 @@
 // kernel approximates; the values stored between steps are f32, as in run.c.
 #include "model/naive_llama.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -26,15 +27,22 @@ std::vector<float> as_f32(const Tensor& t) {
   return out;
 }
 
-// RoPE frequencies in double from the config's theta and scaling, by Hugging Face's formulas
+// An RMSNorm's weights as f32, with Gemma's 1 added where its checkpoint stores w for x (1 + w)
+// (LlamaHostWeights::norm_weight_offset).
+std::vector<float> norm_f32(const Tensor& t, float offset) {
+  std::vector<float> w = as_f32(t);
+  for (float& v : w) v += offset;
+  return w;
+}
+
+// RoPE frequencies in double from theta and the config's scaling, by Hugging Face's formulas
 // (computed here again, not taken from LlamaConfig::rope_inv_freq, so that the tests compare two
-// independent computations).
-std::vector<double> rope_frequencies(const LlamaConfig& c) {
+// independent computations). Gemma 3's sliding layers use their own theta, unscaled.
+std::vector<double> rope_frequencies(const LlamaConfig& c, double theta, const RopeScaling& r) {
   const int64_t hs = c.head_dim();
   std::vector<double> f(static_cast<size_t>(hs / 2));
   for (int64_t j = 0; j < hs / 2; ++j) {
-    double x = 1.0 / std::pow(c.rope_theta, double(2 * j) / double(hs));
-    const RopeScaling& r = c.rope_scaling;
+    double x = 1.0 / std::pow(theta, double(2 * j) / double(hs));
     if (r.type == RopeScaling::Type::linear) x /= r.factor;
     if (r.type == RopeScaling::Type::factors) x /= r.factors[static_cast<size_t>(j)];
     if (r.type == RopeScaling::Type::llama3) {
@@ -99,13 +107,19 @@ void rope(float* vec,  // (n_heads, head_dim)
     }
 }
 
-// out = silu(gate) * up.
-//   forward_layer_*: be.swiglu; ref::swiglu, cpu::swiglu, cuda::swiglu in swiglu.{cpp,cu}
-void swiglu(float* out,         // (n)
-            const float* gate,  // (n)
-            const float* up,    // (n)
-            int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+// out = act(gate) * up: SwiGLU, act = silu, or Gemma's GeGLU, act = GELU in its tanh form.
+//   forward_layer_*: be.glu; ref::glu, cpu::glu, cuda::glu in glu.{cpp,cu}
+void glu(float* out,         // (n)
+         const float* gate,  // (n)
+         const float* up,    // (n)
+         int64_t n, GluActivation activation) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double act = activation == GluActivation::silu
+                           ? g / (1.0 + std::exp(-g))
+                           : 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    out[i] = static_cast<float>(act * double(up[i]));
+  }
 }
 
 // x += delta: the residual stream.
@@ -120,23 +134,29 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
     : config_(weights.config), n_ctx_(n_ctx > 0 ? n_ctx : weights.config.n_ctx), rotate_half_(weights.rotate_half) {
   const LlamaConfig& c = config_;
   MINFER_CHECK(n_ctx_ <= c.n_ctx, "NaiveLlama: ", n_ctx_, " positions, the model has ", c.n_ctx);
+  const float offset = weights.norm_weight_offset;
   embedding_ = as_f32(weights.token_embedding);
   classifier_ = as_f32(weights.classifier);
-  rms_final_ = as_f32(weights.rms_final);
+  rms_final_ = norm_f32(weights.rms_final, offset);
   for (const LlamaHostWeights::Layer& l : weights.layers) {
-    layers_.push_back({as_f32(l.rms_att), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo), as_f32(l.rms_ffn),
-                       as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}, {}, {}});
+    layers_.push_back({norm_f32(l.rms_att, offset), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo),
+                       norm_f32(l.rms_ffn, offset), as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}, {}, {}, {}, {}});
     if (c.qkv_bias) {
       layers_.back().bq = as_f32(l.bq);
       layers_.back().bk = as_f32(l.bk);
       layers_.back().bv = as_f32(l.bv);
     }
     if (c.qk_norm) {
-      layers_.back().q_norm = as_f32(l.q_norm);
-      layers_.back().k_norm = as_f32(l.k_norm);
+      layers_.back().q_norm = norm_f32(l.q_norm, offset);
+      layers_.back().k_norm = norm_f32(l.k_norm, offset);
+    }
+    if (c.post_norms) {
+      layers_.back().post_att_norm = norm_f32(l.post_att_norm, offset);
+      layers_.back().post_ffn_norm = norm_f32(l.post_ffn_norm, offset);
     }
   }
-  inv_freq_ = rope_frequencies(c);
+  inv_freq_ = rope_frequencies(c, c.rope_theta, c.rope_scaling);
+  if (c.rope_theta_sliding > 0.0) inv_freq_sliding_ = rope_frequencies(c, c.rope_theta_sliding, RopeScaling());
   key_cache_.assign(static_cast<size_t>(c.n_layers * n_ctx_ * c.kv_dim()), 0.0f);
   value_cache_.assign(key_cache_.size(), 0.0f);
   x_.resize(static_cast<size_t>(c.dim));
@@ -149,8 +169,9 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
 
-// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv (+ biases; then q, k normalised per head); rotate q, k; cache k, v at `pos`; each query head
-// attends over positions 0..pos of its key/value head; x += att Wo.
+// xb = rmsnorm(x); q, k, v = xb Wq, Wk, Wv (+ biases; then q, k normalised per head); rotate q,
+// k; cache k, v at `pos`; each query head attends over positions 0..pos of its key/value head (the
+// last W of them in a sliding layer); x += att Wo (normalised first where the model has post norms).
 void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   const LlamaConfig& c = config_;
   const Layer& w = layers_[static_cast<size_t>(l)];
@@ -175,7 +196,7 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     add(k, w.bk.data(), kv_dim);
     add(v, w.bv.data(), kv_dim);
   }
-  // Qwen3 normalises every head of q and k on its own (config.qk_norm).
+  // Qwen3 and Gemma 3 normalise every head of q and k on its own (config.qk_norm).
   //   forward_layer_*: be.rmsnorm with a head-wide weight (its runs); ref::rmsnorm, ...
   if (c.qk_norm) {
     for (int64_t h = 0; h < c.n_heads; ++h) {
@@ -184,38 +205,46 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     }
     for (int64_t h = 0; h < c.n_kv_heads; ++h) rmsnorm(k + h * hs, k + h * hs, w.k_norm.data(), hs, c.rms_eps);
   }
-  rope(q_.data(), c.n_heads, hs, pos, inv_freq_, rotate_half_);
-  rope(k, c.n_kv_heads, hs, pos, inv_freq_, rotate_half_);
+  // Gemma 3's sliding layers rotate by their own frequencies (config.rope_theta_sliding).
+  const bool sliding_rope = c.layer_uses_sliding_rope(l);
+  rope(q_.data(), c.n_heads, hs, pos, sliding_rope ? inv_freq_sliding_ : inv_freq_, rotate_half_);
+  rope(k, c.n_kv_heads, hs, pos, sliding_rope ? inv_freq_sliding_ : inv_freq_, rotate_half_);
 
-  // Grouped-query attention: query heads h share key/value head h / (n_heads / n_kv_heads).
+  // Grouped-query attention: query heads h share key/value head h / (n_heads / n_kv_heads). A
+  // sliding layer (Gemma 3's 5 in 6, Mistral v0.1's all) sees only the last W positions, and Gemma
+  // scales the scores by query_pre_attn_scalar^-1/2 (config.attention_scale) instead of 1/sqrt(hs).
   //   forward_layer_*: be.attention, three passes (unfused) or one with an online softmax (fused);
   //   ref::attention (both algorithms); cpu::attention; cuda::attention_three_pass and
   //   attention_flash_decode (attention_decode.cu), attention_prefill (attention_prefill.cu)
   const int64_t group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(float(hs));
+  const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(float(hs));
+  const int64_t first = c.layer_slides(l) ? std::max<int64_t>(0, pos - c.sliding_window + 1) : 0;
   for (int64_t h = 0; h < c.n_heads; ++h) {
     const float* query = &q_[static_cast<size_t>(h * hs)];  // (head_dim)
     const int64_t kv_head = h / group;
-    for (int64_t t = 0; t <= pos; ++t) {
+    for (int64_t t = first; t <= pos; ++t) {
       const float* key = layer_keys + t * kv_dim + kv_head * hs;  // (head_dim)
       double score = 0.0;
       for (int64_t i = 0; i < hs; ++i) score += double(query[i]) * double(key[i]);
-      scores_[static_cast<size_t>(t)] = static_cast<float>(score) * scale;
+      scores_[static_cast<size_t>(t - first)] = static_cast<float>(score) * scale;
     }
-    softmax_in_place(scores_.data(), pos + 1);  // run.c's softmax (engine/sampler.h)
+    softmax_in_place(scores_.data(), pos + 1 - first);  // run.c's softmax (engine/sampler.h)
     float* out = &att_[static_cast<size_t>(h * hs)];  // (head_dim)
     for (int64_t i = 0; i < hs; ++i) {
       double sum = 0.0;
-      for (int64_t t = 0; t <= pos; ++t)
-        sum += double(scores_[static_cast<size_t>(t)]) * double(layer_values[t * kv_dim + kv_head * hs + i]);
+      for (int64_t t = first; t <= pos; ++t)
+        sum += double(scores_[static_cast<size_t>(t - first)]) * double(layer_values[t * kv_dim + kv_head * hs + i]);
       out[i] = static_cast<float>(sum);
     }
   }
   matmul(xb_.data(), w.wo.data(), att_.data(), dim, q_dim);
+  // Gemma 3 normalises the block's output before the residual add (config.post_norms).
+  //   forward_layer_*: be.rmsnorm in place
+  if (c.post_norms) rmsnorm(xb_.data(), xb_.data(), w.post_att_norm.data(), dim, c.rms_eps);
   add(x_.data(), xb_.data(), dim);
 }
 
-// xb = rmsnorm(x); x += (silu(xb W1) * xb W3) W2.
+// xb = rmsnorm(x); x += (act(xb W1) * xb W3) W2 (normalised first where the model has post norms).
 void NaiveLlama::feed_forward_block(int64_t l) {
   const LlamaConfig& c = config_;
   const Layer& w = layers_[static_cast<size_t>(l)];
@@ -223,8 +252,9 @@ void NaiveLlama::feed_forward_block(int64_t l) {
   rmsnorm(xb_.data(), x_.data(), w.rms_ffn.data(), dim, c.rms_eps);
   matmul(hb_.data(), w.w1.data(), xb_.data(), hidden, dim);
   matmul(hb2_.data(), w.w3.data(), xb_.data(), hidden, dim);
-  swiglu(hb_.data(), hb_.data(), hb2_.data(), hidden);
+  glu(hb_.data(), hb_.data(), hb2_.data(), hidden, c.activation);
   matmul(xb_.data(), w.w2.data(), hb_.data(), dim, hidden);
+  if (c.post_norms) rmsnorm(xb_.data(), xb_.data(), w.post_ffn_norm.data(), dim, c.rms_eps);
   add(x_.data(), xb_.data(), dim);
 }
 
@@ -232,9 +262,10 @@ const std::vector<float>& NaiveLlama::forward(int32_t token, int64_t pos) {
   const LlamaConfig& c = config_;
   MINFER_CHECK(token >= 0 && token < c.vocab_size, "token ", token, " is outside the vocabulary of ", c.vocab_size);
   MINFER_CHECK(pos >= 0 && pos < n_ctx_, "position ", pos, " is outside the context of ", n_ctx_);
-  // The token's row of the embedding table.
+  // The token's row of the embedding table (multiplied by sqrt(dim) in Gemma: embedding_scale).
   //   LlamaModel::forward: be.gather_rows; ref::gather_rows, cpu::gather_rows, cuda::gather_rows
-  for (int64_t i = 0; i < c.dim; ++i) x_[static_cast<size_t>(i)] = embedding_[static_cast<size_t>(token * c.dim + i)];
+  for (int64_t i = 0; i < c.dim; ++i)
+    x_[static_cast<size_t>(i)] = embedding_[static_cast<size_t>(token * c.dim + i)] * c.embedding_scale;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, pos);
     feed_forward_block(l);

@@ -1,6 +1,9 @@
 // Start here. The whole Llama forward pass for one sequence, one token at a time, in plain loops:
 // llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
-// checkpoints. No backend, no batch, no threads; f32 weights and activations, sums in double.
+// checkpoints, and each family's declared difference (model/llama_config.h) where it applies:
+// Qwen2's biases, Qwen3's and Gemma 3's per-head norms, Gemma's scaled embeddings, GeGLU, post
+// norms, attention scale and sliding windows. No backend, no batch, no threads; f32 weights and
+// activations, sums in double.
 // Everything else in minfer computes
 // exactly this, faster:
 //   - model/llama.cpp (LlamaModel::forward_layer_unfused, and _fused in fewer passes) runs the
@@ -48,7 +51,8 @@ class NaiveLlama {
     std::vector<float> w2;       // (dim, hidden): down
     std::vector<float> w3;       // (hidden, dim): up
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim): Qwen2's biases; empty without
-    std::vector<float> q_norm, k_norm;  // (head_dim) each: Qwen3's per-head norms; empty without
+    std::vector<float> q_norm, k_norm;  // (head_dim) each: Qwen3's, Gemma 3's per-head norms; empty without
+    std::vector<float> post_att_norm, post_ffn_norm;  // (dim) each: Gemma 3's post norms; empty without
   };
   LlamaConfig config_;
   int64_t n_ctx_;
@@ -57,6 +61,7 @@ class NaiveLlama {
   std::vector<float> classifier_;    // (vocab, dim)
   std::vector<float> rms_final_;     // (dim)
   std::vector<double> inv_freq_;     // (head_dim / 2): RoPE frequencies
+  std::vector<double> inv_freq_sliding_;  // (head_dim / 2): the sliding layers' own (Gemma 3); empty without
   std::vector<Layer> layers_;
   std::vector<float> key_cache_;     // (n_layers, n_ctx, kv_dim)
   std::vector<float> value_cache_;   // (n_layers, n_ctx, kv_dim)
@@ -66,7 +71,7 @@ class NaiveLlama {
   std::vector<float> q_;       // (q_dim)
   std::vector<float> att_;     // (q_dim): attention output, head after head
   std::vector<float> scores_;  // (n_ctx): one head's attention weights
-  std::vector<float> hb_;      // (hidden): silu(w1 x) * w3 x
+  std::vector<float> hb_;      // (hidden): act(w1 x) * w3 x
   std::vector<float> hb2_;     // (hidden): w3 x
   std::vector<float> logits_;  // (vocab)
 };

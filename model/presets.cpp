@@ -41,7 +41,28 @@ LlamaConfig qwen3(LlamaConfig c, int64_t head_dim) {
   return c;
 }
 
+// Gemma 3's: q, k norms and post norms, GeGLU, embeddings scaled by sqrt(dim), heads of 256 with
+// scores scaled by 256^-1/2, and 5 layers in 6 attending in a window of 512 with RoPE base 10000
+// (the 6th global, base 1e6); epsilon 1e-6.
+LlamaConfig gemma3(LlamaConfig c) {
+  c.head_size = 256;
+  c.qk_norm = c.post_norms = true;
+  c.activation = GluActivation::gelu_tanh;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.attention_scale = 1.0f / 16.0f;
+  c.sliding_window = 512;
+  for (int64_t l = 0; l < c.n_layers; ++l) c.sliding_layers.push_back(l % 6 != 5);
+  c.rope_theta = 1000000.0;
+  c.rope_theta_sliding = 10000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
+// `c` with `layers` layers; a pattern of sliding layers repeats (Gemma 3's 5 in 6).
 LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
+  const std::vector<bool> pattern = c.sliding_layers;
+  c.sliding_layers.clear();
+  for (int64_t l = 0; l < layers && !pattern.empty(); ++l) c.sliding_layers.push_back(pattern[size_t(l) % pattern.size()]);
   c.n_layers = layers;
   return c;
 }
@@ -57,6 +78,7 @@ const std::vector<Preset>& presets() {
       {"llama-7b", shape(4096, 11008, 32, 32, 32, 32000, 4096, false), "Llama 2 7B"},
       {"qwen2.5-0.5b", qwen2(shape(896, 4864, 24, 14, 2, 151936, 32768, true)), "Qwen2.5 0.5B"},
       {"qwen3-0.6b", qwen3(shape(1024, 3072, 28, 16, 8, 151936, 40960, true), 128), "Qwen3 0.6B"},
+      {"gemma3-270m", gemma3(shape(640, 2048, 18, 4, 1, 262144, 32768, true)), "Gemma 3 270M"},
   };
   return all;
 }
@@ -80,7 +102,7 @@ Preset find_preset(const std::string& name) {
   MINFER_CHECK(layers >= 1 && layers <= kMaxPresetLayers, "preset '", name, "': layers must be 1 to ", kMaxPresetLayers);
   Preset deeper = *base;
   deeper.name = base_name + ":layers=" + std::to_string(layers);
-  deeper.config.n_layers = layers;
+  deeper.config = with_layers(base->config, layers);
   deeper.note = base->note + ", " + std::to_string(layers) + " layers";
   return deeper;
 }
@@ -111,7 +133,8 @@ WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kin
     case WeightKind::rms_att:
     case WeightKind::rms_ffn:
     case WeightKind::rms_final:
-    case WeightKind::qk_norm: return {seed, 1.0f, 1.0f};
+    case WeightKind::qk_norm:
+    case WeightKind::post_norm: return {seed, 1.0f, 1.0f};
     case WeightKind::w2: return around(c.hidden_dim);
     case WeightKind::wo: return around(c.q_dim());
     case WeightKind::wq:

@@ -33,14 +33,16 @@ constexpr int64_t kMaxPresetLayers = 1024;
 Preset preset_at_least(const std::string& base, uint64_t min_bytes, const WeightTypes& dtype);
 
 // note: a kind's value seeds its stream, so a new kind goes last.
-enum class WeightKind { embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier, qkv_bias, qk_norm };
+enum class WeightKind {
+  embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier, qkv_bias, qk_norm, post_norm
+};
 
 struct WeightInit {
   uint64_t seed;
   float lo, hi;
 };
 
-// The stream and range of one weight of a synthetic model: norms (the q and k norms too) are 1, matrices uniform in
+// The stream and range of one weight of a synthetic model: norms (the q, k and post norms too) are 1, matrices uniform in
 // +-1/sqrt(fan_in) (so activations neither vanish nor explode), the embedding and the q, k, v
 // biases uniform in +-0.1.
 WeightInit weight_init(const LlamaConfig& config, uint64_t model_seed, WeightKind kind, int64_t layer);

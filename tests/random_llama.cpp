@@ -44,6 +44,10 @@ LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, doubl
       layer.q_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
       layer.k_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
     }
+    if (c.post_norms) {
+      layer.post_att_norm = host_random({d}, rng, 0.5f, 1.5f);
+      layer.post_ffn_norm = host_random({d}, rng, 0.5f, 1.5f);
+    }
     w.layers.push_back(layer);
   }
   w.classifier = c.shared_classifier ? w.token_embedding : host_random({V, d}, rng, -1.0f, 1.0f);

@@ -37,20 +37,22 @@
 #include "kernels/ref/rmsnorm.h"
 #include "kernels/ref/rope.h"
 #include "kernels/ref/sum.h"
-#include "kernels/ref/swiglu.h"
+#include "kernels/ref/glu.h"
 #include "tests/op_harness.h"
 
 namespace minfer::test {
 namespace {
 
 enum class Op {
-  gather_rows, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store, rope_kv_store,
-  attention_three_pass, attention_online_softmax, attention_prefill, swiglu, add, add_row, argmax, fill, sum
+  gather_rows, gather_rows_scaled, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store,
+  rope_kv_store, attention_three_pass, attention_online_softmax, attention_prefill, swiglu, geglu, add, add_row, argmax,
+  fill, sum
 };
 
 const char* op_name(Op op) {
   switch (op) {
     case Op::gather_rows: return "GATHER_ROWS";
+    case Op::gather_rows_scaled: return "GATHER_ROWS_SCALED";  // Gemma's embedding scale
     case Op::rmsnorm: return "RMS_NORM";
     case Op::rmsnorm_small: return "RMS_NORM_SMALL_X";
     case Op::rmsnorm_groups: return "RMS_NORM_GROUPS";  // weight (b), each row's a / b runs apart
@@ -62,7 +64,8 @@ const char* op_name(Op op) {
     case Op::attention_three_pass: return "ATTENTION_THREE_PASS";
     case Op::attention_online_softmax: return "ATTENTION_ONLINE_SOFTMAX";
     case Op::attention_prefill: return "ATTENTION_PREFILL";
-    case Op::swiglu: return "SWIGLU";
+    case Op::swiglu: return "SWIGLU";  // glu with silu
+    case Op::geglu: return "GEGLU";    // glu with tanh-GELU (Gemma)
     case Op::add: return "ADD";
     case Op::add_row: return "ADD_ROW";  // add with b one row (D), added to every row
     case Op::argmax: return "ARGMAX";
@@ -72,14 +75,16 @@ const char* op_name(Op op) {
   return "?";
 }
 
-// One case: an op, the rows M, up to three sizes, a dtype (weights, table or KV cache) and
-// whether activations are row-strided views (row stride = cols + 3).
+// One case: an op, the rows M, up to three sizes, a dtype (weights, table or KV cache), whether
+// activations are row-strided views (row stride = cols + 3) and, for attention, a sliding window
+// (its cases also scale scores by Gemma's 1/16 instead of 1 / sqrt(head_dim)).
 struct Case {
   std::string backend;
   Op op;
   int64_t M, a, b, c;
   DType dtype;
   bool strided;
+  int64_t window = 0;
 };
 
 std::string case_name(const Case& k);
@@ -94,6 +99,7 @@ std::string case_name(const Case& k) {
   s << backend << "_" << op_name(k.op) << "_M" << k.M << "_" << k.a << "x" << k.b;
   if (k.c) s << "x" << k.c;
   s << "_" << dtype_name(k.dtype) << (k.strided ? "_strided" : "");
+  if (k.window) s << "_window" << k.window;
   return s.str();
 }
 
@@ -156,15 +162,17 @@ TEST_P(BackendOps, MatchesReference) {
   const std::string label = case_name(k);
   const int64_t M = k.M;
   switch (k.op) {
-    case Op::gather_rows: {
+    case Op::gather_rows:
+    case Op::gather_rows_scaled: {
       const int64_t D = k.a, V = k.b;
+      const float scale = k.op == Op::gather_rows_scaled ? std::sqrt(640.0f) : 1.0f;
       Tensor table = host_random({V, D}, rng_, -1, 1, k.dtype);
       std::vector<int32_t> ids;
       for (int64_t m = 0; m < M; ++m) ids.push_back(static_cast<int32_t>(rng_() % V));
       GuardedOutput out(*backend_, M, D, ld(D));
-      backend_->gather_rows(out.view(), to_backend(*backend_, table), indices(ids));
+      backend_->gather_rows(out.view(), to_backend(*backend_, table), indices(ids), scale);
       Tensor expected = host_tensor({M, D}, DType::f32);
-      ref::gather_rows(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V);
+      ref::gather_rows(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V, scale);
       expect_close(expected, out.check(label), 0.0, label);
       break;
     }
@@ -267,6 +275,7 @@ TEST_P(BackendOps, MatchesReference) {
     case Op::attention_prefill: {
       const int64_t heads = k.a, kv_heads = k.b, head_dim = k.c, n_seqs = 3;
       const int64_t n_ctx = k.op == Op::attention_prefill ? M + 70 : 300;
+      const AttentionSpec spec{head_dim, k.window > 0 ? 1.0f / 16.0f : 0.0f, k.window};
       std::vector<int32_t> seq, pos;
       for (int64_t m = 0; m < M; ++m) {
         if (k.op == Op::attention_prefill) {  // a prompt: consecutive positions of one sequence
@@ -282,13 +291,13 @@ TEST_P(BackendOps, MatchesReference) {
       auto [q, q_host] = activation(M, heads * head_dim, -2, 2);
       GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
       backend_->attention(out.view(), q, to_backend(*backend_, k_cache), to_backend(*backend_, v_cache),
-                          indices(seq), indices(pos), head_dim,
+                          indices(seq), indices(pos), spec,
                           k.op == Op::attention_three_pass ? AttentionAlgorithm::three_pass
                                                            : AttentionAlgorithm::online_softmax);
       Tensor expected = host_tensor({M, heads * head_dim}, DType::f32);
       ref::attention(expected.data_as<float>(), heads * head_dim, q_host.data_as<float>(),
                      heads * head_dim, k_cache.data(), v_cache.data(), k.dtype, seq.data(), pos.data(),
-                     M, heads, kv_heads, head_dim, n_ctx);
+                     M, heads, kv_heads, head_dim, n_ctx, spec.score_scale(), spec.window);
       // f16/bf16 caches: keys and values were rounded on the way in, and the prefill Tensor Core
       // path also rounds q and the probabilities to 16 bits.
       // The CPU widens the stored f16 values exactly and sums in f32, as for an f32 cache.
@@ -297,6 +306,7 @@ TEST_P(BackendOps, MatchesReference) {
       break;
     }
     case Op::swiglu:
+    case Op::geglu:
     case Op::add:
     case Op::add_row: {
       const int64_t F = k.a;
@@ -308,10 +318,10 @@ TEST_P(BackendOps, MatchesReference) {
         const Tensor row_host = host_random({F}, rng_, -4, 4);
         backend_->add(out.view(), a, to_backend(*backend_, row_host));
         ref::add(expected.data_as<float>(), F, a_host.data_as<float>(), F, row_host.data_as<float>(), 0, M, F);
-      } else if (k.op == Op::swiglu) {
-        backend_->swiglu(out.view(), a, b);
-        ref::swiglu(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(),
-                    F, M, F);
+      } else if (k.op == Op::swiglu || k.op == Op::geglu) {
+        const GluActivation act = k.op == Op::swiglu ? GluActivation::silu : GluActivation::gelu_tanh;
+        backend_->glu(out.view(), a, b, act);
+        ref::glu(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(), F, M, F, act);
       } else {
         backend_->add(out.view(), a, b);
         ref::add(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(), F,
@@ -375,6 +385,8 @@ std::vector<Case> all_cases() {
       for (DType t : {DType::f32, DType::f16, DType::bf16})
         cases.push_back({backend, Op::gather_rows, M, 67, 301, 0, t, strided});
       cases.push_back({backend, Op::gather_rows, M, 96, 301, 0, DType::q8_0, strided});
+      for (DType t : {DType::f32, DType::bf16, DType::q8_0})
+        cases.push_back({backend, Op::gather_rows_scaled, M, 96, 301, 0, t, strided});
       cases.push_back({backend, Op::rmsnorm, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::rmsnorm, M, 288, 0, 0, DType::f32, !strided});
       cases.push_back({backend, Op::rmsnorm_small, M, 67, 0, 0, DType::f32, strided});
@@ -400,6 +412,13 @@ std::vector<Case> all_cases() {
         // f16 caches: whole vectors (64), and on the CPU the plain-loop fallback (34), three
         // sets of accumulators on AVX2 (32) and one set of 16 (128)
         cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
+        // Sliding windows (Gemma 3's scale): shorter than most positions (7), than a key block of the
+        // CPU (64) and of a CUDA split (256), and past every position (300 = n_ctx).
+        for (int64_t window : {7, 100, 257, 300}) {
+          cases.push_back({backend, op, M, 4, 1, 16, DType::f32, strided, window});
+          cases.push_back({backend, op, M, 4, 2, 64, DType::f16, !strided, window});
+        }
+        if (M <= 8) cases.push_back({backend, op, M, 4, 1, 256, DType::f32, strided, 100});  // Gemma 3's heads
         if (!cuda) {
           cases.push_back({backend, op, M, 6, 3, 34, DType::f16, !strided});
           cases.push_back({backend, op, M, 4, 2, 32, DType::f32, strided});
@@ -410,6 +429,7 @@ std::vector<Case> all_cases() {
       cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f16, strided});
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f16, strided});
       cases.push_back({backend, Op::swiglu, M, 172, 0, 0, DType::f32, strided});
+      cases.push_back({backend, Op::geglu, M, 172, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::add, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::add_row, M, 67, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::argmax, M, 1001, 0, 0, DType::f32, strided});
@@ -472,10 +492,15 @@ std::vector<Case> all_cases() {
   for (const std::string backend : {"cpu", "cuda"})
     for (int64_t M : {8, 100, 130, 512}) {
       cases.push_back({backend, Op::attention_prefill, M, 8, 2, 64, DType::f32, false});
+      // A window shorter than the prompt, and one that starts inside the first tile of 64 keys.
+      for (int64_t window : {50, 130}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f32, false, window});
       if (backend == "cpu") cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f16, false});
       if (backend == "cuda")
         for (DType t : {DType::f16, DType::bf16})
-          for (int64_t hd : {64, 128}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, hd, t, false});
+          for (int64_t hd : {64, 128}) {
+            cases.push_back({backend, Op::attention_prefill, M, 4, 2, hd, t, false});
+            cases.push_back({backend, Op::attention_prefill, M, 4, 2, hd, t, false, 100});
+          }
     }
   // The hand-written CUDA matrix products (mma is f16-only: Tensor Cores).
   for (const std::string backend : {"cuda-naive", "cuda-tiled", "cuda-mma"})
@@ -514,8 +539,8 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
     *att = cpu.empty({M, heads * head_dim}, DType::f32);
     *fused = cpu.empty({M, heads * head_dim}, DType::f32);
     *product = cpu.empty({M, 129}, DType::f32);
-    cpu.attention(*att, q, k_cache, v_cache, seq, pos, head_dim, AttentionAlgorithm::three_pass);
-    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, head_dim, AttentionAlgorithm::online_softmax);
+    cpu.attention(*att, q, k_cache, v_cache, seq, pos, {head_dim}, AttentionAlgorithm::three_pass);
+    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, {head_dim}, AttentionAlgorithm::online_softmax);
     cpu.matmul(*product, x, w);
   };
   Tensor att0, fused0, product0;
@@ -572,7 +597,7 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   ids.data_as<int32_t>()[1] = 11;  // out of range for a 10-row table
   ids.data_as<int32_t>()[2] = 0;
   Tensor table = cpu.empty({10, 10}, DType::f32);
-  EXPECT_THROW(cpu.gather_rows(out, table, ids), Error);
+  EXPECT_THROW(cpu.gather_rows(out, table, ids, 1.0f), Error);
   Tensor cache = cpu.empty({2, 1, 4, 8}, DType::f32);
   Tensor pos = cpu.empty({3}, DType::i32), seq = cpu.empty({3}, DType::i32);
   for (int i = 0; i < 3; ++i) {
@@ -580,7 +605,10 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
     pos.data_as<int32_t>()[i] = 4;  // beyond a 4-position cache
   }
   Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
-  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, 8, AttentionAlgorithm::three_pass), Error);
+  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8}, AttentionAlgorithm::three_pass), Error);
+  for (int i = 0; i < 3; ++i) pos.data_as<int32_t>()[i] = 3;
+  EXPECT_NO_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8, 0.0f, 2}, AttentionAlgorithm::three_pass));
+  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8, 0.0f, -1}, AttentionAlgorithm::three_pass), Error);
   // A norm's weight must divide the row; the fused residual norm takes only a whole row's.
   EXPECT_THROW(cpu.rmsnorm(o, q, cpu.empty({5}, DType::f32), 1e-5f), Error);
   EXPECT_NO_THROW(cpu.rmsnorm(o, q, cpu.empty({8}, DType::f32), 1e-5f));

@@ -43,6 +43,7 @@ struct Named {
   const char* name;
   LlamaConfig config;
   bool rotate_half = false;  // weights in Hugging Face's layout, permuted by LlamaModel at upload
+  float norm_offset = 0.0f;  // LlamaHostWeights::norm_weight_offset: 1 as in Gemma's checkpoints
 };
 
 // The constants of Hugging Face's models: heads whose width is not dim / heads, another theta,
@@ -84,6 +85,25 @@ LlamaConfig qwen3_like(LlamaConfig c) {
   return c;
 }
 
+// Gemma 3's: q, k norms and post norms, GeGLU, embeddings scaled by sqrt(dim), its own score
+// scale, and layers 0 and 1 of 3 attending in a window of 5 keys (the prompts reach 16 positions)
+// with their own RoPE base, unscaled, where the global layer's is linearly scaled.
+LlamaConfig gemma3_like(LlamaConfig c) {
+  c.qk_norm = c.post_norms = true;
+  c.head_size = 32;
+  c.activation = GluActivation::gelu_tanh;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  c.attention_scale = 0.3f;
+  c.sliding_window = 5;
+  c.sliding_layers = {true, true, false};
+  c.rope_theta = 1000000.0;
+  c.rope_scaling.type = RopeScaling::Type::linear;
+  c.rope_scaling.factor = 8.0;
+  c.rope_theta_sliding = 10000.0;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
 const std::vector<Named>& shapes() {
   static const std::vector<Named> all = {
       {"multi-head, shared classifier", shape(64, 160, 2, 4, 4, 97, true)},
@@ -97,6 +117,8 @@ const std::vector<Named>& shapes() {
        true},
       {"qwen3-like: q, k norms per head, 4/2 heads of 32, rotate-half weights",
        qwen3_like(shape(64, 160, 2, 4, 2, 93, true)), true},
+      {"gemma3-like: post norms, GeGLU, scaled embeddings, windows of 5 in 2 layers of 3, norms as 1 + w",
+       gemma3_like(shape(64, 160, 3, 4, 1, 95, true)), true, 1.0f},
   };
   return all;
 }
@@ -104,6 +126,7 @@ const std::vector<Named>& shapes() {
 LlamaHostWeights weights_for(const Named& n, uint64_t seed) {
   LlamaHostWeights w = random_llama_weights(n.config, seed, 2.5);
   w.rotate_half = n.rotate_half;
+  w.norm_weight_offset = n.norm_offset;
   return w;
 }
 
@@ -490,10 +513,11 @@ TEST(WholeModel, PresetsGiveTheReferenceGreedyIdsOnTheCpu) {
   }
 }
 
-// Synthetic weights with Qwen's features (presets qwen2.5-0.5b, qwen3-0.6b) fill the q, k and v
-// biases and the q and k norms: the same seed without them gives other logits, the CPU backend
+// Synthetic weights with Qwen's and Gemma's features (presets qwen2.5-0.5b, qwen3-0.6b, gemma3-270m)
+// fill the q, k and v biases, the q and k norms and the post norms: the same seed without them
+// gives other logits, the CPU backend
 // agrees with the reference on them, and the bytes counted from the config are the tensors'.
-TEST(WholeModel, SyntheticQwenWeightsAreFilledAndAgreeAcrossBackends) {
+TEST(WholeModel, SyntheticFamilyWeightsAreFilledAndAgreeAcrossBackends) {
   auto ref = make_backend(BackendKind::ref);
   auto cpu = make_backend(BackendKind::cpu);
   auto logits_of = [](Backend& backend, const LlamaConfig& c) {
@@ -504,11 +528,12 @@ TEST(WholeModel, SyntheticQwenWeightsAreFilledAndAgreeAcrossBackends) {
     decoder.prefill({{1, 45, 20, 31}});
     return std::vector<double>(decoder.logits(0), decoder.logits(0) + c.vocab_size);
   };
-  for (const LlamaConfig& with :
-       {qwen2_like(shape(64, 160, 2, 4, 2, 91, true)), qwen3_like(shape(64, 160, 2, 4, 2, 91, true))}) {
+  for (const LlamaConfig& with : {qwen2_like(shape(64, 160, 2, 4, 2, 91, true)),
+                                  qwen3_like(shape(64, 160, 2, 4, 2, 91, true)),
+                                  gemma3_like(shape(64, 160, 3, 4, 1, 91, true))}) {
     SCOPED_TRACE(with.describe());
     LlamaConfig without = with;
-    without.qkv_bias = without.qk_norm = false;
+    without.qkv_bias = without.qk_norm = without.post_norms = false;
     const std::vector<double> expected = logits_of(*ref, with);
     EXPECT_LE(nmse(expected, logits_of(*cpu, with)), 1e-10);
     EXPECT_GT(nmse(expected, logits_of(*ref, without)), 1e-6) << "the biases or norms change nothing";

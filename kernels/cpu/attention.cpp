@@ -2,7 +2,6 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -173,11 +172,11 @@ template <class W>
 class HeadBlocks {
  public:
   using Stored = typename W::Stored;
-  explicit HeadBlocks(int64_t head_dim)
-      : head_dim_(head_dim), scale_(1.0f / std::sqrt(static_cast<float>(head_dim))), kernels_(simd_kernels<W>(head_dim)) {
+  HeadBlocks(int64_t head_dim, float scale)
+      : head_dim_(head_dim), scale_(scale), kernels_(simd_kernels<W>(head_dim)) {
     if (!kF32Cache && kernels_.first == nullptr) kernels_ = {scores_scalar<W>, weighted_sum_scalar<W>};
   }
-  // score (n) = keys (n, head_dim) q / sqrt(head_dim); the n_next rows of `next` are prefetched.
+  // score (n) = keys (n, head_dim) q * scale; the n_next rows of `next` are prefetched.
   void scores(float* score, const float* q, const Stored* keys, int64_t n, const Stored* next, int64_t n_next) const {
     if (kernels_.first != nullptr) {
       kernels_.first(score, q, keys, head_dim_, n, scale_, next, n_next);
@@ -271,15 +270,16 @@ void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Sc
 template <AttentionAlgorithm A, class W>
 void attention_over(ThreadPool& pool, const AttentionArgs& a) {
   using Stored = typename W::Stored;
-  const HeadBlocks<W> blocks(a.head_dim);
+  const HeadBlocks<W> blocks(a.head_dim, a.scale);
   const int64_t group = a.n_heads / a.n_kv_heads;
   const Stored* k_cache = static_cast<const Stored*>(a.k_cache);
   const Stored* v_cache = static_cast<const Stored*>(a.v_cache);
-  // Where task (row m, head h) finds its keys and values, and how many there are.
+  // Where task (row m, head h) finds its first key and value, and how many it attends to.
   auto keys_of = [&](int64_t task, int64_t* n_keys) {
     const int64_t m = task / a.n_heads, h = task % a.n_heads;
-    *n_keys = int64_t(a.pos[m]) + 1;
-    return ref::kv_cache_offset(a.seq[m], h / group, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
+    const int64_t first = attention_first_key(a.pos[m], a.window);
+    *n_keys = int64_t(a.pos[m]) + 1 - first;
+    return ref::kv_cache_offset(a.seq[m], h / group, first, a.n_kv_heads, a.n_ctx, a.head_dim);
   };
   // `next`: the task this thread runs after this one, whose block is prefetched; -1 for none.
   auto run_task = [&](int64_t task, int64_t next) {

@@ -7,11 +7,11 @@
 
 namespace minfer::cpu {
 
-// out[m, :] = table[ids[m], :], widened to f32 (see kernels/ref/gather_rows.h).
+// out[m, :] = scale * table[ids[m], :], widened to f32 (see kernels/ref/gather_rows.h).
 void gather_rows(ThreadPool& pool,
                  float* out, int64_t ld_out,            // (M, D)
                  const void* table, DType table_dtype,  // (V, D), dense rows
                  const int32_t* ids,                    // (M)
-                 int64_t M, int64_t D, int64_t V);
+                 int64_t M, int64_t D, int64_t V, float scale);
 
 }  // namespace minfer::cpu

@@ -21,7 +21,7 @@ struct WarpAttention {
   float acc[kDimsPerLane] = {};  // running weighted sum, dimension lane + 32 j
 };
 
-// q_scaled: this lane's dimensions of q already multiplied by 1 / sqrt(head_dim).
+// q_scaled: this lane's dimensions of q already multiplied by the score scale.
 // keys, values: (positions, head_dim) of one sequence and KV head.
 template <class T>
 __device__ __forceinline__ void warp_attend(WarpAttention& state, const float (&q_scaled)[kDimsPerLane],

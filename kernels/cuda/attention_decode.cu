@@ -22,12 +22,11 @@ __global__ void scores_kernel(AttentionArgs a, float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
   const T* keys = static_cast<const T*>(a.k_cache) + cache_offset(a, m, h);
-  const float scale = rsqrtf(static_cast<float>(a.head_dim));
   float q_scaled[kDimsPerLane];
-  load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
+  load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   float* row = scores + blockIdx.x * a.n_ctx;
-  for (int64_t t = warp; t < n_keys; t += kWarps) {
+  for (int64_t t = attention_first_key(a.pos[m], a.window) + warp; t < n_keys; t += kWarps) {
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
@@ -42,8 +41,8 @@ __global__ void scores_kernel(AttentionArgs a, float* scores) {
 __global__ void softmax_prefix_kernel(AttentionArgs a, float* scores) {
   __shared__ float shared[32];
   const int64_t m = blockIdx.x / a.n_heads;
-  const int64_t n = int64_t(a.pos[m]) + 1;
-  float* row = scores + blockIdx.x * a.n_ctx;
+  const int64_t first = attention_first_key(a.pos[m], a.window), n = int64_t(a.pos[m]) + 1 - first;
+  float* row = scores + blockIdx.x * a.n_ctx + first;
   float local_max = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
   const float row_max = block_max(local_max, shared);
@@ -64,7 +63,7 @@ __global__ void weighted_sum_kernel(AttentionArgs a, const float* scores) {
   const float* p = scores + blockIdx.x * a.n_ctx;
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t t = 0; t < n_keys; ++t) acc += p[t] * to_float(values[t * a.head_dim + d]);
+    for (int64_t t = attention_first_key(a.pos[m], a.window); t < n_keys; ++t) acc += p[t] * to_float(values[t * a.head_dim + d]);
     a.out[m * a.ld_out + h * a.head_dim + d] = acc;
   }
 }
@@ -82,15 +81,15 @@ __global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_s
   const int64_t row_head = blockIdx.x, split = blockIdx.y;
   const int64_t m = row_head / a.n_heads, h = row_head % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
-  const int64_t first = split * kSplitKeys, end = min(first + kSplitKeys, n_keys);
+  const int64_t first = max(split * kSplitKeys, attention_first_key(a.pos[m], a.window));
+  const int64_t end = min(split * kSplitKeys + kSplitKeys, n_keys);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   float* partial = partial_at(partials, a, row_head, split, n_splits);
   WarpAttention state;
-  if (first < n_keys) {
+  if (first < end) {
     const int64_t offset = cache_offset(a, m, h);
     float q_scaled[kDimsPerLane];
-    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim),
-               rsqrtf(static_cast<float>(a.head_dim)));
+    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
     warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
                 static_cast<int>(a.head_dim), first + warp, end, kWarps);
   }

@@ -1,10 +1,10 @@
-// Attention by (row, head): a few query rows (one per sequence in decode), each attending to all
-// cached positions of its sequence up to its own. The two algorithms of kernels/ref/attention.h:
+// Attention by (row, head): a few query rows (one per sequence in decode), each attending to the
+// cached positions of its sequence up to its own (those of its window where the layer has one). The two algorithms of kernels/ref/attention.h:
 //
 // three_pass: three kernels through a (M, n_heads, n_ctx) buffer of scores (any number of rows):
 //   scores    one block per (row, head); each warp takes every 4th key and computes q.k with a
 //             warp-sum (kernels/cuda/common.cuh)
-//   softmax   one block per (row, head) over its pos + 1 scores
+//   softmax   one block per (row, head) over its scores (pos + 1, or the window's)
 //   weighted  one block per (row, head); thread d sums p_t v_t[d] over the keys
 // Every score makes a round trip through global memory, and the three launches serialise.
 //

@@ -20,16 +20,15 @@ constexpr int kThreads = kWarps * kWarpSize;
 template <class T>
 __device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int64_t h) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const float scale = rsqrtf(static_cast<float>(a.head_dim));
   for (int64_t r = warp; r < rows; r += kWarps) {
     const int64_t m = m0 + r;
     const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
     const int64_t offset = ref::kv_cache_offset(a.seq[m], kv_head, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
     float q_scaled[kDimsPerLane];
-    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), scale);
+    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
     WarpAttention state;
     warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
-                static_cast<int>(a.head_dim), 0, int64_t(a.pos[m]) + 1, 1);
+                static_cast<int>(a.head_dim), attention_first_key(a.pos[m], a.window), int64_t(a.pos[m]) + 1, 1);
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;
@@ -65,7 +64,7 @@ struct Layout {
 // The block's shared memory, carved as Layout<D> says.
 template <class T, int D>
 struct Tiles {
-  T* q;            // (kRows, D): the block's queries, scaled by 1 / sqrt(D)
+  T* q;            // (kRows, D): the block's queries, scaled by the score scale
   T* k;            // (kKeys, D): this tile's keys
   T* v;            // (kKeys, D): this tile's values
   float* s;        // (kRows, kKeys): scores
@@ -128,12 +127,12 @@ __device__ __forceinline__ void scores_on_tensor_cores(const Tiles<T, D>& tl, in
   }
 }
 
-// The causal mask and the online softmax update, one of this warp's rows at a time (lane covers
-// keys lane and lane + 32): P = exp(S - new max), the running sum and max, and O rescaled by
-// exp(old max - new max).
+// The causal mask (and the window's, keys t > query_pos - window) and the online softmax update,
+// one of this warp's rows at a time (lane covers keys lane and lane + 32): P = exp(S - new max),
+// the running sum and max, and O rescaled by exp(old max - new max).
 template <class T, int D>
 __device__ __forceinline__ void mask_and_softmax(const Tiles<T, D>& tl, int warp, int lane, int64_t tile,
-                                                 int64_t pos0, int64_t rows) {
+                                                 int64_t pos0, int64_t rows, int64_t window) {
   using L = Layout<D>;
   for (int rr = 0; rr < 16; ++rr) {
     const int r = 16 * warp + rr;
@@ -142,7 +141,8 @@ __device__ __forceinline__ void mask_and_softmax(const Tiles<T, D>& tl, int warp
     for (int u = 0; u < 2; ++u) {
       const int c = lane + kWarpSize * u;
       const int64_t t = tile * kKeys + c;
-      s[u] = (r < rows && t <= query_pos) ? tl.s[r * L::ld_s + c] : -INFINITY;
+      const bool seen = t <= query_pos && t >= attention_first_key(query_pos, window);
+      s[u] = (r < rows && seen) ? tl.s[r * L::ld_s + c] : -INFINITY;
     }
     // Every lane updates its copy of the row's state alike; lane 0 stores it. A row with no key
     // yet (or a padding row) keeps max -inf, weights 0 and an empty output.
@@ -207,14 +207,15 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
   const T* keys = static_cast<const T*>(a.k_cache) + offset;
   const T* values = static_cast<const T*>(a.v_cache) + offset;
   const int64_t last_key = pos0 + rows - 1;
-  load_query_tile(tl, a, m0, rows, h, rsqrtf(static_cast<float>(D)));
-  for (int64_t tile = 0; tile * kKeys <= last_key; ++tile) {
+  load_query_tile(tl, a, m0, rows, h, a.scale);
+  // Tiles before the first row's window hold no key any row sees.
+  for (int64_t tile = attention_first_key(pos0, a.window) / kKeys; tile * kKeys <= last_key; ++tile) {
     __syncthreads();  // the previous tile's K and V are no longer read
     load_key_value_tile(tl, keys, values, tile, last_key);
     __syncthreads();
     scores_on_tensor_cores(tl, warp);
     __syncwarp();
-    mask_and_softmax(tl, warp, lane, tile, pos0, rows);
+    mask_and_softmax(tl, warp, lane, tile, pos0, rows, a.window);
     __syncwarp();
     accumulate_on_tensor_cores(tl, warp);
   }
