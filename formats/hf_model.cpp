@@ -57,12 +57,33 @@ std::vector<int32_t> token_ids(const json& v, const std::string& source, const c
   return ids;
 }
 
+// The sliding layers' RoPE base where it is their own (Gemma 3): transformers 5's
+// rope_parameters.sliding_attention {rope_type: default, rope_theta}, or rope_local_base_freq.
+void read_sliding_rope(const json& doc, const std::string& source, LlamaConfig* c) {
+  json theta;
+  if (doc.contains("rope_parameters") && doc["rope_parameters"].is_object() &&
+      doc["rope_parameters"].contains("sliding_attention")) {
+    const json& sliding = doc["rope_parameters"]["sliding_attention"];
+    if (!sliding.is_object() || sliding.value("rope_type", "default") != "default")
+      fail(source, ": the sliding layers' RoPE (rope_parameters.sliding_attention) must be of type default");
+    theta = sliding.value("rope_theta", json());
+  } else if (doc.contains("rope_local_base_freq")) {
+    theta = doc["rope_local_base_freq"];
+  }
+  if (theta.is_null()) return;
+  if (!theta.is_number()) fail(source, ": the sliding layers' rope_theta is not a number");
+  c->rope_theta_sliding = theta.get<double>();
+}
+
 void read_rope(const json& doc, const std::string& source, LlamaConfig* c) {
-  // transformers 5 writes rope_parameters {rope_theta, rope_type, ...}; earlier versions (and the
-  // files on the Hub) rope_theta beside rope_scaling {rope_type or type, ...}, or null.
+  // transformers 5 writes rope_parameters {rope_theta, rope_type, ...} (Gemma 3: one such object
+  // per layer type, full_attention's for the global layers); earlier versions (and the files on
+  // the Hub) rope_theta beside rope_scaling {rope_type or type, ...}, or null.
   json scaling;
   if (doc.contains("rope_parameters") && doc["rope_parameters"].is_object()) {
     scaling = doc["rope_parameters"];
+    if (scaling.contains("full_attention")) scaling = scaling["full_attention"];
+    if (!scaling.is_object()) fail(source, ": rope_parameters.full_attention is not an object");
     if (scaling.contains("rope_theta")) {
       if (!scaling["rope_theta"].is_number()) fail(source, ": rope_parameters.rope_theta is not a number");
       c->rope_theta = scaling["rope_theta"].get<double>();
@@ -111,13 +132,18 @@ struct HfArchitecture {
   bool qkv_bias;  // q_proj, k_proj and v_proj carry a .bias
   bool qk_norm;   // self_attn.q_norm and k_norm: an RMSNorm of every head of q and k
   bool fused;     // self_attn.qkv_proj and mlp.gate_up_proj hold q | k | v and gate | up
+  // Gemma 3: post norms (post_attention_layernorm is one; the feed-forward's input norm is
+  // pre_feedforward_layernorm), RMSNorm weights stored as w for x (1 + w), embeddings scaled by
+  // sqrt(dim), scores by query_pre_attn_scalar^-1/2, and the classifier tied unless said otherwise.
+  bool gemma3;
 };
 constexpr HfArchitecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false, false, false},
-    {"MistralForCausalLM", "mistral", false, false, false},  // a Llama
-    {"Qwen2ForCausalLM", "qwen2", true, false, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true, false},
-    {"Phi3ForCausalLM", "phi3", false, false, true},
+    {"LlamaForCausalLM", "llama", false, false, false, false},
+    {"MistralForCausalLM", "mistral", false, false, false, false},  // a Llama
+    {"Qwen2ForCausalLM", "qwen2", true, false, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true, false, false},
+    {"Phi3ForCausalLM", "phi3", false, false, true, false},
+    {"Gemma3ForCausalLM", "gemma3_text", false, true, false, true},
 };
 
 std::string architecture_names() {
@@ -146,21 +172,55 @@ const HfArchitecture& find_architecture(const json& doc, const std::string& sour
   fail(source, ": neither architectures nor model_type names an architecture minfer runs (", architecture_names(), ")");
 }
 
-// The sliding window the model's attention uses, 0 for none: Llama's, Mistral's and Phi-3's
-// sliding_window, Qwen's when use_sliding_window is on (its sliding_window is set but unused
-// without it), or any when a layer_types entry is not full attention.
-int64_t sliding_window(const json& doc, const HfArchitecture& arch, const std::string& source) {
-  bool used = doc.contains("sliding_window") && !doc["sliding_window"].is_null();
-  if (std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3")
-    used = doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
-           doc["use_sliding_window"].get<bool>();
-  if (doc.contains("layer_types") && doc["layer_types"].is_array())
-    for (const auto& t : doc["layer_types"]) used = used || t != "full_attention";
-  if (!used) return 0;
+// Which layers attend in a sliding window of sliding_window keys, as transformers decides:
+//   layer_types, where given: "sliding_attention" or "full_attention" per layer (transformers 5
+//     writes it for every family);
+//   else Gemma 3's sliding_window_pattern n (older configs; 6 where absent, transformers' default):
+//     layer l slides unless (l + 1) % n == 0;
+//   else Qwen's use_sliding_window (its sliding_window is set but unused without it): the layers
+//     from max_window_layers on;
+//   else Llama's, Mistral's and Phi-3's sliding_window, where not null: every layer.
+void read_sliding_window(const json& doc, const HfArchitecture& arch, const std::string& source, LlamaConfig* c) {
+  const bool qwen = std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3";
+  std::vector<bool> slides;
+  if (doc.contains("layer_types") && doc["layer_types"].is_array()) {
+    for (const auto& t : doc["layer_types"]) {
+      if (t != "sliding_attention" && t != "full_attention")
+        fail(source, ": a layer type ", t.dump().substr(0, 40), " (minfer runs sliding_attention and full_attention)");
+      slides.push_back(t == "sliding_attention");
+    }
+    if (int64_t(slides.size()) != c->n_layers)
+      fail(source, ": layer_types lists ", slides.size(), " layers of ", c->n_layers);
+  } else if (arch.gemma3) {
+    const json& n = doc.value("sliding_window_pattern", json(6));
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) fail(source, ": sliding_window_pattern is not a positive integer");
+    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back((l + 1) % n.get<int64_t>() != 0);
+  } else if (qwen) {
+    if (!(doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() && doc["use_sliding_window"].get<bool>()))
+      return;
+    const json& first = doc.value("max_window_layers", json(28));  // transformers' Qwen default
+    if (!first.is_number_integer()) fail(source, ": max_window_layers is not an integer");
+    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back(l >= first.get<int64_t>());
+  } else if (!doc.contains("sliding_window") || doc["sliding_window"].is_null()) {
+    return;
+  }
+  bool any = slides.empty();  // no list: every layer
+  for (bool s : slides) any = any || s;
+  if (!any) return;
   if (!doc.contains("sliding_window") || !doc["sliding_window"].is_number_integer() ||
       doc["sliding_window"].get<int64_t>() < 1)
     fail(source, ": the model attends in a sliding window, but sliding_window is not a positive integer");
-  return doc["sliding_window"].get<int64_t>();
+  c->sliding_window = doc["sliding_window"].get<int64_t>();
+  c->sliding_layers = slides;
+}
+
+// The activation of the feed-forward's gate: hidden_activation (Gemma) or hidden_act.
+GluActivation read_activation(const json& doc, const std::string& source) {
+  const char* key = doc.contains("hidden_activation") ? "hidden_activation" : "hidden_act";
+  if (!doc.contains(key)) return GluActivation::silu;
+  if (doc[key] == "silu") return GluActivation::silu;
+  if (doc[key] == "gelu_pytorch_tanh") return GluActivation::gelu_tanh;
+  fail(source, ": ", key, " ", doc[key].dump().substr(0, 40), " is not supported (minfer's gated units use silu or gelu_pytorch_tanh)");
 }
 
 }  // namespace
@@ -183,15 +243,18 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     return doc[key].get<int64_t>();
   };
   auto flag = [&](const char* key) { return doc.contains(key) && doc[key].is_boolean() && doc[key].get<bool>(); };
-  if (doc.contains("hidden_act") && doc["hidden_act"] != "silu")
-    fail(source, ": hidden_act ", doc["hidden_act"].dump(), " is not supported (minfer's SwiGLU uses silu)");
   if (flag("attention_bias")) fail(source, ": attention biases (attention_bias) are not supported");
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (doc.contains(key) && !doc[key].is_null()) fail(source, ": soft-capping (", key, ") is not supported");
+  if (flag("use_bidirectional_attention")) fail(source, ": bidirectional attention is not supported");
   if (flag("mlp_bias")) fail(source, ": MLP biases (mlp_bias) are not supported");
   if (doc.contains("partial_rotary_factor") && doc["partial_rotary_factor"] != 1.0)
     fail(source, ": partial rotary embeddings (partial_rotary_factor) are not supported");
   LlamaConfig c;
   c.qkv_bias = arch.qkv_bias;
   c.qk_norm = arch.qk_norm;
+  c.activation = read_activation(doc, source);
+  c.post_norms = arch.gemma3;
   c.dim = integer("hidden_size", true, 0);
   c.hidden_dim = integer("intermediate_size", true, 0);
   c.n_layers = integer("num_hidden_layers", true, 0);
@@ -201,7 +264,15 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   c.n_ctx = integer("max_position_embeddings", true, 0);
   const int64_t head_dim = integer("head_dim", false, 0);
   if (head_dim != 0 && (c.n_heads <= 0 || head_dim != c.dim / c.n_heads || c.dim % c.n_heads != 0)) c.head_size = head_dim;
-  c.shared_classifier = flag("tie_word_embeddings");
+  // transformers' default where the key is absent: tied for Gemma, untied for the others
+  c.shared_classifier = doc.contains("tie_word_embeddings") ? flag("tie_word_embeddings") : arch.gemma3;
+  if (arch.gemma3) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  if (doc.contains("query_pre_attn_scalar")) {
+    const json& s = doc["query_pre_attn_scalar"];
+    if (!s.is_number() || !(s.get<double>() > 0.0 && s.get<double>() < 1e12))
+      fail(source, ": query_pre_attn_scalar is not a positive number");
+    c.attention_scale = static_cast<float>(1.0 / std::sqrt(s.get<double>()));
+  }
   if (doc.contains("rms_norm_eps")) {
     if (!doc["rms_norm_eps"].is_number()) fail(source, ": rms_norm_eps is not a number");
     c.rms_eps = static_cast<float>(doc["rms_norm_eps"].get<double>());
@@ -209,10 +280,8 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
     c.rms_eps = 1e-6f;  // transformers' LlamaConfig default
   }
   read_rope(doc, source, &c);
-  // note: minfer's attention sees every key of its context; a model that attends in a sliding
-  // window of W keys computes the same within W positions, so its context is capped there.
-  const int64_t window = sliding_window(doc, arch, source);
-  if (window > 0 && window < c.n_ctx) c.n_ctx = window;
+  read_sliding_window(doc, arch, source, &c);
+  if (c.sliding_window > 0) read_sliding_rope(doc, source, &c);
   const std::vector<int32_t> bos = token_ids(doc.value("bos_token_id", json()), source, "bos_token_id");
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.stop_ids = token_ids(doc.value("eos_token_id", json()), source, "eos_token_id");
@@ -299,7 +368,8 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
   w.rms_final = get("model.norm.weight");
   w.classifier = c.shared_classifier ? w.token_embedding : get("lm_head.weight");
   w.layers.resize(static_cast<size_t>(c.n_layers));
-  const bool fused = find_architecture(read_json(folder + "/config.json", "model config"), folder).fused;
+  const HfArchitecture& arch = find_architecture(read_json(folder + "/config.json", "model config"), folder);
+  const bool fused = arch.fused;
   const int64_t q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -332,10 +402,17 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
       layer.k_norm = get(p + "self_attn.k_norm.weight");
     }
     layer.wo = get(p + "self_attn.o_proj.weight");
-    layer.rms_ffn = get(p + "post_attention_layernorm.weight");
+    if (c.post_norms) {  // Gemma 3's names: post_attention_layernorm is a post norm
+      layer.post_att_norm = get(p + "post_attention_layernorm.weight");
+      layer.rms_ffn = get(p + "pre_feedforward_layernorm.weight");
+      layer.post_ffn_norm = get(p + "post_feedforward_layernorm.weight");
+    } else {
+      layer.rms_ffn = get(p + "post_attention_layernorm.weight");
+    }
     layer.w2 = get(p + "mlp.down_proj.weight");
   }
   w.rotate_half = true;
+  w.norm_weight_offset = arch.gemma3 ? 1.0f : 0.0f;
   w.release = [shards](const Tensor& t) {
     for (const auto& [p, file] : *shards) file->file()->drop(t.data(), t.nbytes());
   };

@@ -1,5 +1,5 @@
 // Hugging Face checkpoints of LlamaForCausalLM and the families that differ from it by a declared
-// feature (hf_model.cpp's table: Mistral, Qwen2, Qwen3, Phi-3): a folder with config.json, the weights as
+// feature (hf_model.cpp's table: Mistral, Qwen2, Qwen3, Phi-3, Gemma 3): a folder with config.json, the weights as
 // model.safetensors or shards listed in model.safetensors.index.json, and optionally
 // generation_config.json (whose bos/eos ids win over config.json's), tokenizer.json and
 // tokenizer_config.json. `-m` takes the folder, or a .safetensors file inside it.
@@ -7,11 +7,16 @@
 // Read from config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads (MHA, GQA, MQA), head_dim when it differs from hidden / heads,
 // rms_norm_eps, rope_theta and rope_scaling (types llama3 and linear), or transformers 5's
-// rope_parameters, tie_word_embeddings, max_position_embeddings, bos_token_id, eos_token_id (an
-// int or a list); a sliding_window caps the context at the window. Anything else that changes the
-// computation (another architecture, an unknown rope scaling, partial rotary embeddings, biases
-// other than Qwen2's on q, k and v, another activation) is refused with one line naming it. q_proj and k_proj are stored for rotate-half RoPE: the weights carry
-// rotate_half, and LlamaModel reorders their rows at upload (model/llama_weights.h).
+// rope_parameters (per layer type for Gemma 3, or its rope_local_base_freq), hidden_act or
+// hidden_activation (silu, gelu_pytorch_tanh), query_pre_attn_scalar, sliding_window with
+// layer_types, sliding_window_pattern or Qwen's use_sliding_window and max_window_layers,
+// tie_word_embeddings (absent: tied for Gemma, as transformers defaults it), max_position_embeddings,
+// bos_token_id, eos_token_id (an int or a list). Anything else that changes the computation
+// (another architecture, an unknown rope scaling, partial rotary embeddings, biases other than
+// Qwen2's on q, k and v, another activation, soft-capping) is refused with one line naming it.
+// q_proj and k_proj are stored for rotate-half RoPE: the weights carry rotate_half, and LlamaModel
+// reorders their rows at upload (model/llama_weights.h); Gemma's norms are stored as w for
+// x (1 + w), and the weights carry norm_weight_offset 1.
 #pragma once
 
 #include <string>

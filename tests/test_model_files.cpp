@@ -328,6 +328,9 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
     c["sliding_window"] = 4096;  // set, and unused without use_sliding_window
   }, "lack 'model.layers.0.self_attn.q_proj.bias'");
   config_with("gelu", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act \"gelu\" is not supported");
+  config_with("an unknown layer type", [](nlohmann::json& c) {
+    c["layer_types"] = {"full_attention", "chunked_attention"};
+  }, "a layer type \"chunked_attention\"");
   config_with("no hidden_size", [](nlohmann::json& c) { c.erase("hidden_size"); }, "hidden_size is missing");
   config_with("a string for a size", [](nlohmann::json& c) { c["num_hidden_layers"] = "2"; }, "num_hidden_layers is not an integer");
   config_with("a shape the weights do not have", [](nlohmann::json& c) { c["intermediate_size"] = 151; }, "the config says");
@@ -340,43 +343,103 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   expect_refused({"a folder with no config", dir.path(), "not a Hugging Face model folder"});
 }
 
-// A sliding window of W keys caps the context at W positions, where minfer's full attention
-// computes what the window does: Llama's and Mistral's sliding_window, Qwen's only while
-// use_sliding_window is on, any with a sliding layer.
-TEST(ModelFiles, ASlidingWindowCapsTheContext) {
+// Which layers attend in a sliding window, read as transformers reads it: Llama's, Mistral's and
+// Phi-3's sliding_window in every layer, Qwen's only while use_sliding_window is on and from
+// max_window_layers on, layer_types where given, Gemma 3's sliding_window_pattern; the context
+// stays the model's own.
+TEST(ModelFiles, SlidingWindowsAreReadPerLayer) {
   const nlohmann::json base = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 160},
-                               {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"vocab_size", 100},
                                {"max_position_embeddings", 4096}};
-  auto n_ctx = [&](const std::function<void(nlohmann::json&)>& edit) {
+  // The window of each layer, 0 for a global one.
+  auto windows = [&](const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json c = base;
     edit(c);
-    return parse_hf_config(c.dump(), "config.json").n_ctx;
+    const LlamaConfig config = parse_hf_config(c.dump(), "config.json");
+    EXPECT_EQ(config.n_ctx, 4096);
+    std::vector<int64_t> w;
+    for (int64_t l = 0; l < config.n_layers; ++l) w.push_back(config.attention_spec(l).window);
+    return w;
   };
-  EXPECT_EQ(n_ctx([](nlohmann::json&) {}), 4096);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = 2047; }), 2047);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = 8192; }), 4096);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) { c["sliding_window"] = nullptr; }), 4096);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+  using W = std::vector<int64_t>;
+  EXPECT_EQ(windows([](nlohmann::json&) {}), W({0, 0, 0, 0}));
+  EXPECT_EQ(windows([](nlohmann::json& c) { c["sliding_window"] = 2047; }), W({2047, 2047, 2047, 2047}));
+  EXPECT_EQ(windows([](nlohmann::json& c) { c["sliding_window"] = nullptr; }), W({0, 0, 0, 0}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
     c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = 1024;
-  }), 1024);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+  }), W({1024, 1024, 1024, 1024}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
     c["architectures"] = {"Qwen2ForCausalLM"};
     c["sliding_window"] = 512;
-  }), 4096);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+  }), W({0, 0, 0, 0}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
     c["architectures"] = {"Qwen2ForCausalLM"};
     c["sliding_window"] = 512;
     c["use_sliding_window"] = true;
-  }), 512);
-  EXPECT_EQ(n_ctx([](nlohmann::json& c) {
+    c["max_window_layers"] = 2;
+  }), W({0, 0, 512, 512}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
     c["sliding_window"] = 300;
-    c["layer_types"] = {"sliding_attention", "full_attention"};
-  }), 300);
+    c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"};
+  }), W({300, 0, 300, 300}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
+    c["architectures"] = {"Gemma3ForCausalLM"};
+    c["sliding_window"] = 64;
+    c["sliding_window_pattern"] = 2;
+  }), W({64, 0, 64, 0}));
   // GGUF's ARCH.attention.sliding_window: the Phi-3 fixture's window of 96 in a context of 128.
   const std::string phi3 = std::string(MINFER_SOURCE_DIR) + "/tests/data/models/phi3-f32.gguf";
   if (!std::filesystem::exists(phi3)) GTEST_SKIP() << "skipped: " << phi3 << " is missing";
-  EXPECT_EQ(read_gguf_config(GgufFile(phi3)).n_ctx, 96);
+  const LlamaConfig c = read_gguf_config(GgufFile(phi3));
+  EXPECT_EQ(c.n_ctx, 128);
+  EXPECT_EQ(c.attention_spec(0).window, 96);
+}
+
+// Gemma 3's config.json, as transformers 4 and 5 write it: its declared differences, and the
+// soft-capping and bidirectional attention it does not run refused by name.
+TEST(ModelFiles, Gemma3ConfigDeclaresItsDifferences) {
+  const nlohmann::json base = {{"architectures", {"Gemma3ForCausalLM"}}, {"hidden_size", 640}, {"intermediate_size", 2048},
+                               {"num_hidden_layers", 6}, {"num_attention_heads", 4}, {"num_key_value_heads", 1},
+                               {"head_dim", 256}, {"vocab_size", 1000}, {"max_position_embeddings", 32768},
+                               {"hidden_activation", "gelu_pytorch_tanh"}, {"query_pre_attn_scalar", 256},
+                               {"sliding_window", 512}, {"rope_theta", 1000000.0}, {"rope_local_base_freq", 10000.0},
+                               {"final_logit_softcapping", nullptr}, {"attn_logit_softcapping", nullptr}};
+  const LlamaConfig c = parse_hf_config(base.dump(), "config.json");
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.shared_classifier);
+  EXPECT_EQ(c.activation, GluActivation::gelu_tanh);
+  EXPECT_FLOAT_EQ(c.embedding_scale, std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
+  EXPECT_EQ(c.head_dim(), 256);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_theta_sliding, 1e4);
+  for (int64_t l = 0; l < 6; ++l)  // without layer_types or a pattern: transformers' default of 6
+    EXPECT_EQ(c.attention_spec(l).window, l == 5 ? 0 : 512) << "layer " << l;
+  nlohmann::json v5 = base;  // transformers 5: layer_types and rope_parameters per layer type
+  v5.erase("rope_theta");
+  v5.erase("rope_local_base_freq");
+  v5["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention",
+                       "sliding_attention", "sliding_attention", "full_attention"};
+  v5["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  const LlamaConfig c5 = parse_hf_config(v5.dump(), "config.json");
+  EXPECT_EQ(c5.rope_theta, 1e6);
+  EXPECT_EQ(c5.rope_scaling.type, RopeScaling::Type::linear);
+  EXPECT_EQ(c5.rope_theta_sliding, 1e4);
+  EXPECT_EQ(c5.attention_spec(0).window, 512);
+  EXPECT_EQ(c5.attention_spec(5).window, 0);
+  EXPECT_TRUE(c5.layer_uses_sliding_rope(4) && !c5.layer_uses_sliding_rope(5));
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    nlohmann::json capped = base;
+    capped[key] = 30.0;
+    EXPECT_THROW(parse_hf_config(capped.dump(), "config.json"), Error) << key;
+  }
+  nlohmann::json bidirectional = base;
+  bidirectional["use_bidirectional_attention"] = true;
+  EXPECT_THROW(parse_hf_config(bidirectional.dump(), "config.json"), Error);
+  nlohmann::json untied = base;
+  untied["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse_hf_config(untied.dump(), "config.json").shared_classifier);
 }
 
 TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {

