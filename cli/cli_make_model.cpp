@@ -111,8 +111,9 @@ void check_format_options(const Args& args, const std::string& format) {
 LlamaConfig model_config(const Args& args) {
   const std::string preset = args.get("--preset", "tiny");
   LlamaConfig c = find_preset(preset).config;
-  MINFER_CHECK(!c.qkv_bias && !c.qk_norm, "make-model: preset ", preset, " has ",
-               c.qkv_bias ? "q, k and v biases" : "q and k norms", ", and make-model writes Llama models");
+  const char* feature = c.family_feature();
+  MINFER_CHECK(feature == nullptr, "make-model: preset ", preset, " has ", feature == nullptr ? "" : feature,
+               ", and make-model writes Llama models");
   // Shape options are checked by LlamaConfig::validate; here only that they are numbers.
   const int64_t big = INT32_MAX;
   c.dim = args.get_int("--dim", c.dim, INT32_MIN, big);

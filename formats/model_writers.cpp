@@ -51,8 +51,9 @@ void check_writable(const LlamaHostWeights& w, DType dtype) {
   MINFER_CHECK(dtype != DType::i32 && !is_k_quant(dtype),
                "weights are written as f32, f16, bf16 or (GGUF) q8_0, q4_0, q4_1, q5_0 or q5_1, not ", dtype_name(dtype));
   MINFER_CHECK(!w.rotate_half, "weights to write must be in interleaved RoPE order");
-  MINFER_CHECK(!w.config.qkv_bias && !w.config.qk_norm,
-               "the writers write Llama models; q, k and v biases or q and k norms (Qwen) would be lost");
+  const char* lost = w.config.family_feature();
+  if (lost == nullptr && w.norm_weight_offset != 0.0f) lost = "norms stored as w for x (1 + w) (Gemma)";
+  MINFER_CHECK(lost == nullptr, "the writers write Llama models; ", lost == nullptr ? "" : lost, " would be lost");
   w.validate("make-model");
 }
 

@@ -187,6 +187,17 @@ uint64_t LlamaConfig::n_params() const {
   return total;
 }
 
+const char* LlamaConfig::family_feature() const {
+  if (qkv_bias) return "q, k and v biases (Qwen2)";
+  if (qk_norm) return "q and k norms (Qwen3, Gemma 3)";
+  if (post_norms) return "post norms (Gemma 3)";
+  if (activation != GluActivation::silu) return "GeGLU (Gemma)";
+  if (embedding_scale != 1.0f) return "an embedding scale (Gemma)";
+  if (attention_scale != 0.0f) return "an attention scale (Gemma)";
+  if (sliding_window != 0) return "a sliding window (Mistral v0.1, Phi-3, Gemma 3)";
+  return nullptr;
+}
+
 std::string LlamaConfig::describe() const {
   return detail::concat("dim ", dim, ", hidden ", hidden_dim, ", ", n_layers, " layers, ", n_heads,
                         "/", n_kv_heads, " heads", head_size > 0 ? detail::concat(" of ", head_size) : "",

@@ -144,6 +144,10 @@ struct LlamaConfig {
   // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix).
   uint64_t layer_matrix_bytes(const WeightTypes& wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
+  // The first declared difference from Llama that the config has, named with its families ("q
+  // and k norms (Qwen3, Gemma 3)"), or nullptr for a Llama: what a llama2.c or llama GGUF file
+  // could not hold.
+  const char* family_feature() const;
   // The RoPE frequencies of a head, theta and the scaling applied, in float as the references
   // compute them (PyTorch in float32, run.c in float): (head_dim / 2). With `sliding`, those of
   // the sliding layers' table: rope_theta_sliding, unscaled.

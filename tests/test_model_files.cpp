@@ -527,3 +527,41 @@ TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {
 
 }  // namespace
 }  // namespace minfer::test
+
+namespace minfer::test {
+namespace {
+
+// The writers write Llama models: each family's declared difference is refused by name rather
+// than dropped from the file.
+TEST(ModelFiles, WritersRefuseWhatAFileWouldLose) {
+  ScratchDir dir("writers-refuse");
+  const std::vector<std::pair<std::function<void(LlamaConfig&)>, std::string>> features = {
+      {[](LlamaConfig& c) { c.qkv_bias = true; }, "q, k and v biases"},
+      {[](LlamaConfig& c) { c.qk_norm = true; }, "q and k norms"},
+      {[](LlamaConfig& c) { c.post_norms = true; }, "post norms"},
+      {[](LlamaConfig& c) { c.activation = GluActivation::gelu_tanh; }, "GeGLU"},
+      {[](LlamaConfig& c) { c.embedding_scale = 8.0f; }, "an embedding scale"},
+      {[](LlamaConfig& c) { c.attention_scale = 0.25f; }, "an attention scale"},
+      {[](LlamaConfig& c) { c.sliding_window = 4; }, "a sliding window"},
+  };
+  for (const auto& [set, name] : features) {
+    LlamaConfig c = base_config(4, 2, true);
+    set(c);
+    const LlamaHostWeights w = random_llama_weights(c, 3, 1.0);
+    for (int format = 0; format < 2; ++format) {
+      try {
+        if (format == 0) write_gguf(dir.file("x.gguf"), w, DType::f32, nullptr);
+        else write_hf_folder(dir.file("x"), w, DType::f32);
+        ADD_FAILURE() << name << " was written";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(name + " ("), std::string::npos) << e.what();
+      }
+    }
+  }
+  LlamaHostWeights offset = random_llama_weights(base_config(4, 2, true), 3, 1.0);
+  offset.norm_weight_offset = 1.0f;
+  EXPECT_THROW(write_gguf(dir.file("y.gguf"), offset, DType::f32, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace minfer::test

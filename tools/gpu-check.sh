@@ -155,6 +155,9 @@ if [ $dry -eq 0 ]; then
   bench qwen2 -m preset:qwen2.5-0.5b -p 512 -n 128 -B 1,8 --dtype f16,q4_k_m -r 2 --roofline
   # Qwen3: per-head q and k norms (rmsnorm over runs), heads of 128
   bench qwen3 -m preset:qwen3-0.6b -p 512 -n 128 -B 1,8 --dtype f16 -r 2 --roofline
+  # Gemma 3: GeGLU, post norms, heads of 256 (the exact prefill path), windows of 512 in 5 layers
+  # of 6 (a prompt of 1024 crosses them), a 262,144 x 640 classifier
+  bench gemma3 -m preset:gemma3-270m -p 1024 -n 128 -B 1,8 --dtype f16,q4_k_m -r 2 --roofline
 else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
@@ -163,6 +166,7 @@ else
   bench prefill -m preset:stories15M -p 32 -n 0 -B 1 -r 1 --device cpu
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
   bench qwen2 -m preset:qwen2.5-0.5b:layers=1 -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
+  bench gemma3 -m preset:gemma3-270m:layers=1 -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
 fi
 
 # --- speculative decoding: the same greedy ids with fewer target passes ---
