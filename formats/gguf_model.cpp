@@ -59,8 +59,8 @@ void read_gemma3(const GgufFile& f, const std::string& a, LlamaConfig* c) {
   // note: GGUF does not store query_pre_attn_scalar. llama.cpp scales by 1 / sqrt(key_length), but
   // for the 27B model (62 layers) by 1 / sqrt(dim / heads), as Google's reference does.
   if (c->n_layers == 62 && c->n_heads > 0) c->attention_scale = 1.0f / std::sqrt(float(c->dim / c->n_heads));
-  if (f.number(a + "final_logit_softcapping", false, 0.0) != 0.0)
-    fail(f.path(), ": final logit soft-capping (", a, "final_logit_softcapping) is not supported");
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (f.number(a + key, false, 0.0) != 0.0) fail(f.path(), ": soft-capping (", a, key, ") is not supported");
   if (c->sliding_window == 0) return;
   c->rope_theta_sliding = f.number(a + "rope.freq_base_swa", false, 10000.0);
   const GgufValue* pattern = f.find(a + "attention.sliding_window_pattern");
@@ -70,9 +70,11 @@ void read_gemma3(const GgufFile& f, const std::string& a, LlamaConfig* c) {
     for (double slides : pattern->numbers) c->sliding_layers.push_back(slides != 0.0);
     return;
   }
+  // n: layer l slides where l % n < n - 1; 0: every layer does (as llama.cpp's set_swa_pattern)
   const int64_t every = f.integer(a + "attention.sliding_window_pattern", false, 6);
-  if (every < 1 || every > LlamaConfig::kMaxLayers) fail(f.path(), ": ", a, "attention.sliding_window_pattern = ", every);
-  for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) c->sliding_layers.push_back(l % every < every - 1);
+  if (every < 0) fail(f.path(), ": ", a, "attention.sliding_window_pattern = ", every);
+  for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l)
+    c->sliding_layers.push_back(every == 0 || l % every < every - 1);
 }
 
 const GgufArchitecture& find_architecture(const GgufFile& f) {

@@ -20,13 +20,31 @@ namespace {
 using json = nlohmann::json;
 constexpr uint64_t kMaxJsonBytes = uint64_t(16) << 20;
 
-json read_json(const std::string& path, const std::string& what) {
-  const std::string text = InputFile(path, what).read_all(kMaxJsonBytes);
+// note: nlohmann::json copies and prints values recursively, so a document is refused past this
+// depth while it is parsed (a config.json is three levels deep; 16 MiB of '[' would overflow the
+// stack).
+constexpr int kMaxJsonDepth = 64;
+
+json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) fail(source, ": JSON nested deeper than ", kMaxJsonDepth, " levels");
+      return true;
+    });
   } catch (const json::exception& e) {
-    fail(path, ": not valid JSON (", e.what(), ")");
+    fail(source, ": not valid JSON (", e.what(), ")");
   }
+}
+
+json read_json(const std::string& path, const std::string& what) {
+  return parse_json(InputFile(path, what).read_all(kMaxJsonBytes), path);
+}
+
+// doc[key] as an integer: `fallback` where it is absent or null, Error where it is not an integer.
+int64_t integer_or(const json& doc, const char* key, int64_t fallback, const std::string& source) {
+  if (!doc.contains(key) || doc[key].is_null()) return fallback;
+  if (!doc[key].is_number_integer()) fail(source, ": ", key, " is not an integer");
+  return doc[key].get<int64_t>();
 }
 
 bool is_directory(const std::string& path) {
@@ -57,22 +75,24 @@ std::vector<int32_t> token_ids(const json& v, const std::string& source, const c
   return ids;
 }
 
-// The sliding layers' RoPE base where it is their own (Gemma 3): transformers 5's
-// rope_parameters.sliding_attention {rope_type: default, rope_theta}, or rope_local_base_freq.
+// Gemma 3's sliding layers' own RoPE base: transformers 5's rope_parameters.sliding_attention
+// {rope_type: default, rope_theta}, or rope_local_base_freq; 10000 where neither is given
+// (transformers' default).
 void read_sliding_rope(const json& doc, const std::string& source, LlamaConfig* c) {
-  json theta;
+  const json* theta = nullptr;
   if (doc.contains("rope_parameters") && doc["rope_parameters"].is_object() &&
       doc["rope_parameters"].contains("sliding_attention")) {
     const json& sliding = doc["rope_parameters"]["sliding_attention"];
-    if (!sliding.is_object() || sliding.value("rope_type", "default") != "default")
+    if (!sliding.is_object() || (sliding.contains("rope_type") && sliding["rope_type"] != "default"))
       fail(source, ": the sliding layers' RoPE (rope_parameters.sliding_attention) must be of type default");
-    theta = sliding.value("rope_theta", json());
+    if (sliding.contains("rope_theta")) theta = &sliding["rope_theta"];
   } else if (doc.contains("rope_local_base_freq")) {
-    theta = doc["rope_local_base_freq"];
+    theta = &doc["rope_local_base_freq"];
   }
-  if (theta.is_null()) return;
-  if (!theta.is_number()) fail(source, ": the sliding layers' rope_theta is not a number");
-  c->rope_theta_sliding = theta.get<double>();
+  c->rope_theta_sliding = 10000.0;
+  if (theta == nullptr) return;
+  if (!theta->is_number()) fail(source, ": the sliding layers' rope_theta is not a number");
+  c->rope_theta_sliding = theta->get<double>();
 }
 
 void read_rope(const json& doc, const std::string& source, LlamaConfig* c) {
@@ -82,7 +102,10 @@ void read_rope(const json& doc, const std::string& source, LlamaConfig* c) {
   json scaling;
   if (doc.contains("rope_parameters") && doc["rope_parameters"].is_object()) {
     scaling = doc["rope_parameters"];
-    if (scaling.contains("full_attention")) scaling = scaling["full_attention"];
+    if (scaling.contains("full_attention")) {
+      const json full = std::move(scaling["full_attention"]);
+      scaling = full;
+    }
     if (!scaling.is_object()) fail(source, ": rope_parameters.full_attention is not an object");
     if (scaling.contains("rope_theta")) {
       if (!scaling["rope_theta"].is_number()) fail(source, ": rope_parameters.rope_theta is not a number");
@@ -173,34 +196,37 @@ const HfArchitecture& find_architecture(const json& doc, const std::string& sour
 }
 
 // Which layers attend in a sliding window of sliding_window keys, as transformers decides:
-//   layer_types, where given: "sliding_attention" or "full_attention" per layer (transformers 5
-//     writes it for every family);
+//   Llama: none (transformers' Llama attends to every key whatever the config says);
+//   Qwen: none unless use_sliding_window is on (its sliding_window is set but unused without it);
+//   then layer_types, where given: "sliding_attention" or "full_attention" per layer (transformers
+//     5 writes it for Qwen2, Qwen3 and Gemma 3);
 //   else Gemma 3's sliding_window_pattern n (older configs; 6 where absent, transformers' default):
 //     layer l slides unless (l + 1) % n == 0;
-//   else Qwen's use_sliding_window (its sliding_window is set but unused without it): the layers
-//     from max_window_layers on;
-//   else Llama's, Mistral's and Phi-3's sliding_window, where not null: every layer.
+//   else Qwen's max_window_layers: the layers from it on;
+//   else Mistral's and Phi-3's sliding_window, where not null: every layer.
 void read_sliding_window(const json& doc, const HfArchitecture& arch, const std::string& source, LlamaConfig* c) {
   const bool qwen = std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3";
+  if (std::string(arch.model_type) == "llama") return;
+  if (qwen && !(doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
+                doc["use_sliding_window"].get<bool>()))
+    return;
   std::vector<bool> slides;
   if (doc.contains("layer_types") && doc["layer_types"].is_array()) {
     for (const auto& t : doc["layer_types"]) {
       if (t != "sliding_attention" && t != "full_attention")
-        fail(source, ": a layer type ", t.dump().substr(0, 40), " (minfer runs sliding_attention and full_attention)");
+        fail(source, ": a layer type ", t.is_string() ? "'" + t.get<std::string>().substr(0, 40) + "'" : "that is not a string",
+             " (minfer runs sliding_attention and full_attention)");
       slides.push_back(t == "sliding_attention");
     }
     if (int64_t(slides.size()) != c->n_layers)
       fail(source, ": layer_types lists ", slides.size(), " layers of ", c->n_layers);
   } else if (arch.gemma3) {
-    const json& n = doc.value("sliding_window_pattern", json(6));
-    if (!n.is_number_integer() || n.get<int64_t>() < 1) fail(source, ": sliding_window_pattern is not a positive integer");
-    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back((l + 1) % n.get<int64_t>() != 0);
+    const int64_t n = integer_or(doc, "sliding_window_pattern", 6, source);
+    if (n < 1) fail(source, ": sliding_window_pattern = ", n, ", must be positive");
+    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back((l + 1) % n != 0);
   } else if (qwen) {
-    if (!(doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() && doc["use_sliding_window"].get<bool>()))
-      return;
-    const json& first = doc.value("max_window_layers", json(28));  // transformers' Qwen default
-    if (!first.is_number_integer()) fail(source, ": max_window_layers is not an integer");
-    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back(l >= first.get<int64_t>());
+    const int64_t first = integer_or(doc, "max_window_layers", 28, source);  // transformers' Qwen default
+    for (int64_t l = 0; l < c->n_layers && l < LlamaConfig::kMaxLayers; ++l) slides.push_back(l >= first);
   } else if (!doc.contains("sliding_window") || doc["sliding_window"].is_null()) {
     return;
   }
@@ -214,33 +240,26 @@ void read_sliding_window(const json& doc, const HfArchitecture& arch, const std:
   c->sliding_layers = slides;
 }
 
-// The activation of the feed-forward's gate: hidden_activation (Gemma) or hidden_act.
-GluActivation read_activation(const json& doc, const std::string& source) {
-  const char* key = doc.contains("hidden_activation") ? "hidden_activation" : "hidden_act";
-  if (!doc.contains(key)) return GluActivation::silu;
+// The activation of the feed-forward's gate: Gemma's hidden_activation (gelu_pytorch_tanh where
+// absent), the others' hidden_act (silu where absent), as transformers reads them.
+GluActivation read_activation(const json& doc, const HfArchitecture& arch, const std::string& source) {
+  const char* key = arch.gemma3 ? "hidden_activation" : "hidden_act";
+  if (!doc.contains(key)) return arch.gemma3 ? GluActivation::gelu_tanh : GluActivation::silu;
   if (doc[key] == "silu") return GluActivation::silu;
   if (doc[key] == "gelu_pytorch_tanh") return GluActivation::gelu_tanh;
-  fail(source, ": ", key, " ", doc[key].dump().substr(0, 40), " is not supported (minfer's gated units use silu or gelu_pytorch_tanh)");
+  fail(source, ": ", key, " ", doc[key].is_string() ? "'" + doc[key].get<std::string>().substr(0, 40) + "'" : "(not a string)",
+       " is not supported (minfer's gated units use silu or gelu_pytorch_tanh)");
 }
 
 }  // namespace
 
 LlamaConfig parse_hf_config(const std::string& text, const std::string& source) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(source, ": not valid JSON (", e.what(), ")");
-  }
+  const json doc = parse_json(text, source);
   if (!doc.is_object()) fail(source, ": not a JSON object");
   const HfArchitecture& arch = find_architecture(doc, source);
   auto integer = [&](const char* key, bool required, int64_t fallback) -> int64_t {
-    if (!doc.contains(key) || doc[key].is_null()) {
-      if (required) fail(source, ": ", key, " is missing");
-      return fallback;
-    }
-    if (!doc[key].is_number_integer()) fail(source, ": ", key, " is not an integer");
-    return doc[key].get<int64_t>();
+    if (required && (!doc.contains(key) || doc[key].is_null())) fail(source, ": ", key, " is missing");
+    return integer_or(doc, key, fallback, source);
   };
   auto flag = [&](const char* key) { return doc.contains(key) && doc[key].is_boolean() && doc[key].get<bool>(); };
   if (flag("attention_bias")) fail(source, ": attention biases (attention_bias) are not supported");
@@ -253,7 +272,7 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   LlamaConfig c;
   c.qkv_bias = arch.qkv_bias;
   c.qk_norm = arch.qk_norm;
-  c.activation = read_activation(doc, source);
+  c.activation = read_activation(doc, arch, source);
   c.post_norms = arch.gemma3;
   c.dim = integer("hidden_size", true, 0);
   c.hidden_dim = integer("intermediate_size", true, 0);
@@ -267,11 +286,13 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   // transformers' default where the key is absent: tied for Gemma, untied for the others
   c.shared_classifier = doc.contains("tie_word_embeddings") ? flag("tie_word_embeddings") : arch.gemma3;
   if (arch.gemma3) c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
-  if (doc.contains("query_pre_attn_scalar")) {
-    const json& s = doc["query_pre_attn_scalar"];
-    if (!s.is_number() || !(s.get<double>() > 0.0 && s.get<double>() < 1e12))
-      fail(source, ": query_pre_attn_scalar is not a positive number");
-    c.attention_scale = static_cast<float>(1.0 / std::sqrt(s.get<double>()));
+  if (arch.gemma3) {  // transformers' Gemma 3 defaults: query_pre_attn_scalar 256, rope_theta 1e6
+    double scalar = 256.0;
+    if (doc.contains("query_pre_attn_scalar"))
+      scalar = doc["query_pre_attn_scalar"].is_number() ? doc["query_pre_attn_scalar"].get<double>() : -1.0;
+    if (!(scalar > 0.0 && scalar < 1e12)) fail(source, ": query_pre_attn_scalar is not a positive number");
+    c.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar));
+    c.rope_theta = 1000000.0;
   }
   if (doc.contains("rms_norm_eps")) {
     if (!doc["rms_norm_eps"].is_number()) fail(source, ": rms_norm_eps is not a number");
@@ -281,7 +302,7 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   }
   read_rope(doc, source, &c);
   read_sliding_window(doc, arch, source, &c);
-  if (c.sliding_window > 0) read_sliding_rope(doc, source, &c);
+  if (arch.gemma3 && c.sliding_window > 0) read_sliding_rope(doc, source, &c);
   const std::vector<int32_t> bos = token_ids(doc.value("bos_token_id", json()), source, "bos_token_id");
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.stop_ids = token_ids(doc.value("eos_token_id", json()), source, "eos_token_id");
@@ -413,6 +434,10 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
   }
   w.rotate_half = true;
   w.norm_weight_offset = arch.gemma3 ? 1.0f : 0.0f;
+  // transformers multiplies Gemma's embeddings by sqrt(dim) rounded to the table's type (25.25, not
+  // 25.298, for a bf16 table of 640).
+  if (w.token_embedding.dtype() == DType::bf16) w.config.embedding_scale = bf16_to_f32(f32_to_bf16(c.embedding_scale));
+  if (w.token_embedding.dtype() == DType::f16) w.config.embedding_scale = f16_to_f32(f32_to_f16(c.embedding_scale));
   w.release = [shards](const Tensor& t) {
     for (const auto& [p, file] : *shards) file->file()->drop(t.data(), t.nbytes());
   };

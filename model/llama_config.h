@@ -89,7 +89,9 @@ struct LlamaConfig {
   // add (Gemma 3's post_attention_layernorm and post_feedforward_layernorm).
   bool post_norms = false;
   GluActivation activation = GluActivation::silu;  // of the feed-forward's gate: SwiGLU; GeGLU (Gemma)
-  float embedding_scale = 1.0f;  // token embeddings are multiplied by it (Gemma: sqrt(dim), in f32)
+  // Token embeddings are multiplied by it (Gemma: sqrt(dim), in f32, or rounded to a 16-bit
+  // Hugging Face table's type as transformers rounds it).
+  float embedding_scale = 1.0f;
   float attention_scale = 0.0f;  // of q . k; 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-1/2)
   // Sliding-window attention: a sliding layer's row at position p sees keys p - W < t <= p, W =
   // sliding_window (Mistral v0.1 and Phi-3 mini: every layer; Gemma 3: 5 layers in 6, the 6th

@@ -59,7 +59,9 @@ std::vector<double> rope_frequencies(const LlamaConfig& c, double theta, const R
   return f;
 }
 
-// out = x / rms(x) * weight.
+// out = x / rms(x) * weight. (Gemma computes x / rms(x) * (1 + w) and its Hugging Face checkpoints
+// store w: the constructor adds the 1 to every norm's weights, norm_f32, so that this is the one
+// RMSNorm; llama.cpp's converter stores 1 + w in GGUF files.)
 //   forward_layer_*: be.rmsnorm (fused: be.residual_rmsnorm, the residual add folded in)
 //   ref::rmsnorm, cpu::rmsnorm, cuda::rmsnorm (and residual_rmsnorm) in rmsnorm.{cpp,cu}
 void rmsnorm(float* out,           // (n)

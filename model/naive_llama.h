@@ -2,8 +2,9 @@
 // llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
 // checkpoints, and each family's declared difference (model/llama_config.h) where it applies:
 // Qwen2's biases, Qwen3's and Gemma 3's per-head norms, Gemma's scaled embeddings, GeGLU, post
-// norms, attention scale and sliding windows. No backend, no batch, no threads; f32 weights and
-// activations, sums in double.
+// norms, attention scale and sliding windows. (Phi-3 differs only in how its file stores q | k | v
+// and gate | up, split by the loaders, and in its window; Mistral v0.2 and later is a Llama.) No
+// backend, no batch, no threads; f32 weights and activations, sums in double.
 // Everything else in minfer computes
 // exactly this, faster:
 //   - model/llama.cpp (LlamaModel::forward_layer_unfused, and _fused in fewer passes) runs the

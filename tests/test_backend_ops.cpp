@@ -412,8 +412,9 @@ std::vector<Case> all_cases() {
         // f16 caches: whole vectors (64), and on the CPU the plain-loop fallback (34), three
         // sets of accumulators on AVX2 (32) and one set of 16 (128)
         cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
-        // Sliding windows (Gemma 3's scale): shorter than most positions (7), than a key block of the
-        // CPU (64) and of a CUDA split (256), and past every position (300 = n_ctx).
+        // Sliding windows (with Gemma 3's scale): shorter than most positions (7), longer than a key
+        // block of the CPU (100 > 64) and a CUDA split (257 > 256), so that a row's first key falls
+        // inside a block or split, and as long as the cache (300 = n_ctx: no key masked).
         for (int64_t window : {7, 100, 257, 300}) {
           cases.push_back({backend, op, M, 4, 1, 16, DType::f32, strided, window});
           cases.push_back({backend, op, M, 4, 2, 64, DType::f16, !strided, window});
@@ -492,8 +493,11 @@ std::vector<Case> all_cases() {
   for (const std::string backend : {"cpu", "cuda"})
     for (int64_t M : {8, 100, 130, 512}) {
       cases.push_back({backend, Op::attention_prefill, M, 8, 2, 64, DType::f32, false});
-      // A window shorter than the prompt, and one that starts inside the first tile of 64 keys.
-      for (int64_t window : {50, 130}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f32, false, window});
+      // Windows of 20, shorter than every row's position (37 on), and of 130, which the rows past
+      // position 129 slide in (M = 100 and up). On CUDA these f32 caches take the exact path; the
+      // f16 and bf16 cases with a window of 100 below take the Tensor Core tiles, from the tile
+      // that holds the first row's first key.
+      for (int64_t window : {20, 130}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f32, false, window});
       if (backend == "cpu") cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f16, false});
       if (backend == "cuda")
         for (DType t : {DType::f16, DType::bf16})

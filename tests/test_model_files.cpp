@@ -312,8 +312,10 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   config_with("an unknown rope scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
               "rope scaling of type 'yarn' is not supported");
   config_with("attention biases", [](nlohmann::json& c) { c["attention_bias"] = true; }, "attention biases");
-  config_with("a sliding window of no size", [](nlohmann::json& c) { c["sliding_window"] = 0; },
-              "sliding_window is not a positive integer");
+  config_with("a sliding window of no size", [](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["sliding_window"] = 0;
+  }, "sliding_window is not a positive integer");
   config_with("partial rotary embeddings", [](nlohmann::json& c) { c["partial_rotary_factor"] = 0.5; },
               "partial rotary embeddings");
   config_with("Phi-3 without its fused projections", [](nlohmann::json& c) { c["architectures"] = {"Phi3ForCausalLM"}; },
@@ -321,16 +323,21 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   config_with("Qwen3 without its q and k norms", [](nlohmann::json& c) { c["architectures"] = {"Qwen3ForCausalLM"}; },
               "lack 'model.layers.0.self_attn.q_norm.weight'");
   config_with("a sliding layer without a window", [](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
     c["layer_types"] = {"full_attention", "sliding_attention"};
   }, "sliding_window is not a positive integer");
   config_with("Qwen2 without its biases", [](nlohmann::json& c) {
     c["architectures"] = {"Qwen2ForCausalLM"};
     c["sliding_window"] = 4096;  // set, and unused without use_sliding_window
   }, "lack 'model.layers.0.self_attn.q_proj.bias'");
-  config_with("gelu", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act \"gelu\" is not supported");
+  config_with("gelu", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; }, "hidden_act 'gelu' is not supported");
   config_with("an unknown layer type", [](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
     c["layer_types"] = {"full_attention", "chunked_attention"};
-  }, "a layer type \"chunked_attention\"");
+  }, "a layer type 'chunked_attention'");
+  folder_with("JSON nested 100,000 deep", weights,
+              "{\"hidden_size\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+              "JSON nested deeper than 64 levels");
   config_with("no hidden_size", [](nlohmann::json& c) { c.erase("hidden_size"); }, "hidden_size is missing");
   config_with("a string for a size", [](nlohmann::json& c) { c["num_hidden_layers"] = "2"; }, "num_hidden_layers is not an integer");
   config_with("a shape the weights do not have", [](nlohmann::json& c) { c["intermediate_size"] = 151; }, "the config says");
@@ -343,9 +350,9 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   expect_refused({"a folder with no config", dir.path(), "not a Hugging Face model folder"});
 }
 
-// Which layers attend in a sliding window, read as transformers reads it: Llama's, Mistral's and
-// Phi-3's sliding_window in every layer, Qwen's only while use_sliding_window is on and from
-// max_window_layers on, layer_types where given, Gemma 3's sliding_window_pattern; the context
+// Which layers attend in a sliding window, read as transformers reads it: none for Llama, Mistral's
+// and Phi-3's sliding_window in every layer, Qwen's only while use_sliding_window is on (from
+// max_window_layers on), layer_types where given, Gemma 3's sliding_window_pattern; the context
 // stays the model's own.
 TEST(ModelFiles, SlidingWindowsAreReadPerLayer) {
   const nlohmann::json base = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 160},
@@ -363,8 +370,15 @@ TEST(ModelFiles, SlidingWindowsAreReadPerLayer) {
   };
   using W = std::vector<int64_t>;
   EXPECT_EQ(windows([](nlohmann::json&) {}), W({0, 0, 0, 0}));
-  EXPECT_EQ(windows([](nlohmann::json& c) { c["sliding_window"] = 2047; }), W({2047, 2047, 2047, 2047}));
-  EXPECT_EQ(windows([](nlohmann::json& c) { c["sliding_window"] = nullptr; }), W({0, 0, 0, 0}));
+  EXPECT_EQ(windows([](nlohmann::json& c) { c["sliding_window"] = 2047; }), W({0, 0, 0, 0}));  // a Llama
+  EXPECT_EQ(windows([](nlohmann::json& c) {
+    c["architectures"] = {"Phi3ForCausalLM"};
+    c["sliding_window"] = 2047;
+  }), W({2047, 2047, 2047, 2047}));
+  EXPECT_EQ(windows([](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["sliding_window"] = nullptr;
+  }), W({0, 0, 0, 0}));
   EXPECT_EQ(windows([](nlohmann::json& c) {
     c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = 1024;
@@ -380,6 +394,12 @@ TEST(ModelFiles, SlidingWindowsAreReadPerLayer) {
     c["max_window_layers"] = 2;
   }), W({0, 0, 512, 512}));
   EXPECT_EQ(windows([](nlohmann::json& c) {
+    c["architectures"] = {"Qwen3ForCausalLM"};
+    c["sliding_window"] = 512;
+    c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"};
+  }), W({0, 0, 0, 0}));  // without use_sliding_window, transformers drops Qwen's window
+  EXPECT_EQ(windows([](nlohmann::json& c) {
+    c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = 300;
     c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention"};
   }), W({300, 0, 300, 300}));
@@ -440,6 +460,20 @@ TEST(ModelFiles, Gemma3ConfigDeclaresItsDifferences) {
   nlohmann::json untied = base;
   untied["tie_word_embeddings"] = false;
   EXPECT_FALSE(parse_hf_config(untied.dump(), "config.json").shared_classifier);
+  // Keys left out take transformers' Gemma 3 defaults, not Llama's.
+  nlohmann::json bare = base;
+  for (const char* key : {"hidden_activation", "query_pre_attn_scalar", "rope_theta", "rope_local_base_freq"})
+    bare.erase(key);
+  const LlamaConfig d = parse_hf_config(bare.dump(), "config.json");
+  EXPECT_EQ(d.activation, GluActivation::gelu_tanh);
+  EXPECT_FLOAT_EQ(d.attention_scale, 1.0f / 16.0f);
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope_theta_sliding, 1e4);
+  // A Mistral's sliding layers keep its one RoPE base.
+  nlohmann::json mistral = {{"architectures", {"MistralForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 160},
+                            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100},
+                            {"max_position_embeddings", 4096}, {"sliding_window", 1024}};
+  EXPECT_EQ(parse_hf_config(mistral.dump(), "config.json").rope_theta_sliding, 0.0);
 }
 
 TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {

@@ -11,7 +11,7 @@ Run it by hand (never from `make test`), with llama.cpp's server serving the fil
     python3 tests/data/real_models/make_server_reference.py http://127.0.0.1:8125 gemma3-q4_k_m --long-prompt
 
 Writes NAME.reference.json beside this script (Python's standard library only):
-  prompts (not with --tokenizer-only; with --long-prompt also the whole of text.txt, some 900 tokens,
+  prompts (not with --tokenizer-only; with --long-prompt also the whole of text.txt, 800 tokens,
     past Gemma 3's sliding window of 512): for each, llama.cpp's ids for the text (/tokenize, with the
     special tokens the file says to add), its greedy continuation of STEPS tokens (/completion at
     temperature 0, each step fed its own choice), the margin between its best and second-best
