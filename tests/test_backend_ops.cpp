@@ -443,7 +443,7 @@ std::vector<Case> all_cases() {
   // Batched decode sizes (16 sequences and around it): the CPU's outer-product kernel, with
   // partial row groups, rows left to the dot-product tail (on AVX2 12-14 and 17-20, up to the
   // boundary at 14; on AVX-512 20 and 28, the boundary) and weight rows left over after the
-  // tiles of 16 (M = 512 above takes it too, for prefill).
+  // tiles of 16.
   for (const std::string backend : {"cpu", "cuda"})
     for (int64_t M : {12, 13, 14, 15, 16, 17, 20, 28, 32}) {
       cases.push_back({backend, Op::matmul, M, 33, 67, 0, DType::f32, M == 17});
@@ -454,15 +454,18 @@ std::vector<Case> all_cases() {
   // Prefill-sized products (above 32 rows). On the CPU with AVX2 or AVX-512 they take the panels of
   // 2 vectors of weight rows (16-bit ones widened while packed, K = 99 with a tail of 3 past the
   // vectors) in tiles of 6 (AVX2) or 8 (AVX-512) activation rows, here with 1 to 7 rows left over
-  // (M = 33 .. 40) and a partial panel; with AVX-512, f32 whose packed rows fit in L2 (M x K up to
-  // 256 x 1024) takes the outer products instead, so f32 also runs at K = 8195 (panels there), and
-  // at M = 300 (Eigen's GEMM without AVX2).
+  // (M = 33 .. 40) and a partial panel; the panels go 256 values of k at a time, the slices after
+  // the first adding to the outputs: K = 600 (slices of 256, 256 and 88) and 8195 (a last slice of
+  // 3); M = 300, K = 1001 also runs Eigen's GEMM without AVX2.
   for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
     for (int64_t M = 33; M <= 40; ++M) {
       cases.push_back({backend, Op::matmul, M, 41, 96, 0, DType::f32, M % 2 == 1});
       cases.push_back({backend, Op::matmul, M, 41, 8195, 0, DType::f32, M % 2 == 0});
-      for (DType t : {DType::f16, DType::bf16}) cases.push_back({backend, Op::matmul, M, 41, 99, 0, t, M % 2 == 0});
+      for (DType t : {DType::f16, DType::bf16}) {
+        cases.push_back({backend, Op::matmul, M, 41, 99, 0, t, M % 2 == 0});
+        cases.push_back({backend, Op::matmul, M, 41, 600, 0, t, M % 2 == 1});
+      }
     }
   }
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks

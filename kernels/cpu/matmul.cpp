@@ -21,12 +21,10 @@
 //                                      whole vector, up to 3/4 of one, take the small_m tile
 //   8-32      f16/bf16   small_m       broadcasting a 16-bit weight would cost a conversion per FMA
 //                                      (and f32 too in a build without AVX2)
-//   > 32      f32        outer         AVX-512 only, while the packed rows fit in L2 (M x K <=
-//                                      256 x 1024): 1.1x the panels there (it does not block
-//                                      along K or M, so it stops at that size)
 //   > 32      any        panels        AVX2 or AVX-512: panels of 2 vectors of weight rows packed
-//                                      transposed (f16/bf16 widened), register tiles of 6 (AVX2)
-//                                      or 8 (AVX-512) rows x the panel's columns
+//                                      transposed (f16/bf16 widened) 256 values of k at a time,
+//                                      register tiles of 6 (AVX2) or 8 (AVX-512) rows x the
+//                                      panel's columns
 //   > 32      any        gemm          without AVX2: Eigen's cache-blocked GEMM on each thread's
 //                                      slice of the weights; f16/bf16 widened 64 rows at a time
 //   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows (every M with
@@ -54,21 +52,11 @@ enum class Kernel { one_row, small_m, outer, gemm, panels };
 
 constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
 constexpr int64_t kOuterMinRows = 8;              // and at least one vector of 8 lanes (simd::kWidth)
-#if defined(MINFER_PANELS)
-constexpr int64_t kOuterMaxPacked = 256 * 1024;   // M * K floats of packed rows: 1 MiB, half of L2
-// With AVX-512, outer beats the panels at prefill while its packed rows fit (bench/results/NOTES.md).
-constexpr bool kOuterBeforePanels = simd::kWidth == 16;
-#endif
 
-Kernel choose_kernel(int64_t M, int64_t K, DType w_dtype, bool batch_invariant) {
+Kernel choose_kernel(int64_t M, DType w_dtype, bool batch_invariant) {
   if (batch_invariant) return Kernel::one_row;  // every row as a lone one (matmul.h)
 #if defined(MINFER_PANELS)
-  if (M > kSmallMaxRows) {
-    if (kOuterBeforePanels && w_dtype == DType::f32 && M * K <= kOuterMaxPacked) return Kernel::outer;
-    return Kernel::panels;
-  }
-#else
-  (void)K;  // only the panels' choice reads K
+  if (M > kSmallMaxRows) return Kernel::panels;
 #endif
   if (simd::kWidth >= 8 && w_dtype == DType::f32 && M >= kOuterMinRows && M <= kSmallMaxRows) return Kernel::outer;
   if (M == 1) return Kernel::one_row;
@@ -119,7 +107,7 @@ void matmul(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_
     matmul_quant(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K, batch_invariant);
     return;
   }
-  switch (choose_kernel(M, K, w_dtype, batch_invariant)) {
+  switch (choose_kernel(M, w_dtype, batch_invariant)) {
     case Kernel::one_row:
       if (w_dtype == DType::bf16)
         return one_row_bf16_blocks(pool, out, ld_out, x, ld_x, static_cast<const uint16_t*>(w), M, N, K);

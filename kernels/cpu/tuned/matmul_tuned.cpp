@@ -308,34 +308,64 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
 // bf16 1.25x Eigen's widened GEMM, rows of 8 and 12 alike (bench/results/NOTES.md).
 constexpr int kPanelCols = 2 * simd::kWidth;                // weight rows per panel: the output's columns
 constexpr int kPanelRows = simd::kWidth == 16 ? 8 : 6;      // activation rows per register tile
+// note: a panel is packed and multiplied kPanelDepth values of k at a time, so that the slice every
+// register tile reads (256 x 32 floats, 32 KiB, with AVX-512; 16 KiB with AVX2) stays in a 48 KiB L1
+// while all M rows pass over it; a whole panel of K = 768 (96 KiB) was read from L2 by every tile.
+// The slices after the first add to the outputs. Intel Xeon (AVX-512, 2 threads), 256 x 2304 x 768:
+// 193-198 GFLOP/s whole, 261-274 in slices of 256 (128: 257-264); the same source built for AVX2,
+// 155-159 against 178-182 (bench/results/NOTES.md).
+constexpr int64_t kPanelDepth = 256;
 
-// Packs weight rows w[0 .. cols) (cols, K) transposed into panel (K, kPanelCols), widened to f32 a
-// vector at a time; columns past `cols` are zeros.
+// Column c of a packed panel, values [from, to) of its slice: row[k] widened a vector at a time,
+// or zeros where row is null (past the panel's weight rows).
 template <class W>
-void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K) {
+void pack_column(float* panel, int64_t c, const typename W::Stored* row, int64_t from, int64_t to) {
+  if (row == nullptr) {
+    for (int64_t k = from; k < to; ++k) panel[k * kPanelCols + c] = 0.0f;
+    return;
+  }
   alignas(64) float wide[simd::kWidth];
+  int64_t k = from;
+  for (; k + simd::kWidth <= to; k += simd::kWidth) {
+    simd::store(wide, W::load(row + k));
+    for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
+  }
+  for (; k < to; ++k) panel[k * kPanelCols + c] = W::scalar(row + k);
+}
+
+// Packs k0 .. k0 + depth of weight rows w[0 .. cols) (cols, K) transposed into panel
+// (depth, kPanelCols), widened to f32 a vector at a time; columns past `cols` are zeros.
+// note: with AVX-512, 16 rows x 16 values of k go through registers (simd::transpose16) where the
+// per-value stores of pack_column took a fifth of the f32 products' time (perf, stories110M pp256).
+template <class W>
+void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K, int64_t k0, int64_t depth) {
+  int64_t c0 = 0, k_vectors = 0;
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    k_vectors = depth / 16 * 16;
+    for (; c0 + 16 <= cols; c0 += 16)
+      for (int64_t k = 0; k < k_vectors; k += 16) {
+        simd::Vec block[16];
+        for (int64_t r = 0; r < 16; ++r) block[r] = W::load(w + (c0 + r) * K + k0 + k);
+        simd::transpose16(block);  // block[j] lane r = w[c0 + r, k0 + k + j]
+        for (int64_t j = 0; j < 16; ++j) simd::store(panel + (k + j) * kPanelCols + c0, block[j]);
+      }
+  }
+#endif
   for (int64_t c = 0; c < kPanelCols; ++c) {
-    if (c >= cols) {
-      for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + c] = 0.0f;
-      continue;
-    }
-    const typename W::Stored* row = w + c * K;
-    int64_t k = 0;
-    for (; k + simd::kWidth <= K; k += simd::kWidth) {
-      simd::store(wide, W::load(row + k));
-      for (int j = 0; j < simd::kWidth; ++j) panel[(k + j) * kPanelCols + c] = wide[j];
-    }
-    for (; k < K; ++k) panel[k * kPanelCols + c] = W::scalar(row + k);
+    const typename W::Stored* row = c < cols ? w + c * K + k0 : nullptr;
+    pack_column<W>(panel, c, row, c < c0 ? k_vectors : 0, depth);  // what the transposes left
   }
 }
 
-// out[r, 0 .. cols) for r < R, from activation rows x (R, K) and a packed panel (K, kPanelCols).
+// out[r, 0 .. cols) (= or, with `add`, +=) for r < R, from activation rows x (R, depth) and a
+// packed panel (depth, kPanelCols).
 template <int R>
-void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
-                int64_t cols) {
+void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t depth,
+                int64_t cols, bool add) {
   simd::Vec acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = simd::zero();
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < depth; ++k) {
     const simd::Vec w0 = simd::load(panel + k * kPanelCols), w1 = simd::load(panel + k * kPanelCols + simd::kWidth);
     for (int r = 0; r < R; ++r) {
       const simd::Vec xv = simd::set1(x[r * ld_x + k]);
@@ -344,47 +374,61 @@ void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const 
     }
   }
   for (int r = 0; r < R; ++r) {
-    if (cols == kPanelCols) {
-      simd::store(out + r * ld_out, acc[r][0]);
-      simd::store(out + r * ld_out + simd::kWidth, acc[r][1]);
-    } else {
-      alignas(64) float row[kPanelCols];
-      simd::store(row, acc[r][0]);
-      simd::store(row + simd::kWidth, acc[r][1]);
-      std::copy(row, row + cols, out + r * ld_out);
-    }
+    alignas(64) float row[kPanelCols] = {};
+    float* dst = cols == kPanelCols ? out + r * ld_out : row;
+    if (add && dst == row) std::copy(out + r * ld_out, out + r * ld_out + cols, row);
+    simd::store(dst, add ? simd::add(acc[r][0], simd::load(dst)) : acc[r][0]);
+    simd::store(dst + simd::kWidth, add ? simd::add(acc[r][1], simd::load(dst + simd::kWidth)) : acc[r][1]);
+    if (dst == row) std::copy(row, row + cols, out + r * ld_out);
   }
 }
 
 // The tile of `rows` < R activation rows: R - 1 rows, or fewer.
 template <int R>
-void panel_tail(int rows, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t K,
-                int64_t cols) {
+void panel_tail(int rows, float* out, int64_t ld_out, const float* x, int64_t ld_x, const float* panel, int64_t depth,
+                int64_t cols, bool add) {
   if constexpr (R > 1) {
-    if (rows == R - 1) return panel_tile<R - 1>(out, ld_out, x, ld_x, panel, K, cols);
-    panel_tail<R - 1>(rows, out, ld_out, x, ld_x, panel, K, cols);
+    if (rows == R - 1) return panel_tile<R - 1>(out, ld_out, x, ld_x, panel, depth, cols, add);
+    panel_tail<R - 1>(rows, out, ld_out, x, ld_x, panel, depth, cols, add);
   }
 }
 
-// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= kPanelCols: one panel
-// packed into `panel` (K * kPanelCols floats), then every register tile of activation rows.
+// Asks for the lines of one weight row's values [0, depth) of k.
+template <class W>
+inline void prefetch_row(const typename W::Stored* row, int64_t depth) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < depth * int64_t(sizeof(typename W::Stored)); b += 64) __builtin_prefetch(bytes + b);
+}
+
+// out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= kPanelCols: a slice of
+// the panel packed into `panel` (kPanelDepth * kPanelCols floats), then every register tile of
+// activation rows, slice after slice. While the tiles compute, the panel's next slice is requested,
+// one weight row per tile.
+// note: packing a slice reads a few hundred bytes from each of 32 rows, too short a stream for the
+// hardware prefetcher; asking ahead took stories110M's f32 pp256 from 1027-1061 to 1095-1126
+// tokens/s on an Intel Xeon (3 interleaved rounds; asking for the next panel's first slice too
+// gained nothing more; bench/results/NOTES.md).
 template <class W>
 void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
                    int64_t M, int64_t cols, int64_t K, float* panel) {
-  pack_panel<W>(panel, w, cols, K);
-  int64_t m = 0;
-  for (; m + kPanelRows <= M; m += kPanelRows)
-    panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
-  if (m < M) panel_tail<kPanelRows>(int(M - m), out + m * ld_out, ld_out, x + m * ld_x, ld_x, panel, K, cols);
+  for (int64_t k0 = 0; k0 < K; k0 += kPanelDepth) {
+    const int64_t depth = std::min(kPanelDepth, K - k0), next = k0 + depth;
+    const bool add = k0 > 0;
+    pack_panel<W>(panel, w, cols, K, k0, depth);
+    int64_t m = 0;
+    for (int64_t c = 0; m + kPanelRows <= M; m += kPanelRows, ++c) {
+      if (c < cols && next < K) prefetch_row<W>(w + c * K + next, std::min(kPanelDepth, K - next));
+      panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x + k0, ld_x, panel, depth, cols, add);
+    }
+    if (m < M)
+      panel_tail<kPanelRows>(int(M - m), out + m * ld_out, ld_out, x + m * ld_x + k0, ld_x, panel, depth, cols, add);
+  }
 }
 
-
-
-// The panel buffer of the calling thread, K * kPanelCols floats: grows once, then reused.
-float* panel_buffer(int64_t K) {
-  thread_local std::vector<float> panel;
-  panel.resize(static_cast<size_t>(K * kPanelCols));
-  return panel.data();
+// The panel buffer of the calling thread, kPanelDepth * kPanelCols floats, aligned for its loads.
+float* panel_buffer() {
+  alignas(64) thread_local float panel[kPanelDepth * kPanelCols];
+  return panel;
 }
 
 template <class W>
@@ -392,7 +436,7 @@ void panels_of(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
             int64_t M, int64_t N, int64_t K) {
   const int64_t n_panels = (N + kPanelCols - 1) / kPanelCols;
   pool.parallel_for(n_panels, 1, [&](int64_t p0, int64_t p1) {
-    float* buffer = panel_buffer(K);
+    float* buffer = panel_buffer();
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n0 = p * kPanelCols;
       panel_product<W>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
@@ -494,7 +538,7 @@ void matmul_f32_on_this_thread(float* out, int64_t ld_out, const float* x, int64
                                int64_t N, int64_t K) {
   if (M <= 0 || N <= 0) return;
 #if defined(MINFER_PANELS)
-  float* buffer = panel_buffer(K);
+  float* buffer = panel_buffer();
   for (int64_t n0 = 0; n0 < N; n0 += kPanelCols)
     panel_product<simd::F32>(out + n0, ld_out, x, ld_x, w + n0 * K, M, std::min<int64_t>(kPanelCols, N - n0), K, buffer);
 #else
