@@ -294,8 +294,8 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
 
 #if defined(MINFER_PANELS)
 // note: prefill's products (more than 32 rows) multiply panels of two vectors of weight rows (16
-// with AVX2, 32 with AVX-512), packed transposed (K, kPanelCols) once per call (f16 and bf16
-// widened to f32 as they are packed; dequantized tiles come through matmul_f32_on_this_thread) so
+// with AVX2, 32 with AVX-512), packed transposed (kPanelDepth, kPanelCols) a slice at a time (f16
+// and bf16 widened to f32 as they are packed; dequantized tiles come through matmul_f32_on_this_thread) so
 // that one k of the panel's columns is two vector loads, by the activations in register tiles of
 // kPanelRows rows: per k, two panel loads and kPanelRows broadcasts of x[m, k] feed 2 kPanelRows
 // independent FMAs, and the outputs are stored as they are, with no transpose. AVX2 takes 6 rows
@@ -312,8 +312,8 @@ constexpr int kPanelRows = simd::kWidth == 16 ? 8 : 6;      // activation rows p
 // register tile reads (256 x 32 floats, 32 KiB, with AVX-512; 16 KiB with AVX2) stays in a 48 KiB L1
 // while all M rows pass over it; a whole panel of K = 768 (96 KiB) was read from L2 by every tile.
 // The slices after the first add to the outputs. Intel Xeon (AVX-512, 2 threads), 256 x 2304 x 768:
-// 193-198 GFLOP/s whole, 261-274 in slices of 256 (128: 257-264); the same source built for AVX2,
-// 155-159 against 178-182 (bench/results/NOTES.md).
+// 191-198 GFLOP/s whole, 261-274 in slices of 256 (128: 257-264); the same source built for AVX2,
+// 118-159 against 177-182 (bench/results/NOTES.md).
 constexpr int64_t kPanelDepth = 256;
 
 // Column c of a packed panel, values [from, to) of its slice: row[k] widened a vector at a time,
