@@ -456,7 +456,9 @@ std::vector<Case> all_cases() {
   // vectors) in tiles of 6 (AVX2) or 8 (AVX-512) activation rows, here with 1 to 7 rows left over
   // (M = 33 .. 40) and a partial panel; the panels go 256 values of k at a time, the slices after
   // the first adding to the outputs: K = 600 (slices of 256, 256 and 88) and 8195 (a last slice of
-  // 3); M = 300, K = 1001 also runs Eigen's GEMM without AVX2.
+  // 3); M = 300, K = 1001 also runs Eigen's GEMM without AVX2. With AVX-512 the packing transposes
+  // blocks of 16 weight rows: past a whole panel of 32 (two blocks), N = 41 leaves a partial panel
+  // of 9 (no block), 57 one of 25 (a block and 9 rows), 48 one of 16 (a block and nothing else).
   for (const std::string backend : {"cpu", "cuda"}) {
     cases.push_back({backend, Op::matmul, 300, 33, 1001, 0, DType::f32, true});
     for (int64_t M = 33; M <= 40; ++M) {
@@ -466,6 +468,8 @@ std::vector<Case> all_cases() {
         cases.push_back({backend, Op::matmul, M, 41, 99, 0, t, M % 2 == 0});
         cases.push_back({backend, Op::matmul, M, 41, 600, 0, t, M % 2 == 1});
       }
+      cases.push_back({backend, Op::matmul, M, 57, 600, 0, DType::f32, M % 2 == 0});
+      cases.push_back({backend, Op::matmul, M, 48, 600, 0, DType::bf16, M % 2 == 1});
     }
   }
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks

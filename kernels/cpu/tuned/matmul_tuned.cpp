@@ -1,6 +1,6 @@
 // The products of kernels/cpu/matmul.cpp's table other than one_row, each tuned for the shape it
 // takes (kernels/cpu/tuned/matmul_tuned.h): small_m's register tiles for 2-32 rows, outer products
-// for f32 from 8 rows, prefill's panels (AVX2, AVX-512), Eigen's GEMM, and bf16 decode's even/odd loads.
+// for f32 batches of 8-32 rows, prefill's panels (AVX2, AVX-512), Eigen's GEMM, and bf16 decode's even/odd loads.
 // Each is held to the plain loops of kernels/ref/matmul.cpp by the op harness.
 #include "kernels/cpu/tuned/matmul_tuned.h"
 
@@ -151,7 +151,7 @@ void one_row_bf16(float* out,            // (N) of which [n0, n1)
   }
 }
 
-// note: from kOuterMinRows activation rows up, f32 weights are multiplied as outer products
+// note: from kOuterMinRows to 32 activation rows (batched decode), f32 weights are multiplied as outer products
 // instead of dot products. The activations are packed transposed, (K, L) with L = one vector of
 // rows, and each weight w[n, k] is broadcast straight from memory into an FMA with the vector
 // x[0 .. L, k]: a tile of kOuterRows weight rows keeps kOuterRows accumulators, each holding one
@@ -160,6 +160,25 @@ void one_row_bf16(float* out,            // (N) of which [n0, n1)
 // memory bus once. The price is a transpose of the tile's outputs on the way out, once per
 // kOuterRows x K FMAs. bf16/f16 weights keep the dot-product tile: they cannot be broadcast from
 // memory without a conversion per FMA.
+#if defined(__AVX512F__)
+// dst[j * ld_dst + i] = W::load(src + i * ld_src)[j] for i < rows and j < 16, zeros for rows <= i
+// < 16: 16 rows of 16 values transposed through registers (simd::transpose16).
+template <class W>
+inline void transpose_16x16(float* dst, int64_t ld_dst, const typename W::Stored* src, int64_t ld_src, int64_t rows) {
+  simd::Vec block[16];
+  for (int64_t i = 0; i < 16; ++i) block[i] = i < rows ? W::load(src + i * ld_src) : simd::zero();
+  simd::transpose16(block);
+  for (int64_t j = 0; j < 16; ++j) simd::store(dst + j * ld_dst, block[j]);
+}
+#endif
+
+// Asks for every cache line of [p, p + bytes), the last one too when p is not on a line.
+inline void prefetch_lines(const void* p, int64_t bytes) {
+  const char* first = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b);
+  if (bytes > 0) __builtin_prefetch(first + bytes - 1);
+}
+
 constexpr int kOuterLanes = simd::kWidth;
 constexpr int kOuterRows = simd::kWidth >= 16 ? 16 : 8;  // accumulators: 16 of 32 AVX-512 registers
 
@@ -168,12 +187,7 @@ void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int6
   int64_t k0 = 0;
 #if defined(__AVX512F__)
   if constexpr (kOuterLanes == 16) {
-    for (; k0 + 16 <= K; k0 += 16) {  // 16 x 16 blocks through registers
-      simd::Vec block[16];
-      for (int64_t l = 0; l < 16; ++l) block[l] = l < rows ? simd::load(x + l * ld_x + k0) : simd::zero();
-      simd::transpose16(block);
-      for (int64_t k = 0; k < 16; ++k) simd::store(xt + (k0 + k) * 16, block[k]);
-    }
+    for (; k0 + 16 <= K; k0 += 16) transpose_16x16<simd::F32>(xt + k0 * 16, 16, x + k0, ld_x, rows);
   }
 #endif
   for (int64_t k = k0; k < K; ++k)
@@ -277,7 +291,7 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
     // The first tile of a chunk has no predecessor to prefetch it: ask for all its lines at once,
     // so that the misses overlap instead of arriving 16 rows in lockstep.
     if (n + kOuterRows <= n1)
-      for (int64_t line = 0; line < kOuterRows * K; line += 16) __builtin_prefetch(w + n * K + line);
+      prefetch_lines(w + n * K, kOuterRows * K * int64_t(sizeof(float)));
     for (; n + kOuterRows <= n1; n += kOuterRows) {
       const float* tile = w + n * K;
       const float* next = n + 2 * kOuterRows <= n1 ? tile + kOuterRows * K : nullptr;
@@ -301,7 +315,7 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
 // independent FMAs, and the outputs are stored as they are, with no transpose. AVX2 takes 6 rows
 // (12 FMAs in flight, as many as two FMA units of four or five cycles' latency need, in 16
 // registers); AVX-512 8 (16 accumulators of its 32 registers). The outer-product tile keeps 8
-// accumulators and needs a broadcast load per FMA; Eigen's blocked GEMM, called per slice of weight
+// accumulators (16 with AVX-512) and needs a broadcast load per FMA; Eigen's blocked GEMM, called per slice of weight
 // rows, repacks the activations each time. On a Zen 2 core (AVX2, 107 GFLOP/s of FMAs), one thread,
 // 256 x 4096 x 768: 83 GFLOP/s against Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16
 // 1.41x, Q8_0 1.30x what Eigen did. On a Zen 4 (AVX-512), 2 threads, 256 x 2304 x 768: f16 1.6x and
@@ -313,7 +327,9 @@ constexpr int kPanelRows = simd::kWidth == 16 ? 8 : 6;      // activation rows p
 // while all M rows pass over it; a whole panel of K = 768 (96 KiB) was read from L2 by every tile.
 // The slices after the first add to the outputs. Intel Xeon (AVX-512, 2 threads), 256 x 2304 x 768:
 // 191-198 GFLOP/s whole, 261-274 in slices of 256 (128: 257-264); the same source built for AVX2,
-// 118-159 against 177-182 (bench/results/NOTES.md).
+// 118-159 against 177-182; stories110M's pp256 with slices of 128 was 4% slower than with 256
+// (bench/results/NOTES.md). In a 32 KiB L1 (Zen 2, Zen 4) an AVX-512 slice leaves no room for the
+// activations and an AVX2 one half; the slices are not measured there.
 constexpr int64_t kPanelDepth = 256;
 
 // Column c of a packed panel, values [from, to) of its slice: row[k] widened a vector at a time,
@@ -344,12 +360,8 @@ void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t
   if constexpr (simd::kWidth == 16) {
     k_vectors = depth / 16 * 16;
     for (; c0 + 16 <= cols; c0 += 16)
-      for (int64_t k = 0; k < k_vectors; k += 16) {
-        simd::Vec block[16];
-        for (int64_t r = 0; r < 16; ++r) block[r] = W::load(w + (c0 + r) * K + k0 + k);
-        simd::transpose16(block);  // block[j] lane r = w[c0 + r, k0 + k + j]
-        for (int64_t j = 0; j < 16; ++j) simd::store(panel + (k + j) * kPanelCols + c0, block[j]);
-      }
+      for (int64_t k = 0; k < k_vectors; k += 16)
+        transpose_16x16<W>(panel + k * kPanelCols + c0, kPanelCols, w + c0 * K + k0 + k, K, 16);
   }
 #endif
   for (int64_t c = 0; c < kPanelCols; ++c) {
@@ -374,9 +386,12 @@ void panel_tile(float* out, int64_t ld_out, const float* x, int64_t ld_x, const 
     }
   }
   for (int r = 0; r < R; ++r) {
-    alignas(64) float row[kPanelCols] = {};
+    alignas(64) float row[kPanelCols];  // a partial panel's outputs: its lanes past cols are not stored
     float* dst = cols == kPanelCols ? out + r * ld_out : row;
-    if (add && dst == row) std::copy(out + r * ld_out, out + r * ld_out + cols, row);
+    if (dst == row) {
+      std::fill(row, row + kPanelCols, 0.0f);
+      if (add) std::copy(out + r * ld_out, out + r * ld_out + cols, row);
+    }
     simd::store(dst, add ? simd::add(acc[r][0], simd::load(dst)) : acc[r][0]);
     simd::store(dst + simd::kWidth, add ? simd::add(acc[r][1], simd::load(dst + simd::kWidth)) : acc[r][1]);
     if (dst == row) std::copy(row, row + cols, out + r * ld_out);
@@ -393,31 +408,26 @@ void panel_tail(int rows, float* out, int64_t ld_out, const float* x, int64_t ld
   }
 }
 
-// Asks for the lines of one weight row's values [0, depth) of k.
-template <class W>
-inline void prefetch_row(const typename W::Stored* row, int64_t depth) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t b = 0; b < depth * int64_t(sizeof(typename W::Stored)); b += 64) __builtin_prefetch(bytes + b);
-}
-
 // out[0 .. M, 0 .. cols) from x (M, K) and weight rows w (cols, K), cols <= kPanelCols: a slice of
 // the panel packed into `panel` (kPanelDepth * kPanelCols floats), then every register tile of
-// activation rows, slice after slice. While the tiles compute, the panel's next slice is requested,
-// one weight row per tile.
-// note: packing a slice reads a few hundred bytes from each of 32 rows, too short a stream for the
-// hardware prefetcher; asking ahead took stories110M's f32 pp256 from 1027-1061 to 1095-1126
+// activation rows, slice after slice (K = 0: zeros). While the tiles compute, the panel's next
+// slice is requested, one weight row per tile (all of it when M >= kPanelRows * kPanelCols, 256
+// rows with AVX-512 and 96 with AVX2; the first rows of it below that).
+// note: packing a slice reads up to 1 KiB (256 f32 values) from each of the panel's rows, too short
+// a stream for the hardware prefetcher; asking ahead took stories110M's f32 pp256 from 1027-1061 to 1095-1126
 // tokens/s on an Intel Xeon (3 interleaved rounds; asking for the next panel's first slice too
 // gained nothing more; bench/results/NOTES.md).
 template <class W>
 void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
                    int64_t M, int64_t cols, int64_t K, float* panel) {
-  for (int64_t k0 = 0; k0 < K; k0 += kPanelDepth) {
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPanelDepth) {
     const int64_t depth = std::min(kPanelDepth, K - k0), next = k0 + depth;
     const bool add = k0 > 0;
     pack_panel<W>(panel, w, cols, K, k0, depth);
     int64_t m = 0;
     for (int64_t c = 0; m + kPanelRows <= M; m += kPanelRows, ++c) {
-      if (c < cols && next < K) prefetch_row<W>(w + c * K + next, std::min(kPanelDepth, K - next));
+      if (c < cols && next < K)
+        prefetch_lines(w + c * K + next, std::min(kPanelDepth, K - next) * int64_t(sizeof(typename W::Stored)));
       panel_tile<kPanelRows>(out + m * ld_out, ld_out, x + m * ld_x + k0, ld_x, panel, depth, cols, add);
     }
     if (m < M)

@@ -23,7 +23,7 @@ void small_m(ThreadPool& pool,
              int64_t M, int64_t N, int64_t K);
 
 // Outer products of f32 weights broadcast from memory with the activations packed transposed
-// (8 rows and up, while the packed rows fit in L2).
+// (batched decode: 8 to 32 rows).
 void outer(ThreadPool& pool,
            float* out, int64_t ld_out,    // (M, N)
            const float* x, int64_t ld_x,  // (M, K)
