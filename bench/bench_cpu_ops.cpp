@@ -132,6 +132,45 @@ BENCHMARK(BM_MatmulFromDram)
     ->ArgsProduct({{1}, {32000}, {768}, {kQ6_K}, {1, 0}})
     ->Unit(benchmark::kMicrosecond);
 
+// Decode attention of B sequences at T positions through block tables of `block` positions per
+// block (T: one block per sequence, the layout before the cache was paged), SmolLM2-135M's heads
+// (9 query heads sharing 3 KV heads of 64), an f32 cache. As decode reads each layer's cache once
+// per step between the weights' reads, enough caches (one per layer, 4x the last cache in all) are
+// cycled through that none is still cached. KV bytes per second against the roofline's DRAM line.
+void BM_AttentionDecodeFromDram(benchmark::State& state) {
+  const int64_t B = state.range(0), T = state.range(1), block = state.range(2);
+  const int64_t heads = 9, kv_heads = 3, hd = 64, width = (T + block - 1) / block, n_blocks = B * width;
+  static const uint64_t working_set =
+      std::max<uint64_t>(uint64_t(256) << 20, kMainOverLastCache * last_cache_bytes(device_memory_levels(backend())));
+  const uint64_t layer_bytes = uint64_t(2 * n_blocks * kv_heads * block * hd * 4);
+  const int64_t layers = std::max<int64_t>(2, int64_t((working_set + layer_bytes - 1) / layer_bytes));
+  std::vector<Tensor> k, v;
+  for (int64_t l = 0; l < layers; ++l) {
+    k.push_back(random({n_blocks, kv_heads, block, hd}, DType::f32, 3 + 2 * l));
+    v.push_back(random({n_blocks, kv_heads, block, hd}, DType::f32, 4 + 2 * l));
+  }
+  Tensor q = random({B, heads * hd}), out = backend().empty({B, heads * hd}, DType::f32);
+  Tensor table = backend().empty({B, width}, DType::i32), seq = backend().empty({B}, DType::i32);
+  Tensor pos = backend().empty({B}, DType::i32);
+  for (int64_t i = 0; i < n_blocks; ++i) table.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+  for (int64_t s = 0; s < B; ++s) {
+    seq.data_as<int32_t>()[s] = static_cast<int32_t>(s);
+    pos.data_as<int32_t>()[s] = static_cast<int32_t>(T - 1);
+  }
+  int64_t l = 0;
+  for (auto _ : state) {
+    backend().attention(out, q, k[l], v[l], table, seq, pos, {hd}, AttentionAlgorithm::online_softmax);
+    l = (l + 1) % layers;
+  }
+  state.counters["KV B/s"] = benchmark::Counter(double(2 * B * kv_heads * T * hd * 4), benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1024);
+}
+BENCHMARK(BM_AttentionDecodeFromDram)
+    ->ArgNames({"B", "T", "block"})
+    ->ArgsProduct({{1}, {2048}, {16, 64, 2048}})
+    ->ArgsProduct({{16}, {512}, {16, 64, 512}})
+    ->Unit(benchmark::kMicrosecond);
+
 // The streaming read the roofline's bandwidth comes from.
 void BM_StreamingRead(benchmark::State& state) {
   const int64_t n = state.range(0) / 4;

@@ -12,8 +12,9 @@
 //   - weights are [out_features, in_features] as llama2.c stores them, dense f32/f16/bf16 or
 //     quantized blocks (core/quants.h);
 //   - outputs come first in every op's arguments, then tensors updated in place, then inputs;
-//   - the KV cache of one layer is (n_seqs, n_kv_heads, n_ctx, head_dim), head-major (why: the
-//     note atop engine/kv_cache.h);
+//   - the KV cache of one layer is a pool of blocks, (n_blocks, n_kv_heads, block_size, head_dim),
+//     head-major within a block, and an i32 block table (n_seqs, width) names each sequence's
+//     blocks (kernels/ref/kv_store.h; why: the note atop engine/kv_cache.h);
 //   - seq and pos are i32 [rows]: which sequence a row belongs to and its position in it.
 // Ops enqueue work on the backend's device; synchronize() waits for it. Shapes are checked on every
 // call (engine/op_checks.h) and a mismatch throws Error naming the op and both shapes.
@@ -109,18 +110,18 @@ class Backend {
   virtual void matmul(const Tensor& out, const Tensor& x, const Tensor& w) = 0;
   // rotary embedding in place      x (M, heads * head_dim); pos (M); table (positions, head_dim)
   virtual void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
-  // cache[seq[m], :, pos[m], :] = row m of k and v, head by head
-  virtual void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
-                        const Tensor& v, const Tensor& seq, const Tensor& pos) = 0;
+  // cache[seq[m], :, pos[m], :] = row m of k and v, head by head, through the block table
+  virtual void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                        const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos) = 0;
   // fused: rope(q), rope(k), kv_store(k, v)      q and k rotated in place
-  virtual void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
-                             const Tensor& k, const Tensor& v, const Tensor& seq,
+  virtual void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
                              const Tensor& pos, const Tensor& table, int64_t head_dim) = 0;
   // causal attention of each row over its sequence's cache up to its position (within the spec's
   // window, scores scaled as it says), by either algorithm of kernels/ref/attention.h
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         const AttentionSpec& spec, AttentionAlgorithm algorithm) = 0;
+                         const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
+                         const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm algorithm) = 0;
   // out = act(gate) * up           (M, F) each; act: silu (SwiGLU) or tanh-GELU (GeGLU)
   virtual void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) = 0;
   // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a

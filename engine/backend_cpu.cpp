@@ -72,37 +72,38 @@ void CpuBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, i
             head_dim);
 }
 
-void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
-                          const Tensor& v, const Tensor& seq, const Tensor& pos) {
-  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCpu);
+void CpuBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                          const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos) {
+  auto cache = checks::kv_store(k_cache, v_cache, block_table, k, v, seq, pos, kCpu);
   require_cpu_cache("kv_store", k_cache);
   checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
   cpu::kv_store(threads_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v), i32(seq),
-                i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
+                i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.table());
 }
 
-void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
-                               const Tensor& k, const Tensor& v, const Tensor& seq,
+void CpuBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
                                const Tensor& pos, const Tensor& table, int64_t head_dim) {
-  auto cache = checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kCpu);
+  auto cache = checks::rope_kv_store(k_cache, v_cache, block_table, q, k, v, seq, pos, table, head_dim, kCpu);
   require_cpu_cache("rope_kv_store", k_cache);
   checks::positions("rope_kv_store", i32(seq), i32(pos), k.size(0), cache);
+  checks::table_positions("rope_kv_store", i32(pos), k.size(0), table);
   cpu::rope_kv_store(threads_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(q), ld(q), f32(k), ld(k), f32(v),
                      ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
-                     k.size(1) / head_dim, head_dim, cache.n_ctx);
+                     k.size(1) / head_dim, head_dim, cache.table());
 }
 
 void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                           const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                           const AttentionSpec& spec, AttentionAlgorithm algorithm) {
-  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kCpu);
+                           const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
+                           const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm algorithm) {
+  auto s = checks::attention(out, q, k_cache, v_cache, block_table, seq, pos, spec, kCpu);
   require_cpu_cache("attention", k_cache);
-  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
+  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache, true, spec.window);
   auto run = algorithm == AttentionAlgorithm::online_softmax
                  ? cpu::attention<AttentionAlgorithm::online_softmax>
                  : cpu::attention<AttentionAlgorithm::three_pass>;
-  run(threads_, {f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), i32(seq), i32(pos),
-                 s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx, spec.score_scale(), spec.window});
+  run(threads_, {f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(), s.cache.table(),
+                 i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, spec.score_scale(), spec.window});
 }
 
 void CpuBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {

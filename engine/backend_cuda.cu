@@ -166,39 +166,41 @@ class CudaBackend final : public Backend, private Recorder {
     cuda::rope(stream_, f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim, head_dim);
   }
 
-  void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& seq,
-                const Tensor& pos) override {
-    auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kCuda);
+  void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table, const Tensor& k,
+                const Tensor& v, const Tensor& seq, const Tensor& pos) override {
+    auto cache = checks::kv_store(k_cache, v_cache, block_table, k, v, seq, pos, kCuda);
     cuda::kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v), i32(seq),
-                   i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
+                   i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.table());
   }
 
-  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k, const Tensor& v,
-                     const Tensor& seq, const Tensor& pos, const Tensor& table, int64_t head_dim) override {
-    auto cache = checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kCuda);
+  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
+                     int64_t head_dim) override {
+    auto cache = checks::rope_kv_store(k_cache, v_cache, block_table, q, k, v, seq, pos, table, head_dim, kCuda);
     cuda::rope_kv_store(stream_, k_cache.data(), v_cache.data(), k_cache.dtype(), f32(q), ld(q), f32(k), ld(k),
                         f32(v), ld(v), i32(seq), i32(pos), f32(table), q.size(0), q.size(1) / head_dim,
-                        cache.n_kv_heads, head_dim, cache.n_ctx);
+                        cache.n_kv_heads, head_dim, cache.table());
   }
 
-  void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& seq,
-                 const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm algorithm) override {
-    auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kCuda);
-    cuda::AttentionArgs a{f32(out),    ld(out),           f32(q),      ld(q),       k_cache.data(),
-                          v_cache.data(), k_cache.dtype(), i32(seq),   i32(pos),    s.M,
-                          s.n_heads,   s.n_kv_heads,      s.head_dim,  s.cache.n_ctx, spec.score_scale(),
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const Tensor& block_table, const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
+                 AttentionAlgorithm algorithm) override {
+    auto s = checks::attention(out, q, k_cache, v_cache, block_table, seq, pos, spec, kCuda);
+    cuda::AttentionArgs a{f32(out),       ld(out),         f32(q),          ld(q),    k_cache.data(),
+                          v_cache.data(), k_cache.dtype(), s.cache.table(), i32(seq), i32(pos),
+                          s.M,            s.n_heads,       s.n_kv_heads,    s.head_dim, spec.score_scale(),
                           spec.window};
     switch (cuda_attention(algorithm, s.M)) {  // engine/cuda_choices.h
       case CudaAttention::three_pass:
         cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
-                                                           s.M, s.n_heads, s.cache.n_ctx)));
+                                                           s.M, s.n_heads, s.cache.n_ctx())));
         return;
       case CudaAttention::prefill:
         cuda::attention_prefill(stream_, a);
         return;
       case CudaAttention::flash_decode:
         cuda::attention_flash_decode(stream_, a, scratch(Scratch::flash_partials, cuda::flash_decode_floats(
-                                                             s.M, s.n_heads, s.head_dim, s.cache.n_ctx)));
+                                                             s.M, s.n_heads, s.head_dim, s.cache.n_ctx())));
         return;
     }
   }

@@ -54,33 +54,33 @@ void RefBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, i
   ref::rope(f32(x), ld(x), i32(pos), f32(table), x.size(0), x.size(1) / head_dim, head_dim);
 }
 
-void RefBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
-                          const Tensor& v, const Tensor& seq, const Tensor& pos) {
-  auto cache = checks::kv_store(k_cache, v_cache, k, v, seq, pos, kHost);
+void RefBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                          const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos) {
+  auto cache = checks::kv_store(k_cache, v_cache, block_table, k, v, seq, pos, kHost);
   checks::positions("kv_store", i32(seq), i32(pos), k.size(0), cache);
   ref::kv_store(k_cache.data(), v_cache.data(), k_cache.dtype(), f32(k), ld(k), f32(v), ld(v),
-                i32(seq), i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.n_ctx);
+                i32(seq), i32(pos), k.size(0), cache.n_kv_heads, cache.head_dim, cache.table());
 }
 
 // The fused op is its definition: rotate q and k, then store k and v.
-void RefBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
-                               const Tensor& k, const Tensor& v, const Tensor& seq,
+void RefBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
                                const Tensor& pos, const Tensor& table, int64_t head_dim) {
-  checks::rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim, kHost);
+  checks::rope_kv_store(k_cache, v_cache, block_table, q, k, v, seq, pos, table, head_dim, kHost);
   rope(q, pos, table, head_dim);
   rope(k, pos, table, head_dim);
-  kv_store(k_cache, v_cache, k, v, seq, pos);
+  kv_store(k_cache, v_cache, block_table, k, v, seq, pos);
 }
 
 // Both algorithms compute the same function; the reference computes it directly (kernels/ref/
 // attention.h), so `algorithm` changes nothing here.
 void RefBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                           const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                           const AttentionSpec& spec, AttentionAlgorithm) {
-  auto s = checks::attention(out, q, k_cache, v_cache, seq, pos, spec, kHost);
-  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache);
+                           const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
+                           const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm) {
+  auto s = checks::attention(out, q, k_cache, v_cache, block_table, seq, pos, spec, kHost);
+  checks::positions("attention", i32(seq), i32(pos), s.M, s.cache, true, spec.window);
   ref::attention(f32(out), ld(out), f32(q), ld(q), k_cache.data(), v_cache.data(), k_cache.dtype(),
-                 i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, s.cache.n_ctx, spec.score_scale(),
+                 s.cache.table(), i32(seq), i32(pos), s.M, s.n_heads, s.n_kv_heads, s.head_dim, spec.score_scale(),
                  spec.window);
 }
 

@@ -23,13 +23,13 @@ class RefBackend final : public Backend {
                         const Tensor& weight, float eps) override;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& w) override;
   void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) override;
-  void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
-                const Tensor& seq, const Tensor& pos) override;
-  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k,
-                     const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
+  void kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table, const Tensor& k,
+                const Tensor& v, const Tensor& seq, const Tensor& pos) override;
+  void rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
                      int64_t head_dim) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                 const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
+                 const Tensor& block_table, const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
                  AttentionAlgorithm algorithm) override;
   void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;

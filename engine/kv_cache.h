@@ -1,11 +1,18 @@
-// The KV cache: keys and values of every layer for every position of every sequence, allocated
-// once when a decoder is created and never resized.
+// The KV cache: keys and values of every layer, in a pool of fixed-size blocks of positions, and a
+// block table naming each sequence's blocks. Allocated once when a decoder is created and never
+// resized.
 //
-// note: layout (layers, sequences, kv_heads, positions, head_dim), head-major. Attention reads,
-// for one sequence and one KV head, the keys of positions 0..p: head-major makes that one
-// contiguous stream (position-major, as run.c keeps it, would read a head_dim slice out of every
-// kv_dim-wide row). A decode step writes one head_dim row per head instead of one kv_dim row.
-// The per-layer tensors are (sequences, kv_heads, positions, head_dim).
+// note: layout (layers, blocks, kv_heads, block_size, head_dim), head-major within a block, and an
+// i32 table (sequences, blocks per sequence) on the device (kernels/ref/kv_store.h writes the
+// indexing down). Blocks are vLLM's PagedAttention: a sequence holds only the blocks its
+// positions reach, a block can be named by two tables (a shared prefix), and a table's blocks need
+// not be adjacent. Here every sequence is given the blocks of a full context up front, in order
+// (sequence s owns blocks s * width .. s * width + width - 1), so this cache reserves what the
+// contiguous layout did. Head-major within a block because attention reads, for one sequence
+// and one KV head, the keys of positions 0..p: a block holds them as one run of block_size rows
+// (position-major, as run.c keeps it, would read a head_dim slice out of every kv_dim-wide row).
+// A decode step writes one head_dim row per head. The per-layer tensors are
+// (blocks, kv_heads, block_size, head_dim).
 #pragma once
 
 #include <cstdint>
@@ -17,32 +24,48 @@ namespace minfer {
 
 class KvCache {
  public:
-  KvCache() = default;
-  // Throws Error before allocating when the cache would not fit in the device's memory.
-  KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t n_kv_heads,
-          int64_t head_dim, DType dtype);
+  // Positions per block unless a caller asks for another size. vLLM's GPUs take 16; on the CPU a
+  // block of one head is then 4 KiB (16 rows of 64 f32 values), and decode attention ran at
+  // 0.65-0.7x the unpaged layout's speed (a call per run, the hardware prefetcher cold on every
+  // page), against 0.9-1.05x at 64 (bench/results/NOTES.md, "A paged KV cache").
+  static constexpr int64_t kDefaultBlockSize = 64;
 
-  Tensor k(int64_t layer) const { return layer_view(k_, layer); }  // (n_seqs, n_kv_heads, n_ctx, head_dim)
+  KvCache() = default;
+  // Room for n_seqs sequences of n_ctx positions, each given its own blocks in order, of
+  // block_size positions or n_ctx if fewer (a short context is one block, with nothing rounded
+  // up). Throws Error before allocating when the cache would not fit in the device's memory.
+  KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t n_kv_heads,
+          int64_t head_dim, DType dtype, int64_t block_size = kDefaultBlockSize);
+
+  Tensor k(int64_t layer) const { return layer_view(k_, layer); }  // (n_blocks, n_kv_heads, block_size, head_dim)
   Tensor v(int64_t layer) const { return layer_view(v_, layer); }
+  const Tensor& block_table() const { return table_; }  // i32 (n_seqs, blocks_per_seq)
   int64_t n_layers() const { return n_layers_; }
   int64_t n_seqs() const { return n_seqs_; }
-  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_ctx() const { return n_ctx_; }  // positions a sequence may use
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t blocks_per_seq() const { return table_.size(1); }
   int64_t n_kv_heads() const { return n_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t kv_dim() const { return n_kv_heads_ * head_dim_; }
   DType dtype() const { return k_.dtype(); }
   size_t bytes() const { return k_.nbytes() + v_.nbytes(); }
 
-  // The bytes a cache of this shape would take (overflow-checked).
-  static uint64_t bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim,
-                               DType dtype);
+  // The blocks a sequence of n_ctx positions needs, and the bytes of a cache of this shape
+  // (overflow-checked).
+  static int64_t block_size_for(int64_t n_ctx, int64_t block_size) { return n_ctx < block_size ? n_ctx : block_size; }
+  static int64_t blocks_for(int64_t n_ctx, int64_t block_size) { return (n_ctx + block_size - 1) / block_size; }
+  static uint64_t bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim, DType dtype,
+                               int64_t block_size = kDefaultBlockSize);
 
  private:
   Tensor layer_view(const Tensor& all, int64_t layer) const {
-    return all.select(0, layer).reshape({n_seqs_, n_kv_heads_, n_ctx_, head_dim_});
+    return all.select(0, layer).reshape({n_blocks_, n_kv_heads_, block_size_, head_dim_});
   }
-  Tensor k_, v_;  // (n_layers, n_seqs * n_kv_heads, n_ctx, head_dim)
-  int64_t n_layers_ = 0, n_seqs_ = 0, n_ctx_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
+  Tensor k_, v_;  // (n_layers, n_blocks * n_kv_heads, block_size, head_dim)
+  Tensor table_;  // (n_seqs, blocks_per_seq) i32, on the device
+  int64_t n_layers_ = 0, n_seqs_ = 0, n_ctx_ = 0, n_blocks_ = 0, block_size_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
 };
 
 }  // namespace minfer

@@ -1,5 +1,6 @@
 #include "engine/op_checks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -43,27 +44,45 @@ void weight(const char* op, const char* name, const Tensor& t, DeviceKind device
                " must be a dense 2-D float or quantized tensor, got ", t.str());
 }
 
-CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
+CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
                     DeviceKind device) {
   on_device(op, "k_cache", k_cache, device);
   on_device(op, "v_cache", v_cache, device);
+  on_device(op, "block_table", block_table, device);
   MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() &&
                    (k_cache.dtype() == DType::f32 || k_cache.dtype() == DType::f16 || k_cache.dtype() == DType::bf16),
-               op, ": k_cache must be a contiguous (sequences, kv_heads, positions, head_dim) float "
+               op, ": k_cache must be a contiguous (blocks, kv_heads, block_size, head_dim) float "
                "tensor, got ", k_cache.str());
   MINFER_CHECK(v_cache.same_shape(k_cache) && v_cache.dtype() == k_cache.dtype() &&
                    v_cache.is_contiguous(),
                op, ": v_cache ", v_cache.str(), " differs from k_cache ", k_cache.str());
-  return {k_cache.size(0), k_cache.size(1), k_cache.size(2), k_cache.size(3)};
+  MINFER_CHECK(block_table.ndim() == 2 && block_table.dtype() == DType::i32 && block_table.is_contiguous() &&
+                   block_table.size(1) > 0,
+               op, ": the block table must be a contiguous i32 (sequences, blocks) tensor, got ", block_table.str());
+  return {k_cache.size(0), k_cache.size(1), k_cache.size(2), k_cache.size(3),
+          block_table.size(0), block_table.size(1), block_table.data_as<int32_t>()};
 }
 
+namespace {
+
+void block_in_pool(const char* op, const CacheShape& cache, int64_t m, int64_t seq, int64_t p) {
+  const int64_t block = cache.blocks[seq * cache.width + p / cache.block_size];
+  MINFER_CHECK(block >= 0 && block < cache.n_blocks, op, ": row ", m, "'s position ", p, " is in block ", block,
+               " of a pool of ", cache.n_blocks);
+}
+
+}  // namespace
+
 void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows,
-               const CacheShape& cache) {
+               const CacheShape& cache, bool keys, int64_t window) {
   for (int64_t m = 0; m < rows; ++m) {
     MINFER_CHECK(seq[m] >= 0 && seq[m] < cache.n_seqs, op, ": row ", m, " names sequence ", seq[m],
-                 " of a cache for ", cache.n_seqs);
-    MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.n_ctx, op, ": row ", m, " is at position ", pos[m],
-                 " of a cache for ", cache.n_ctx);
+                 " of a block table for ", cache.n_seqs);
+    MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.n_ctx(), op, ": row ", m, " is at position ", pos[m],
+                 " of a cache for ", cache.n_ctx());
+    const int64_t first = keys ? attention_first_key(pos[m], window) : pos[m];
+    for (int64_t p = first - first % cache.block_size; p <= pos[m]; p += cache.block_size)
+      block_in_pool(op, cache, m, seq[m], std::max<int64_t>(p, first));
   }
 }
 
@@ -130,9 +149,10 @@ void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, c
             activation("residual_rmsnorm", "delta", delta, device), "delta");
 }
 
-CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
-                    const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device) {
-  CacheShape cache = kv_cache("kv_store", k_cache, v_cache, device);
+CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                    const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                    DeviceKind device) {
+  CacheShape cache = kv_cache("kv_store", k_cache, v_cache, block_table, device);
   Rows kr = activation("kv_store", "k", k, device);
   same_rows("kv_store", kr, "k", activation("kv_store", "v", v, device), "v");
   MINFER_CHECK(kr.cols == cache.kv_dim(), "kv_store: k has ", kr.cols, " features, the cache ",
@@ -142,29 +162,27 @@ CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& 
   return cache;
 }
 
-CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
-                         const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
-                         const Tensor& table, int64_t head_dim, DeviceKind device) {
+CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
+                         const Tensor& pos, const Tensor& table, int64_t head_dim, DeviceKind device) {
   rope(q, pos, table, head_dim, device);
   rope(k, pos, table, head_dim, device);
-  CacheShape cache = kv_store(k_cache, v_cache, k, v, seq, pos, device);
+  CacheShape cache = kv_store(k_cache, v_cache, block_table, k, v, seq, pos, device);
   MINFER_CHECK(q.size(0) == k.size(0), "rope_kv_store: q has ", q.size(0), " rows, k ", k.size(0));
   MINFER_CHECK(cache.head_dim == head_dim, "rope_kv_store: the cache holds heads of ",
                cache.head_dim, ", not ", head_dim);
-  MINFER_CHECK(cache.n_ctx <= table.size(0), "rope_kv_store: the rope table has ", table.size(0),
-               " positions, the cache ", cache.n_ctx);
   return cache;
 }
 
 AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         const AttentionSpec& spec, DeviceKind device) {
+                         const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
+                         const Tensor& pos, const AttentionSpec& spec, DeviceKind device) {
   const int64_t head_dim = spec.head_dim;
   Rows o = activation("attention", "out", out, device);
   Rows qr = activation("attention", "q", q, device);
   same_rows("attention", o, "out", qr, "q");
   op_checks::head_dim("attention", qr, head_dim);
-  CacheShape cache = kv_cache("attention", k_cache, v_cache, device);
+  CacheShape cache = kv_cache("attention", k_cache, v_cache, block_table, device);
   MINFER_CHECK(cache.head_dim == head_dim, "attention: the cache holds heads of ", cache.head_dim,
                ", q heads of ", head_dim);
   AttentionShape s{qr.rows, qr.cols / head_dim, cache.n_kv_heads, head_dim, cache};

@@ -24,15 +24,22 @@ void index_vector(const char* op, const char* name, const Tensor& t, int64_t row
 void weight(const char* op, const char* name, const Tensor& t, DeviceKind device);
 
 struct CacheShape {
-  int64_t n_seqs, n_kv_heads, n_ctx, head_dim;
+  int64_t n_blocks, n_kv_heads, block_size, head_dim;
+  int64_t n_seqs, width;  // the block table's rows and entries per row
+  const int32_t* blocks;  // the block table's data, on the caches' device
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t n_ctx() const { return width * block_size; }  // positions a sequence can hold
+  ref::KvBlockTable table() const { return {blocks, width, block_size}; }
 };
-// Two same-shaped contiguous (sequences, kv_heads, positions, head_dim) caches of f32, f16 or bf16.
-CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache,
+// Two same-shaped contiguous (blocks, kv_heads, block_size, head_dim) caches of f32, f16 or bf16,
+// and an i32 (sequences, width) block table beside them.
+CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
                     DeviceKind device);
-// Host-side check that every (seq, pos) pair addresses a cache slot.
+// Host-side check that every (seq, pos) pair addresses a cache slot: a sequence of the table, a
+// position it can hold, and a block of the pool at that position's entry. With `keys`, also
+// every block attention reads for the row (from attention_first_key(pos, window) on).
 void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows,
-               const CacheShape& cache);
+               const CacheShape& cache, bool keys = false, int64_t window = 0);
 
 struct AttentionShape {
   int64_t M, n_heads, n_kv_heads, head_dim;
@@ -51,14 +58,15 @@ void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_
 void table_positions(const char* op, const int32_t* pos, int64_t rows, const Tensor& table);
 void residual_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& weight,
                       DeviceKind device);
-CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q,
-                         const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
-                         const Tensor& table, int64_t head_dim, DeviceKind device);
-CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
-                    const Tensor& v, const Tensor& seq, const Tensor& pos, DeviceKind device);
+CacheShape rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
+                         const Tensor& pos, const Tensor& table, int64_t head_dim, DeviceKind device);
+CacheShape kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                    const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                    DeviceKind device);
 AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
-                         const Tensor& v_cache, const Tensor& seq, const Tensor& pos,
-                         const AttentionSpec& spec, DeviceKind device);
+                         const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
+                         const Tensor& pos, const AttentionSpec& spec, DeviceKind device);
 void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                  DeviceKind device);
 // out = a + b, with b (M, D) like a, or a row (D) added to every row (a bias): returns b's row

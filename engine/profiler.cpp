@@ -44,20 +44,21 @@ void ProfilingBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& 
 void ProfilingBackend::rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim) {
   timed("rope", [&] { inner_.rope(x, pos, table, head_dim); });
 }
-void ProfilingBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& k, const Tensor& v,
-                                const Tensor& seq, const Tensor& pos) {
-  timed("kv_store", [&] { inner_.kv_store(k_cache, v_cache, k, v, seq, pos); });
+void ProfilingBackend::kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                                const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos) {
+  timed("kv_store", [&] { inner_.kv_store(k_cache, v_cache, block_table, k, v, seq, pos); });
 }
-void ProfilingBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& q, const Tensor& k,
-                                     const Tensor& v, const Tensor& seq, const Tensor& pos, const Tensor& table,
-                                     int64_t head_dim) {
-  timed("rope_kv_store", [&] { inner_.rope_kv_store(k_cache, v_cache, q, k, v, seq, pos, table, head_dim); });
+void ProfilingBackend::rope_kv_store(const Tensor& k_cache, const Tensor& v_cache, const Tensor& block_table,
+                                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq,
+                                     const Tensor& pos, const Tensor& table, int64_t head_dim) {
+  timed("rope_kv_store",
+        [&] { inner_.rope_kv_store(k_cache, v_cache, block_table, q, k, v, seq, pos, table, head_dim); });
 }
 void ProfilingBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                 const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
-                                 AttentionAlgorithm algorithm) {
+                                 const Tensor& block_table, const Tensor& seq, const Tensor& pos,
+                                 const AttentionSpec& spec, AttentionAlgorithm algorithm) {
   timed(std::string("attention (") + attention_algorithm_name(algorithm) + ")",
-        [&] { inner_.attention(out, q, k_cache, v_cache, seq, pos, spec, algorithm); });
+        [&] { inner_.attention(out, q, k_cache, v_cache, block_table, seq, pos, spec, algorithm); });
 }
 void ProfilingBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
   timed(std::string("glu (") + glu_activation_name(activation) + ")", [&] { inner_.glu(out, gate, up, activation); });

@@ -9,6 +9,7 @@
 // slope of the level its bytes fit in (--quick: 256 MiB operands, DRAM or a large L3). Beside them, a
 // matrix-vector product whose weights are the working set at which the probe found each cache
 // level's bandwidth: the same kernel, cache-resident, judged against that level's slope.
+#include "engine/kv_cache.h"
 #include "engine/roofline.h"
 #include "lessons/demos.h"
 
@@ -79,22 +80,27 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   const uint64_t seq_bytes = 2 * heads * T * hd * 4;  // keys and values of one sequence
   const int64_t seqs = std::max<int64_t>(16, int64_t((operand + seq_bytes - 1) / seq_bytes));
   Tensor q = b.empty({seqs, heads * hd}, DType::f32), o = b.empty({seqs, heads * hd}, DType::f32);
-  Tensor k = b.empty({seqs, heads, T, hd}, DType::f32), v = b.empty({seqs, heads, T, hd}, DType::f32);
+  // Each sequence's keys in its own blocks, in order, as a decoder lays them out (engine/kv_cache.h).
+  const int64_t block = KvCache::kDefaultBlockSize, width = T / block;
+  Tensor k = b.empty({seqs * width, heads, block, hd}, DType::f32), v = b.empty({seqs * width, heads, block, hd}, DType::f32);
   b.fill_uniform(q, 5, -1.0f, 1.0f);
   b.fill_uniform(k, 6, -1.0f, 1.0f);
   b.fill_uniform(v, 7, -1.0f, 1.0f);
-  Tensor seq = b.empty({seqs}, DType::i32), pos = b.empty({seqs}, DType::i32);
-  Tensor ids = b.empty_host({2 * seqs}, DType::i32);
+  Tensor seq = b.empty({seqs}, DType::i32), pos = b.empty({seqs}, DType::i32), table = b.empty({seqs, width}, DType::i32);
+  Tensor ids = b.empty_host({2 * seqs + seqs * width}, DType::i32);
+  int32_t* id = ids.data_as<int32_t>();
   for (int64_t s = 0; s < seqs; ++s) {
-    ids.data_as<int32_t>()[s] = static_cast<int32_t>(s);
-    ids.data_as<int32_t>()[seqs + s] = static_cast<int32_t>(T - 1);
+    id[s] = static_cast<int32_t>(s);
+    id[seqs + s] = static_cast<int32_t>(T - 1);
   }
+  for (int64_t i = 0; i < seqs * width; ++i) id[2 * seqs + i] = static_cast<int32_t>(i);
   seq.copy_from(ids.slice(0, 0, seqs));
   pos.copy_from(ids.slice(0, seqs, 2 * seqs));
+  table.copy_from(ids.slice(0, 2 * seqs, 2 * seqs + seqs * width).reshape({seqs, width}));
   points.push_back(memory_bound(
       {"attention, decode of " + std::to_string(seqs) + " x 2048", 4.0 * seqs * heads * hd * T,
        2.0 * seqs * heads * T * hd * 4,
-       median_seconds(reps, [&] { b.attention(o, q, k, v, seq, pos, {hd}, AttentionAlgorithm::online_softmax); }, sync),
+       median_seconds(reps, [&] { b.attention(o, q, k, v, table, seq, pos, {hd}, AttentionAlgorithm::online_softmax); }, sync),
        ""}));
   return points;
 }

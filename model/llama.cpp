@@ -471,7 +471,8 @@ struct LlamaModel::LayerViews {
   Tensor rope;                                                // this layer's RoPE table
   AttentionSpec attention;                                    // its scale and window
   const Layer* w = nullptr;                                   // (a pointer: no copy per step)
-  Tensor k_cache, v_cache;                                    // (n_seqs, n_kv_heads, n_ctx, head_dim)
+  Tensor k_cache, v_cache;                                    // (n_blocks, n_kv_heads, block_size, head_dim)
+  Tensor block_table;                                         // (n_seqs, blocks per sequence)
 };
 
 LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCache& cache) const {
@@ -510,6 +511,7 @@ LlamaModel::LayerViews LlamaModel::layer_views(int64_t l, int64_t M, const KvCac
   v.w = &w_.layers[static_cast<size_t>(l)];
   v.k_cache = cache.k(l);
   v.v_cache = cache.v(l);
+  v.block_table = cache.block_table();
   return v;
 }
 
@@ -533,8 +535,9 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
   }
   be.rope(v.q, b.pos, v.rope, hd);
   be.rope(v.k, b.pos, v.rope, hd);
-  be.kv_store(v.k_cache, v.v_cache, v.k, v.v, b.seq, b.pos);
-  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, v.attention, AttentionAlgorithm::three_pass);
+  be.kv_store(v.k_cache, v.v_cache, v.block_table, v.k, v.v, b.seq, b.pos);
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
+               AttentionAlgorithm::three_pass);
   matmul(be, v.proj, v.att, v.w->wo);
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, config_.rms_eps);
   be.add(v.x, v.x, v.proj);
@@ -563,8 +566,9 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
     be.rmsnorm(v.q, v.q, v.q_norm, eps);
     be.rmsnorm(v.k, v.k, v.k_norm, eps);
   }
-  be.rope_kv_store(v.k_cache, v.v_cache, v.q, v.k, v.v, b.seq, b.pos, v.rope, config_.head_dim());
-  be.attention(v.att, v.q, v.k_cache, v.v_cache, b.seq, b.pos, v.attention, AttentionAlgorithm::online_softmax);
+  be.rope_kv_store(v.k_cache, v.v_cache, v.block_table, v.q, v.k, v.v, b.seq, b.pos, v.rope, config_.head_dim());
+  be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
+               AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, eps);
 

@@ -180,9 +180,11 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hs = c.head_dim();
   rmsnorm(xb_.data(), x_.data(), w.rms_att.data(), dim, c.rms_eps);
 
-  // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c; the engine's is
-  // (n_seqs, n_kv_heads, n_ctx, head_dim) per layer (engine/kv_cache.h), so that one head's
-  // positions lie together for attention to stream.
+  // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c. The engine's serves many
+  // sequences from one pool of blocks of 64 positions, (n_blocks, n_kv_heads, 64, head_dim) per
+  // layer, and a block table per sequence names its blocks (engine/kv_cache.h): a sequence need
+  // hold only the blocks its positions reach, two tables can name the blocks of a shared prefix,
+  // and within a block one head's positions lie together for attention to stream.
   //   forward_layer_*: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
   float* layer_keys = &key_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];      // (n_ctx, kv_dim)
   float* layer_values = &value_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];  // (n_ctx, kv_dim)

@@ -75,9 +75,20 @@ const char* op_name(Op op) {
   return "?";
 }
 
+// How a case's block tables lay its sequences out over the pool of KV blocks (kernels/ref/kv_store.h):
+//   contiguous  sequence s owns blocks s * width .. s * width + width - 1, in order, as a decoder's
+//               tables are;
+//   scattered   each sequence's blocks drawn at random from a pool twice as large, and -1 in the
+//               entries past each sequence's last position (a partly filled table: no kernel may
+//               read them);
+//   shared      scattered, and the first half of every sequence's blocks are sequence 0's (a
+//               shared prefix).
+enum class Tables { contiguous, scattered, shared };
+
 // One case: an op, the rows M, up to three sizes, a dtype (weights, table or KV cache), whether
-// activations are row-strided views (row stride = cols + 3) and, for attention, a sliding window
-// (its cases also scale scores by Gemma's 1/16 instead of 1 / sqrt(head_dim)).
+// activations are row-strided views (row stride = cols + 3), for attention a sliding window (its
+// cases also scale scores by Gemma's 1/16 instead of 1 / sqrt(head_dim)), and for the cache ops
+// their block tables.
 struct Case {
   std::string backend;
   Op op;
@@ -85,6 +96,7 @@ struct Case {
   DType dtype;
   bool strided;
   int64_t window = 0;
+  Tables tables = Tables::contiguous;
 };
 
 std::string case_name(const Case& k);
@@ -100,6 +112,7 @@ std::string case_name(const Case& k) {
   if (k.c) s << "x" << k.c;
   s << "_" << dtype_name(k.dtype) << (k.strided ? "_strided" : "");
   if (k.window) s << "_window" << k.window;
+  if (k.tables != Tables::contiguous) s << (k.tables == Tables::scattered ? "_scattered" : "_shared");
   return s.str();
 }
 
@@ -143,6 +156,46 @@ void rope_table_default(float* table, int64_t positions, int64_t head_dim) {
   std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
   ref::rope_inv_freq_default(inv_freq.data(), head_dim);
   ref::rope_table(table, positions, inv_freq.data(), head_dim);
+}
+
+// Positions per block of the harness's caches: vLLM's GPU default, shorter than the decoder's
+// (64, engine/kv_cache.h), a CPU key block (64), a CUDA split (256) and a prefill tile (64), and
+// not dividing the caches' lengths (300, 40, M + 70), so that runs, splits and tiles straddle blocks.
+constexpr int64_t kBlock = 16;
+
+struct BlockTables {
+  std::vector<int32_t> entries;  // (n_seqs, width)
+  int64_t width, n_blocks;
+};
+
+// The block tables of n_seqs sequences of n_ctx positions laid out as `tables` says;
+// last_pos[s] is the last position sequence s uses (-1: none).
+BlockTables block_tables(std::mt19937& rng, Tables tables, int64_t n_seqs, int64_t n_ctx,
+                         const std::vector<int32_t>& last_pos) {
+  const int64_t width = (n_ctx + kBlock - 1) / kBlock;
+  BlockTables t{std::vector<int32_t>(static_cast<size_t>(n_seqs * width)), width, n_seqs * width};
+  for (size_t i = 0; i < t.entries.size(); ++i) t.entries[i] = static_cast<int32_t>(i);
+  if (tables == Tables::contiguous) return t;
+  t.n_blocks = 2 * n_seqs * width;
+  std::vector<int32_t> pool(static_cast<size_t>(t.n_blocks));
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<int32_t>(i);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::copy(pool.begin(), pool.begin() + int64_t(t.entries.size()), t.entries.begin());
+  if (tables == Tables::shared)
+    for (int64_t s = 1; s < n_seqs; ++s)
+      std::copy_n(t.entries.begin(), width / 2, t.entries.begin() + s * width);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int32_t last = last_pos[static_cast<size_t>(s)];
+    for (int64_t j = last < 0 ? 0 : last / kBlock + 1; j < width; ++j) t.entries[static_cast<size_t>(s * width + j)] = -1;
+  }
+  return t;
+}
+
+// The last position each of n_seqs sequences is used at by the rows (seq, pos); -1 where none.
+std::vector<int32_t> last_positions(int64_t n_seqs, const std::vector<int32_t>& seq, const std::vector<int32_t>& pos) {
+  std::vector<int32_t> last(static_cast<size_t>(n_seqs), -1);
+  for (size_t m = 0; m < seq.size(); ++m) last[size_t(seq[m])] = std::max(last[size_t(seq[m])], pos[m]);
+  return last;
 }
 
 // Distinct (seq, pos) pairs for M rows of a cache of n_seqs x n_ctx: what a batch writes in one step.
@@ -233,18 +286,22 @@ TEST_P(BackendOps, MatchesReference) {
       const int64_t kv_dim = kv_heads * head_dim;
       std::vector<int32_t> seq, pos;
       distinct_slots(rng_, M, n_seqs, n_ctx, &seq, &pos);
-      Tensor k_cache_host = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache_host = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
+      const BlockTables blocks = block_tables(rng_, k.tables, n_seqs, n_ctx, last_positions(n_seqs, seq, pos));
+      const ref::KvBlockTable table_host{blocks.entries.data(), blocks.width, kBlock};
+      Tensor block_table = indices(blocks.entries).reshape({n_seqs, blocks.width});
+      Tensor k_cache_host = host_random({blocks.n_blocks, kv_heads, kBlock, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache_host = host_random({blocks.n_blocks, kv_heads, kBlock, head_dim}, rng_, -1, 1, k.dtype);
       Tensor k_cache = to_backend(*backend_, k_cache_host), v_cache = to_backend(*backend_, v_cache_host);
+      const int64_t cache_rows = blocks.n_blocks * kBlock;
       auto [kx, k_host] = activation(M, kv_dim);
       auto [vx, v_host] = activation(M, kv_dim);
       Tensor table = host_tensor({n_ctx, head_dim}, DType::f32);
       rope_table_default(table.data_as<float>(), n_ctx, head_dim);
       if (k.op == Op::kv_store) {
-        backend_->kv_store(k_cache, v_cache, kx, vx, indices(seq), indices(pos));
+        backend_->kv_store(k_cache, v_cache, block_table, kx, vx, indices(seq), indices(pos));
       } else {
         auto [q, q_host] = activation(M, heads * head_dim);
-        backend_->rope_kv_store(k_cache, v_cache, q, kx, vx, indices(seq), indices(pos),
+        backend_->rope_kv_store(k_cache, v_cache, block_table, q, kx, vx, indices(seq), indices(pos),
                                 to_backend(*backend_, table), head_dim);
         ref::rope(q_host.data_as<float>(), heads * head_dim, pos.data(), table.data_as<float>(), M,
                   heads, head_dim);
@@ -254,19 +311,19 @@ TEST_P(BackendOps, MatchesReference) {
         expect_close(k_host, to_host(kx), limit_elementwise(), label + " (k)");
       }
       ref::kv_store(k_cache_host.data(), v_cache_host.data(), k.dtype, k_host.data_as<float>(), kv_dim,
-                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_heads, head_dim, n_ctx);
-      Tensor k_expected = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
-      Tensor k_actual = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
-      k_expected.convert_from(k_cache_host.reshape({n_seqs * n_ctx, kv_dim}));
-      k_actual.convert_from(to_host(k_cache).reshape({n_seqs * n_ctx, kv_dim}));
+                    v_host.data_as<float>(), kv_dim, seq.data(), pos.data(), M, kv_heads, head_dim, table_host);
+      Tensor k_expected = host_tensor({cache_rows, kv_dim}, DType::f32);
+      Tensor k_actual = host_tensor({cache_rows, kv_dim}, DType::f32);
+      k_expected.convert_from(k_cache_host.reshape({cache_rows, kv_dim}));
+      k_actual.convert_from(to_host(k_cache).reshape({cache_rows, kv_dim}));
       // Stored keys are exact copies (rounded to f16 alike); rotated ones (the fused op) differ by
       // float rounding, which in an f16 cache can move a key to the neighbouring f16 value.
       const double rotated_limit = k.dtype == DType::f16 ? 1e-7 : limit_elementwise();
       expect_close(k_expected, k_actual, k.op == Op::kv_store ? 0.0 : rotated_limit, label + " (k cache)");
-      Tensor v_expected = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
-      Tensor v_actual = host_tensor({n_seqs * n_ctx, kv_dim}, DType::f32);
-      v_expected.convert_from(v_cache_host.reshape({n_seqs * n_ctx, kv_dim}));
-      v_actual.convert_from(to_host(v_cache).reshape({n_seqs * n_ctx, kv_dim}));
+      Tensor v_expected = host_tensor({cache_rows, kv_dim}, DType::f32);
+      Tensor v_actual = host_tensor({cache_rows, kv_dim}, DType::f32);
+      v_expected.convert_from(v_cache_host.reshape({cache_rows, kv_dim}));
+      v_actual.convert_from(to_host(v_cache).reshape({cache_rows, kv_dim}));
       expect_close(v_expected, v_actual, 0.0, label + " (v cache)");
       break;
     }
@@ -286,18 +343,20 @@ TEST_P(BackendOps, MatchesReference) {
           pos.push_back(static_cast<int32_t>(m % 7 == 0 ? n_ctx - 1 - rng_() % 3 : rng_() % n_ctx));
         }
       }
-      Tensor k_cache = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
-      Tensor v_cache = host_random({n_seqs, kv_heads, n_ctx, head_dim}, rng_, -1, 1, k.dtype);
+      const BlockTables blocks = block_tables(rng_, k.tables, n_seqs, n_ctx, last_positions(n_seqs, seq, pos));
+      Tensor k_cache = host_random({blocks.n_blocks, kv_heads, kBlock, head_dim}, rng_, -1, 1, k.dtype);
+      Tensor v_cache = host_random({blocks.n_blocks, kv_heads, kBlock, head_dim}, rng_, -1, 1, k.dtype);
       auto [q, q_host] = activation(M, heads * head_dim, -2, 2);
       GuardedOutput out(*backend_, M, heads * head_dim, ld(heads * head_dim));
       backend_->attention(out.view(), q, to_backend(*backend_, k_cache), to_backend(*backend_, v_cache),
-                          indices(seq), indices(pos), spec,
+                          indices(blocks.entries).reshape({n_seqs, blocks.width}), indices(seq), indices(pos), spec,
                           k.op == Op::attention_three_pass ? AttentionAlgorithm::three_pass
                                                            : AttentionAlgorithm::online_softmax);
       Tensor expected = host_tensor({M, heads * head_dim}, DType::f32);
       ref::attention(expected.data_as<float>(), heads * head_dim, q_host.data_as<float>(),
-                     heads * head_dim, k_cache.data(), v_cache.data(), k.dtype, seq.data(), pos.data(),
-                     M, heads, kv_heads, head_dim, n_ctx, spec.score_scale(), spec.window);
+                     heads * head_dim, k_cache.data(), v_cache.data(), k.dtype,
+                     {blocks.entries.data(), blocks.width, kBlock}, seq.data(), pos.data(), M, heads, kv_heads,
+                     head_dim, spec.score_scale(), spec.window);
       // f16/bf16 caches: keys and values were rounded on the way in, and the prefill Tensor Core
       // path also rounds q and the probabilities to 16 bits.
       // The CPU widens the stored f16 values exactly and sums in f32, as for an f32 cache.
@@ -429,6 +488,17 @@ std::vector<Case> all_cases() {
       }
       cases.push_back({backend, Op::kv_store, M, 4, 2, 10, DType::f16, strided});
       cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, DType::f16, strided});
+      // Block tables that are scattered and partly filled, and shared (attention only: two rows
+      // never write one slot), for f32 and 16-bit caches, with and without a window.
+      for (DType t : {DType::f32, DType::f16}) {
+        cases.push_back({backend, Op::kv_store, M, 4, 2, 10, t, strided, 0, Tables::scattered});
+        cases.push_back({backend, Op::rope_kv_store, M, 6, 3, 14, t, !strided, 0, Tables::scattered});
+        for (Op op : {Op::attention_three_pass, Op::attention_online_softmax})
+          for (Tables tables : {Tables::scattered, Tables::shared}) {
+            cases.push_back({backend, op, M, 8, 2, 64, t, strided, 0, tables});
+            cases.push_back({backend, op, M, 6, 3, t == DType::f32 ? 34 : 64, t, !strided, 100, tables});
+          }
+      }
       cases.push_back({backend, Op::swiglu, M, 172, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::geglu, M, 172, 0, 0, DType::f32, strided});
       cases.push_back({backend, Op::add, M, 67, 0, 0, DType::f32, strided});
@@ -506,6 +576,11 @@ std::vector<Case> all_cases() {
       // that holds the first row's first key.
       for (int64_t window : {20, 130}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f32, false, window});
       if (backend == "cpu") cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f16, false});
+      for (Tables tables : {Tables::scattered, Tables::shared})
+        for (DType t : {DType::f32, DType::f16}) {
+          cases.push_back({backend, Op::attention_prefill, M, 8, 2, 64, t, false, 0, tables});
+          cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, t, false, 100, tables});
+        }
       if (backend == "cuda")
         for (DType t : {DType::f16, DType::bf16})
           for (int64_t hd : {64, 128}) {
@@ -539,7 +614,9 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
   Tensor q = to_backend(cpu, host_random({M, heads * head_dim}, rng));
   Tensor k_cache = to_backend(cpu, host_random({2, kv_heads, n_ctx, head_dim}, rng));
   Tensor v_cache = to_backend(cpu, host_random({2, kv_heads, n_ctx, head_dim}, rng));
-  Tensor seq = cpu.empty({M}, DType::i32), pos = cpu.empty({M}, DType::i32);
+  Tensor seq = cpu.empty({M}, DType::i32), pos = cpu.empty({M}, DType::i32), blocks = cpu.empty({2, 1}, DType::i32);
+  blocks.data_as<int32_t>()[0] = 1;  // each sequence one block of 200 positions, in swapped order
+  blocks.data_as<int32_t>()[1] = 0;
   for (int64_t m = 0; m < M; ++m) {
     seq.data_as<int32_t>()[m] = static_cast<int32_t>(m % 2);
     pos.data_as<int32_t>()[m] = static_cast<int32_t>(n_ctx - 1 - m);
@@ -550,8 +627,8 @@ TEST(BackendOpsReproducible, CpuResultsAreBitwiseIdentical) {
     *att = cpu.empty({M, heads * head_dim}, DType::f32);
     *fused = cpu.empty({M, heads * head_dim}, DType::f32);
     *product = cpu.empty({M, 129}, DType::f32);
-    cpu.attention(*att, q, k_cache, v_cache, seq, pos, {head_dim}, AttentionAlgorithm::three_pass);
-    cpu.attention(*fused, q, k_cache, v_cache, seq, pos, {head_dim}, AttentionAlgorithm::online_softmax);
+    cpu.attention(*att, q, k_cache, v_cache, blocks, seq, pos, {head_dim}, AttentionAlgorithm::three_pass);
+    cpu.attention(*fused, q, k_cache, v_cache, blocks, seq, pos, {head_dim}, AttentionAlgorithm::online_softmax);
     cpu.matmul(*product, x, w);
   };
   Tensor att0, fused0, product0;
@@ -609,17 +686,28 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   ids.data_as<int32_t>()[2] = 0;
   Tensor table = cpu.empty({10, 10}, DType::f32);
   EXPECT_THROW(cpu.gather_rows(out, table, ids, 1.0f), Error);
-  Tensor cache = cpu.empty({2, 1, 4, 8}, DType::f32);
+  Tensor cache = cpu.empty({2, 1, 2, 8}, DType::f32);  // two blocks of two positions
+  Tensor blocks = cpu.empty({1, 2}, DType::i32);          // one sequence of four positions
+  blocks.data_as<int32_t>()[0] = 1;
+  blocks.data_as<int32_t>()[1] = 0;
   Tensor pos = cpu.empty({3}, DType::i32), seq = cpu.empty({3}, DType::i32);
   for (int i = 0; i < 3; ++i) {
     seq.data_as<int32_t>()[i] = 0;
     pos.data_as<int32_t>()[i] = 4;  // beyond a 4-position cache
   }
   Tensor q = cpu.empty({3, 16}, DType::f32), o = cpu.empty({3, 16}, DType::f32);
-  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8}, AttentionAlgorithm::three_pass), Error);
+  const auto attend = [&](AttentionSpec spec) { cpu.attention(o, q, cache, cache, blocks, seq, pos, spec, AttentionAlgorithm::three_pass); };
+  EXPECT_THROW(attend({8}), Error);
   for (int i = 0; i < 3; ++i) pos.data_as<int32_t>()[i] = 3;
-  EXPECT_NO_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8, 0.0f, 2}, AttentionAlgorithm::three_pass));
-  EXPECT_THROW(cpu.attention(o, q, cache, cache, seq, pos, {8, 0.0f, -1}, AttentionAlgorithm::three_pass), Error);
+  EXPECT_NO_THROW(attend({8, 0.0f, 2}));
+  EXPECT_THROW(attend({8, 0.0f, -1}), Error);
+  // A table entry outside the pool, among the keys a row reads, is refused; outside the keys
+  // (before a window's first key, or past the position) it is never read and allowed.
+  blocks.data_as<int32_t>()[0] = 2;
+  EXPECT_THROW(attend({8}), Error);
+  EXPECT_NO_THROW(attend({8, 0.0f, 2}));
+  seq.data_as<int32_t>()[1] = 1;  // a sequence the table does not have
+  EXPECT_THROW(attend({8, 0.0f, 2}), Error);
   // A norm's weight must divide the row; the fused residual norm takes only a whole row's.
   EXPECT_THROW(cpu.rmsnorm(o, q, cpu.empty({5}, DType::f32), 1e-5f), Error);
   EXPECT_NO_THROW(cpu.rmsnorm(o, q, cpu.empty({8}, DType::f32), 1e-5f));

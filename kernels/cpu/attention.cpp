@@ -166,8 +166,8 @@ KernelPair<W> simd_kernels(int64_t) { return {nullptr, nullptr}; }
 // The two block operations of attention over caches of type W (simd::F32 or simd::F16), for one
 // head size: the vectorised kernels where the head is whole vectors, otherwise Eigen (an f32
 // cache) or plain loops (f16).
-// note: keys and values of one KV head are contiguous rows of head_dim (the cache is head-major),
-// so a head's block is a (n, head_dim) matrix with row stride head_dim.
+// note: within a block of the cache, keys and values of one KV head are contiguous rows of head_dim
+// (head-major), so a run of a head's keys is a (n, head_dim) matrix with row stride head_dim.
 template <class W>
 class HeadBlocks {
  public:
@@ -207,35 +207,117 @@ class HeadBlocks {
   KernelPair<W> kernels_;
 };
 
+// Where the keys and values of one (sequence, KV head) lie: in runs of contiguous rows, one run
+// per block of the sequence's table (kernels/ref/kv_store.h). Key i is position first + i.
+// note: the blocks are walked by index, with one division per walk, not one per run: at 16 keys
+// a run, an integer division per run and pointer cost about as much as the run's arithmetic.
+template <class W>
+struct HeadKeys {
+  using Stored = typename W::Stored;
+  const Stored* k_head;    // this KV head's rows in block 0 of the pool (n_blocks, n_kv_heads, block_size, head_dim)
+  const Stored* v_head;
+  const int32_t* blocks;   // the sequence's row of the block table
+  int64_t block_stride;    // elements from one block to the next: n_kv_heads * block_size * head_dim
+  int64_t block_size, head_dim;
+  int64_t first, n_keys;   // keys at positions first .. first + n_keys - 1
+  int64_t last_block;      // the table entry of the last key
+
+  HeadKeys() = default;
+  HeadKeys(const AttentionArgs& a, int64_t m, int64_t kv_head)
+      : block_stride(a.n_kv_heads * a.table.block_size * a.head_dim), block_size(a.table.block_size),
+        head_dim(a.head_dim), first(attention_first_key(a.pos[m], a.window)), n_keys(a.pos[m] + 1 - first),
+        last_block(a.pos[m] / a.table.block_size) {
+    const int64_t head = kv_head * block_size * head_dim;
+    k_head = static_cast<const Stored*>(a.k_cache) + head;
+    v_head = static_cast<const Stored*>(a.v_cache) + head;
+    blocks = a.table.blocks + a.seq[m] * a.table.width;
+  }
+  int64_t block_offset(int64_t entry) const { return blocks[entry] * block_stride; }
+  bool same_keys(const HeadKeys& other) const { return k_head == other.k_head && blocks == other.blocks; }
+};
+
 // One (row, head) of attention: its query and output, its KV head's keys and values up to its
-// position, and the next task's keys and values, prefetched while this one runs.
+// position, and the next task's, whose first block is prefetched at the end of this one (see
+// for_each_run).
 template <class W>
 struct HeadTask {
-  const float* q;                        // (head_dim)
-  float* out;                            // (head_dim)
-  const typename W::Stored* keys;        // (n_keys, head_dim)
-  const typename W::Stored* values;      // (n_keys, head_dim)
-  int64_t n_keys;
-  const typename W::Stored* next_keys;   // (n_next, head_dim), or nullptr
-  const typename W::Stored* next_values;
-  int64_t n_next;
+  const float* q;            // (head_dim)
+  float* out;                // (head_dim)
+  HeadKeys<W> keys;
+  HeadKeys<W> next;          // next.n_keys == 0 when there is no next task
+  bool keys_cached = false;  // the task before on this thread read the same keys (another query head of the group)
 };
+
+// The keys [i0, i1) of a task, run by run: visit(offset of the run from i0, n, keys, values,
+// ahead_keys, ahead_values, n_ahead), where `ahead` is the first n rows of the next block (the
+// next task's first after this task's last), to be prefetched while this run is computed, or null
+// pointers where those keys are likely cached already (read by the task before, or by this one
+// for the next) or there are none.
+// note: a run is one block of one head (16 KiB at 64 f32 rows of 64), and the next run of the same
+// head lies n_kv_heads blocks further on, or anywhere in a scattered table, where the hardware
+// prefetcher, which stops at 4 KiB pages, does not follow; asking for the next block in software
+// made decode attention from DRAM 10% faster at B = 1 and 2048 positions, and asking for it again
+// when another query head of the group has just read it cost 10% at B = 16 (bench/results/NOTES.md,
+// "A paged KV cache").
+template <class W, class Visit>
+void for_each_run(const HeadTask<W>& t, int64_t i0, int64_t i1, Visit&& visit) {
+  using Stored = typename W::Stored;
+  const HeadKeys<W>& keys = t.keys;
+  const int64_t end = keys.first + i1;
+  int64_t p = keys.first + i0, entry = p / keys.block_size, row = p - entry * keys.block_size;
+  while (p < end) {
+    const int64_t n = std::min(keys.block_size - row, end - p);
+    const int64_t at = keys.block_offset(entry) + row * keys.head_dim;
+    const HeadKeys<W>* owner = &keys;
+    int64_t ahead = entry + 1;
+    bool cold = !t.keys_cached;
+    if (ahead > keys.last_block) {
+      owner = &t.next;
+      ahead = t.next.n_keys > 0 ? t.next.first / t.next.block_size : 0;
+      cold = t.next.n_keys > 0 && !t.next.same_keys(keys);
+    }
+    const bool prefetch = cold && ahead <= owner->last_block;
+    const Stored* ahead_k = prefetch ? owner->k_head + owner->block_offset(ahead) : nullptr;
+    const Stored* ahead_v = prefetch ? owner->v_head + owner->block_offset(ahead) : nullptr;
+    visit(p - keys.first - i0, n, keys.k_head + at, keys.v_head + at, ahead_k, ahead_v, prefetch ? n : 0);
+    p += n;
+    ++entry;
+    row = 0;
+  }
+}
 
 // note: the scratch buffers are 64-byte aligned like every other buffer: Eigen's vectorised sums
 // start with a scalar prologue up to the first aligned element, so a buffer whose alignment
 // differed from thread to thread would make the result depend on which thread ran the task.
 using Scratch = std::vector<float, Eigen::aligned_allocator<float>>;
 
+// score[0 .. i1 - i0) = the scores of keys [i0, i1), then out (+)= their weighted sum with p
+// (two passes over the runs; `weigh` runs between them, on the scores).
+template <class W, class Weigh>
+void attend_keys(const HeadBlocks<W>& blocks, const HeadTask<W>& t, int64_t i0, int64_t i1, float* score,
+                 Weigh&& weigh) {
+  using Stored = typename W::Stored;
+  for_each_run(t, i0, i1, [&](int64_t at, int64_t n, const Stored* k, const Stored*, const Stored* next_k,
+                              const Stored*, int64_t n_next) { blocks.scores(score + at, t.q, k, n, next_k, n_next); });
+  weigh();
+  for_each_run(t, i0, i1, [&](int64_t at, int64_t n, const Stored*, const Stored* v, const Stored*,
+                              const Stored* next_v, int64_t n_next) {
+    blocks.weighted_sum(t.out, score + at, v, n, true, next_v, n_next);
+  });
+}
+
 // Three passes: all scores, their softmax, the weighted sum of the values.
 template <class W>
 void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
-  scratch.resize(static_cast<size_t>(t.n_keys));
-  Vector score(scratch.data(), t.n_keys);
-  blocks.scores(score.data(), t.q, t.keys, t.n_keys, t.next_keys, t.n_next);
-  const float max_score = score.maxCoeff();
-  score = (score.array() - max_score).exp().matrix();
-  score /= score.sum();
-  blocks.weighted_sum(t.out, score.data(), t.values, t.n_keys, false, t.next_values, t.n_next);
+  const int64_t n_keys = t.keys.n_keys;
+  scratch.resize(static_cast<size_t>(n_keys));
+  Vector score(scratch.data(), n_keys);
+  Vector(t.out, blocks.head_dim()).setZero();
+  attend_keys(blocks, t, 0, n_keys, score.data(), [&] {
+    const float max_score = score.maxCoeff();
+    score = (score.array() - max_score).exp().matrix();
+    score /= score.sum();
+  });
 }
 
 // One pass over blocks of kKeyBlock keys with the online softmax (kernels/ref/online_softmax.h):
@@ -243,25 +325,20 @@ void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratc
 // running sum at the end.
 template <class W>
 void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
-  const int64_t stride = blocks.head_dim();
   scratch.resize(static_cast<size_t>(kKeyBlock));
-  Vector out(t.out, stride);
+  Vector out(t.out, blocks.head_dim());
   OnlineSoftmax state;
   out.setZero();
-  for (int64_t t0 = 0; t0 < t.n_keys; t0 += kKeyBlock) {
-    const int64_t n = std::min(kKeyBlock, t.n_keys - t0);
-    // The same block of the next head, or all that is left of it after the last block.
-    const int64_t n_next = std::max<int64_t>(0, t0 + n < t.n_keys ? std::min(n, t.n_next - t0) : t.n_next - t0);
-    const typename W::Stored* next_keys = n_next > 0 ? t.next_keys + t0 * stride : nullptr;
-    const typename W::Stored* next_values = n_next > 0 ? t.next_values + t0 * stride : nullptr;
+  for (int64_t t0 = 0; t0 < t.keys.n_keys; t0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, t.keys.n_keys - t0);
     Vector score(scratch.data(), n);
-    blocks.scores(score.data(), t.q, t.keys + t0 * stride, n, next_keys, n_next);
-    const float correction = state.raise_max(score.maxCoeff());
-    // softmax_rescale(score, max) over the block, vectorized: the scores are finite here.
-    score = (score.array() - state.max).exp().matrix();
-    state.sum += score.sum();
-    out = out * correction;
-    blocks.weighted_sum(t.out, score.data(), t.values + t0 * stride, n, true, next_values, n_next);
+    attend_keys(blocks, t, t0, t0 + n, score.data(), [&] {
+      const float correction = state.raise_max(score.maxCoeff());
+      // softmax_rescale(score, max) over the block, vectorized: the scores are finite here.
+      score = (score.array() - state.max).exp().matrix();
+      state.sum += score.sum();
+      out = out * correction;
+    });
   }
   out /= state.sum;
 }
@@ -269,42 +346,27 @@ void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Sc
 // Every (row, head) task of one attention call over caches of type W, on the thread pool.
 template <AttentionAlgorithm A, class W>
 void attention_over(ThreadPool& pool, const AttentionArgs& a) {
-  using Stored = typename W::Stored;
   const HeadBlocks<W> blocks(a.head_dim, a.scale);
   const int64_t group = a.n_heads / a.n_kv_heads;
-  const Stored* k_cache = static_cast<const Stored*>(a.k_cache);
-  const Stored* v_cache = static_cast<const Stored*>(a.v_cache);
-  // Where task (row m, head h) finds its first key and value, and how many it attends to.
-  auto keys_of = [&](int64_t task, int64_t* n_keys) {
+  // The keys and values task (row m, head h) attends to.
+  auto keys_of = [&](int64_t task) { return HeadKeys<W>(a, task / a.n_heads, task % a.n_heads / group); };
+  // `first`: the first task of this thread's range; the next, whose keys are prefetched, is
+  // task + 1 if it is below `end`.
+  auto run_task = [&](int64_t task, int64_t first, int64_t end) {
     const int64_t m = task / a.n_heads, h = task % a.n_heads;
-    const int64_t first = attention_first_key(a.pos[m], a.window);
-    *n_keys = int64_t(a.pos[m]) + 1 - first;
-    return ref::kv_cache_offset(a.seq[m], h / group, first, a.n_kv_heads, a.n_ctx, a.head_dim);
-  };
-  // `next`: the task this thread runs after this one, whose block is prefetched; -1 for none.
-  auto run_task = [&](int64_t task, int64_t next) {
-    const int64_t m = task / a.n_heads, h = task % a.n_heads;
-    HeadTask<W> t{};
-    const int64_t offset = keys_of(task, &t.n_keys);
-    t.q = a.q + m * a.ld_q + h * a.head_dim;
-    t.out = a.out + m * a.ld_out + h * a.head_dim;
-    t.keys = k_cache + offset;
-    t.values = v_cache + offset;
-    if (next >= 0) {
-      const int64_t next_offset = keys_of(next, &t.n_next);
-      t.next_keys = k_cache + next_offset;
-      t.next_values = v_cache + next_offset;
-    }
+    HeadTask<W> t{a.q + m * a.ld_q + h * a.head_dim, a.out + m * a.ld_out + h * a.head_dim, keys_of(task), {}};
+    if (task + 1 < end) t.next = keys_of(task + 1);
+    t.keys_cached = task > first && keys_of(task - 1).same_keys(t.keys);
     thread_local Scratch scratch;  // grows once
     if (A == AttentionAlgorithm::three_pass) attend_three_pass(blocks, t, scratch);
     else attend_online_softmax(blocks, t, scratch);
   };
   const int64_t tasks = a.M * a.n_heads;
   if (pool.size() == 1 || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) run_task(t, t + 1 < tasks ? t + 1 : -1);
+    for (int64_t t = 0; t < tasks; ++t) run_task(t, 0, tasks);
   } else {
     pool.parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) run_task(t, t + 1 < t1 ? t + 1 : -1);
+      for (int64_t t = t0; t < t1; ++t) run_task(t, t0, t1);
     });
   }
 }

@@ -32,13 +32,14 @@ void rope(ThreadPool& pool, float* x, int64_t ld_x, const int32_t* pos, const fl
 
 void rope_kv_store(ThreadPool& pool, void* k_cache, void* v_cache, DType cache_dtype, float* q, int64_t ld_q,
                    float* k, int64_t ld_k, const float* v, int64_t ld_v, const int32_t* seq, const int32_t* pos, const float* table, int64_t M,
-                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx) {
+                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const ref::KvBlockTable& cache_table) {
   for_rows(pool, M, (n_heads + 2 * n_kv_heads) * head_dim, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const float* angles = table + int64_t(pos[m]) * head_dim;
       rotate_row(q + m * ld_q, angles, n_heads, head_dim);
       rotate_row(k + m * ld_k, angles, n_kv_heads, head_dim);
-      store_row(k_cache, v_cache, cache_dtype, k + m * ld_k, v + m * ld_v, seq[m], pos[m], n_kv_heads, head_dim, n_ctx);
+      store_row(k_cache, v_cache, cache_dtype, k + m * ld_k, v + m * ld_v, seq[m], pos[m], n_kv_heads, head_dim,
+                cache_table);
     }
   });
 }

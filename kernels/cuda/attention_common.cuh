@@ -9,6 +9,8 @@
 #pragma once
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/kv_store.h"
 #include "kernels/ref/online_softmax.h"
 
 namespace minfer::cuda {
@@ -21,15 +23,35 @@ struct WarpAttention {
   float acc[kDimsPerLane] = {};  // running weighted sum, dimension lane + 32 j
 };
 
+// The keys and values of one (sequence, KV head): position t's at keys + offset(t), found through
+// the sequence's block table (kernels/ref/kv_store.h).
+template <class T>
+struct HeadRows {
+  const T* keys;    // the layer's caches, (n_blocks, n_kv_heads, block_size, head_dim)
+  const T* values;
+  ref::KvBlockTable table;
+  int64_t seq, kv_head, n_kv_heads, head_dim;
+  __device__ __forceinline__ int64_t offset(int64_t t) const {
+    return ref::kv_cache_offset(table, seq, kv_head, t, n_kv_heads, head_dim);
+  }
+};
+
+// The rows query head h of row m attends to (grouped-query attention: KV head h / group).
+template <class T>
+__device__ __forceinline__ HeadRows<T> head_rows(const AttentionArgs& a, int64_t m, int64_t h) {
+  return {static_cast<const T*>(a.k_cache), static_cast<const T*>(a.v_cache), a.table, a.seq[m],
+          h / (a.n_heads / a.n_kv_heads), a.n_kv_heads, a.head_dim};
+}
+
 // q_scaled: this lane's dimensions of q already multiplied by the score scale.
-// keys, values: (positions, head_dim) of one sequence and KV head.
 template <class T>
 __device__ __forceinline__ void warp_attend(WarpAttention& state, const float (&q_scaled)[kDimsPerLane],
-                                            const T* keys, const T* values, int head_dim, int64_t first,
-                                            int64_t end, int64_t stride) {
+                                            const HeadRows<T>& rows, int head_dim, int64_t first, int64_t end,
+                                            int64_t stride) {
   const int lane = threadIdx.x % kWarpSize;
   for (int64_t t = first; t < end; t += stride) {
-    const T* key = keys + t * head_dim;
+    const int64_t at = rows.offset(t);
+    const T* key = rows.keys + at;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
@@ -40,7 +62,7 @@ __device__ __forceinline__ void warp_attend(WarpAttention& state, const float (&
     const float correction = state.softmax.raise_max(s);
     const float p = softmax_rescale(s, state.softmax.max);
     state.softmax.sum += p;
-    const T* value = values + t * head_dim;
+    const T* value = rows.values + at;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;

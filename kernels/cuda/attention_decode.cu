@@ -11,27 +11,22 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// Keys and values of (row m, head h): (positions, head_dim).
-__device__ __forceinline__ int64_t cache_offset(const AttentionArgs& a, int64_t m, int64_t h) {
-  const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-  return ref::kv_cache_offset(a.seq[m], kv_head, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
-}
-
 template <class T>
 __global__ void scores_kernel(AttentionArgs a, float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
-  const T* keys = static_cast<const T*>(a.k_cache) + cache_offset(a, m, h);
+  const HeadRows<T> rows = head_rows<T>(a, m, h);
   float q_scaled[kDimsPerLane];
   load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* row = scores + blockIdx.x * a.n_ctx;
+  float* row = scores + blockIdx.x * a.table.positions();
   for (int64_t t = attention_first_key(a.pos[m], a.window) + warp; t < n_keys; t += kWarps) {
+    const T* key = rows.keys + rows.offset(t);
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;
-      if (d < a.head_dim) s += q_scaled[j] * to_float(keys[t * a.head_dim + d]);
+      if (d < a.head_dim) s += q_scaled[j] * to_float(key[d]);
     }
     s = warp_sum(s);
     if (lane == 0) row[t] = s;
@@ -42,7 +37,7 @@ __global__ void softmax_prefix_kernel(AttentionArgs a, float* scores) {
   __shared__ float shared[32];
   const int64_t m = blockIdx.x / a.n_heads;
   const int64_t first = attention_first_key(a.pos[m], a.window), n = int64_t(a.pos[m]) + 1 - first;
-  float* row = scores + blockIdx.x * a.n_ctx + first;
+  float* row = scores + blockIdx.x * a.table.positions() + first;
   float local_max = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
   const float row_max = block_max(local_max, shared);
@@ -59,11 +54,12 @@ template <class T>
 __global__ void weighted_sum_kernel(AttentionArgs a, const float* scores) {
   const int64_t m = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t n_keys = int64_t(a.pos[m]) + 1;
-  const T* values = static_cast<const T*>(a.v_cache) + cache_offset(a, m, h);
-  const float* p = scores + blockIdx.x * a.n_ctx;
+  const HeadRows<T> rows = head_rows<T>(a, m, h);
+  const float* p = scores + blockIdx.x * a.table.positions();
   for (int64_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t t = attention_first_key(a.pos[m], a.window); t < n_keys; ++t) acc += p[t] * to_float(values[t * a.head_dim + d]);
+    for (int64_t t = attention_first_key(a.pos[m], a.window); t < n_keys; ++t)
+      acc += p[t] * to_float(rows.values[rows.offset(t) + d]);
     a.out[m * a.ld_out + h * a.head_dim + d] = acc;
   }
 }
@@ -87,11 +83,9 @@ __global__ void flash_split_kernel(AttentionArgs a, float* partials, int64_t n_s
   float* partial = partial_at(partials, a, row_head, split, n_splits);
   WarpAttention state;
   if (first < end) {
-    const int64_t offset = cache_offset(a, m, h);
     float q_scaled[kDimsPerLane];
     load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
-    warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
-                static_cast<int>(a.head_dim), first + warp, end, kWarps);
+    warp_attend(state, q_scaled, head_rows<T>(a, m, h), static_cast<int>(a.head_dim), first + warp, end, kWarps);
   }
   if (lane == 0) {
     warp_m[warp] = state.softmax.max;
@@ -172,7 +166,7 @@ void attention_three_pass(cudaStream_t stream, const AttentionArgs& a, float* sc
 void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, float* partials) {
   if (a.M == 0) return;
   check_head_dim(a.head_dim);
-  const int64_t n_splits = splits_for(a.n_ctx);
+  const int64_t n_splits = splits_for(a.table.positions());
   dispatch_float_type(a.cache_dtype, [&](auto type) {
     using T = decltype(type);
     flash_split_kernel<T><<<dim3(static_cast<unsigned>(a.M * a.n_heads), static_cast<unsigned>(n_splits)),

@@ -1,6 +1,9 @@
 // Attention by (row, head): a few query rows (one per sequence in decode), each attending to the
 // cached positions of its sequence up to its own (those of its window where the layer has one). The two algorithms of kernels/ref/attention.h:
 //
+// Keys and values are read through each sequence's block table (kernels/ref/kv_store.h), key by
+// key; n_ctx below is the positions a sequence's table can hold (KvBlockTable::positions).
+//
 // three_pass: three kernels through a (M, n_heads, n_ctx) buffer of scores (any number of rows):
 //   scores    one block per (row, head); each warp takes every 4th key and computes q.k with a
 //             warp-sum (kernels/cuda/common.cuh)

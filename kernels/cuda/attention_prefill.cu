@@ -22,13 +22,11 @@ __device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   for (int64_t r = warp; r < rows; r += kWarps) {
     const int64_t m = m0 + r;
-    const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-    const int64_t offset = ref::kv_cache_offset(a.seq[m], kv_head, 0, a.n_kv_heads, a.n_ctx, a.head_dim);
     float q_scaled[kDimsPerLane];
     load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
     WarpAttention state;
-    warp_attend(state, q_scaled, static_cast<const T*>(a.k_cache) + offset, static_cast<const T*>(a.v_cache) + offset,
-                static_cast<int>(a.head_dim), attention_first_key(a.pos[m], a.window), int64_t(a.pos[m]) + 1, 1);
+    warp_attend(state, q_scaled, head_rows<T>(a, m, h), static_cast<int>(a.head_dim),
+                attention_first_key(a.pos[m], a.window), int64_t(a.pos[m]) + 1, 1);
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {
       const int d = lane + kWarpSize * j;
@@ -96,15 +94,23 @@ __device__ __forceinline__ void load_query_tile(const Tiles<T, D>& tl, const Att
 
 // Keys and values tile..tile + kKeys - 1 (zero past last_key).
 template <class T, int D>
-__device__ __forceinline__ void load_key_value_tile(const Tiles<T, D>& tl, const T* keys, const T* values,
-                                                    int64_t tile, int64_t last_key) {
+// note: a tile's 64 keys may lie in several blocks of the cache, so each key row is found through
+// the block table, once per tile (row_offset, shared); keys outside first_key .. last_key (before
+// the first row's window, or past the last row) are zeros, masked later, and never looked up.
+__device__ __forceinline__ void load_key_value_tile(const Tiles<T, D>& tl, const HeadRows<T>& rows, int64_t* row_offset,
+                                                    int64_t tile, int64_t first_key, int64_t last_key) {
   using L = Layout<D>;
+  for (int r = threadIdx.x; r < kKeys; r += kThreads) {
+    const int64_t t = tile * kKeys + r;
+    row_offset[r] = t >= first_key && t <= last_key ? rows.offset(t) : -1;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    const int64_t t = tile * kKeys + r;
+    const int64_t at = row_offset[r];
     const T zero = from_float<T>(0.0f);
-    tl.k[r * L::ld_qkv + d] = t <= last_key ? keys[t * D + d] : zero;
-    tl.v[r * L::ld_qkv + d] = t <= last_key ? values[t * D + d] : zero;
+    tl.k[r * L::ld_qkv + d] = at >= 0 ? rows.keys[at + d] : zero;
+    tl.v[r * L::ld_qkv + d] = at >= 0 ? rows.values[at + d] : zero;
   }
 }
 
@@ -202,16 +208,14 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
     return;
   }
 
-  const int64_t kv_head = h / (a.n_heads / a.n_kv_heads);
-  const int64_t offset = ref::kv_cache_offset(seq0, kv_head, 0, a.n_kv_heads, a.n_ctx, D);
-  const T* keys = static_cast<const T*>(a.k_cache) + offset;
-  const T* values = static_cast<const T*>(a.v_cache) + offset;
-  const int64_t last_key = pos0 + rows - 1;
+  __shared__ int64_t row_offset[kKeys];
+  const HeadRows<T> head = head_rows<T>(a, m0, h);
+  const int64_t first_key = attention_first_key(pos0, a.window), last_key = pos0 + rows - 1;
   load_query_tile(tl, a, m0, rows, h, a.scale);
   // Tiles before the first row's window hold no key any row sees.
-  for (int64_t tile = attention_first_key(pos0, a.window) / kKeys; tile * kKeys <= last_key; ++tile) {
+  for (int64_t tile = first_key / kKeys; tile * kKeys <= last_key; ++tile) {
     __syncthreads();  // the previous tile's K and V are no longer read
-    load_key_value_tile(tl, keys, values, tile, last_key);
+    load_key_value_tile(tl, head, row_offset, tile, first_key, last_key);
     __syncthreads();
     scores_on_tensor_cores(tl, warp);
     __syncwarp();

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer::cuda {
 
@@ -21,12 +22,13 @@ void rope(cudaStream_t stream,
           int64_t M, int64_t n_heads, int64_t head_dim);
 
 void rope_kv_store(cudaStream_t stream,
-                   void* k_cache, void* v_cache, DType cache_dtype,  // (n_seqs, n_kv_heads, n_ctx, head_dim)
+                   void* k_cache, void* v_cache, DType cache_dtype,  // (n_blocks, n_kv_heads, block_size, head_dim)
                    float* q, int64_t ld_q,                   // (M, n_heads * head_dim), in place
                    float* k, int64_t ld_k,                   // (M, n_kv_heads * head_dim), in place
                    const float* v, int64_t ld_v,             // (M, n_kv_heads * head_dim)
                    const int32_t* seq, const int32_t* pos,  // (M)
                    const float* table,                       // (positions, head_dim / 2, 2)
-                   int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx);
+                   int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                   const ref::KvBlockTable& cache_table);  // on the device
 
 }  // namespace minfer::cuda

@@ -17,8 +17,8 @@ float AttentionSpec::score_scale() const {
 namespace minfer::ref {
 
 void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const void* k_cache,
-               const void* v_cache, DType cache_dtype, const int32_t* seq, const int32_t* pos,
-               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx, float scale,
+               const void* v_cache, DType cache_dtype, const KvBlockTable& table, const int32_t* seq,
+               const int32_t* pos, int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
                int64_t window) {
   const int64_t group = n_heads / n_kv_heads;
   std::vector<double> score;
@@ -27,12 +27,12 @@ void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const v
     score.assign(static_cast<size_t>(n_keys), 0.0);
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* qh = q + m * ld_q + h * head_dim;
-      const int64_t base = kv_cache_offset(seq[m], h / group, first, n_kv_heads, n_ctx, head_dim);
+      auto at = [&](int64_t t) { return kv_cache_offset(table, seq[m], h / group, first + t, n_kv_heads, head_dim); };
       double max_score = -INFINITY;
       for (int64_t t = 0; t < n_keys; ++t) {
         double dot = 0.0;
         for (int64_t i = 0; i < head_dim; ++i)
-          dot += double(qh[i]) * load_element(k_cache, cache_dtype, base + t * head_dim + i);
+          dot += double(qh[i]) * load_element(k_cache, cache_dtype, at(t) + i);
         score[t] = dot * double(scale);
         if (score[t] > max_score) max_score = score[t];
       }
@@ -41,7 +41,7 @@ void attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const v
       for (int64_t i = 0; i < head_dim; ++i) {
         double acc = 0.0;
         for (int64_t t = 0; t < n_keys; ++t)
-          acc += score[t] * load_element(v_cache, cache_dtype, base + t * head_dim + i);
+          acc += score[t] * load_element(v_cache, cache_dtype, at(t) + i);
         out[m * ld_out + h * head_dim + i] = static_cast<float>(acc / total);
       }
     }

@@ -4,6 +4,7 @@
 
 #include "core/dtype.h"
 #include "core/host_device.h"
+#include "kernels/ref/kv_store.h"
 
 namespace minfer {
 
@@ -47,12 +48,13 @@ struct AttentionArgs {
   int64_t ld_out;
   const float* q;               // (M, n_heads * head_dim), rows ld_q apart
   int64_t ld_q;
-  const void* k_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim): ref::kv_cache_offset
-  const void* v_cache;          // (n_seqs, n_kv_heads, n_ctx, head_dim)
+  const void* k_cache;          // (n_blocks, n_kv_heads, block_size, head_dim): ref::kv_cache_offset
+  const void* v_cache;          // (n_blocks, n_kv_heads, block_size, head_dim)
   DType cache_dtype;
+  ref::KvBlockTable table;      // each sequence's blocks
   const int32_t* seq;           // (M)
   const int32_t* pos;           // (M)
-  int64_t M, n_heads, n_kv_heads, head_dim, n_ctx;
+  int64_t M, n_heads, n_kv_heads, head_dim;
   float scale;                  // of q . k (AttentionSpec::score_scale)
   int64_t window;               // AttentionSpec::window: row m sees keys attention_first_key .. pos[m]
 };
@@ -61,17 +63,19 @@ struct AttentionArgs {
 
 namespace minfer::ref {
 
-// Causal attention over a KV cache. Row m is query position pos[m] of sequence seq[m]; it
-// attends to positions first .. pos[m] of that sequence's cache (already written, its own
-// included), first = attention_first_key(pos[m], window): 0 without a window. Head h reads KV head
-// h / (n_heads / n_kv_heads) (grouped-query attention):
+// Causal attention over a KV cache of blocks (kv_store.h). Row m is query position pos[m] of
+// sequence seq[m]; it attends to positions first .. pos[m] of that sequence's cache (already
+// written, its own included), first = attention_first_key(pos[m], window): 0 without a window.
+// Head h reads KV head h / (n_heads / n_kv_heads) (grouped-query attention); key t of the sequence
+// is found through its block table (kv_cache_offset):
 //   score[t] = q[m, h, :] . k_cache[seq, kv_head, t, :] * scale
 //   out[m, h, :] = sum_t softmax(score)[t] * v_cache[seq, kv_head, t, :]
 void attention(float* out, int64_t ld_out,                           // (M, n_heads * head_dim)
                const float* q, int64_t ld_q,                         // (M, n_heads * head_dim)
-               const void* k_cache, const void* v_cache, DType cache_dtype,  // (n_seqs, n_kv_heads, n_ctx, head_dim)
+               const void* k_cache, const void* v_cache, DType cache_dtype,  // (n_blocks, n_kv_heads, block_size, head_dim)
+               const KvBlockTable& table,                            // (n_seqs, table.width)
                const int32_t* seq, const int32_t* pos,               // (M)
-               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t n_ctx,
+               int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                float scale, int64_t window);
 
 }  // namespace minfer::ref
