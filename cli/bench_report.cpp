@@ -102,7 +102,7 @@ std::string to_json(const std::vector<BenchRow>& rows) {
     records.push_back({{"model", r.model}, {"n_params", r.n_params}, {"model_bytes", r.model_bytes},
                        {"device", r.device}, {"device_name", r.device_name}, {"dtype", r.dtype},
                        {"kv_dtype", r.kv_dtype}, {"threads", r.threads}, {"kernels", r.kernels}, {"gemm", r.gemm}, {"graphs", r.graphs},
-                       {"batch", r.batch}, {"test", r.test}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
+                       {"batch", r.batch}, {"test", r.test}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"n_depth", r.n_depth},
                        {"avg_ts", r.avg_ts}, {"stddev_ts", r.stddev_ts}, {"samples_ts", r.samples_ts},
                        {"bytes_per_step", r.bytes_per_step}, {"gbps", r.gbps}, {"gflops", r.gflops},
                        {"roofline_level", r.roofline_level},

@@ -24,6 +24,7 @@ struct BenchRow {
   std::string test;     // "pp512", "tg128"
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
+  int64_t n_depth = 0;  // positions already in the cache when the timed tokens start (-d)
   std::string kernels;  // "fused" or "unfused"
   std::string gemm;
   std::string graphs;   // "on", "off" or "" where it does not apply

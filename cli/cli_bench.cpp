@@ -3,7 +3,8 @@
 //
 // A ppP test prefills B prompts of P tokens in batched passes of up to 4096 rows; a
 // tgN test decodes N tokens for each of B sequences, a forward pass over B rows per step,
-// starting from an empty cache. Each test runs once to warm up and then -r times; the figure is
+// starting from an empty cache, or with -d D from a cache that holds D positions already (a prompt
+// prefilled before each repetition, untimed: llama-bench's -d, "tg128 @ d2048"). Each test runs once to warm up and then -r times; the figure is
 // the mean +- standard deviation of the per-repetition tokens/s (B x P or B x N tokens over the
 // repetition's time). Tokenisation and sampling are not involved: prompts are fixed pseudo-random
 // ids and decode feeds fixed ids.
@@ -57,6 +58,7 @@ struct Settings {
   BackendKind device = BackendKind::cpu;
   std::string output;
   bool roofline = false;
+  int64_t depth = 0;             // -d: positions prefilled, untimed, before each ppP and tgN
   bool explicit_prompt = false;  // -p given: a prompt longer than a model's context is an error
   bool profile = false;          // time every op and print where each test spent its time
   std::optional<DType> kv_dtype;  // --kv-dtype; unset: the decoder's default for the device
@@ -66,13 +68,17 @@ struct Settings {
   std::vector<int64_t> draft_ks;
 };
 
-// Runs `body` once to warm up and then `reps` times; returns the seconds of each timed run.
-template <class Body>
-std::vector<double> time_reps(Backend& backend, int reps, Body&& body) {
+// Runs `setup` and `body` once to warm up and then `reps` times; returns the seconds of each timed
+// body (setup is untimed).
+template <class Setup, class Body>
+std::vector<double> time_reps(Backend& backend, int reps, Setup&& setup, Body&& body) {
+  setup();
   body();
   backend.synchronize();
   std::vector<double> seconds;
   for (int r = 0; r < reps; ++r) {
+    setup();
+    backend.synchronize();
     auto start = std::chrono::steady_clock::now();
     body();
     backend.synchronize();
@@ -134,10 +140,14 @@ class Bench {
     }
     for (int64_t n : s_.gens)
       MINFER_CHECK(n <= config.n_ctx, "-n ", n, " exceeds the context of ", spec, " (", config.n_ctx, ")");
+    MINFER_CHECK(s_.depth == 0 || s_.draft.empty(), "-d is for ppP and tgN rows, not --draft's generation rows");
     int64_t n_ctx = 1;
     for (int64_t p : prompts) n_ctx = std::max(n_ctx, p);
     for (int64_t n : s_.gens)
       n_ctx = std::max(n_ctx, s_.draft.empty() ? n : std::min(config.n_ctx, kGenerationPrompt + n));
+    n_ctx += s_.depth;
+    MINFER_CHECK(n_ctx <= config.n_ctx, "-d ", s_.depth, " and the longest test need ", n_ctx,
+                 " positions, more than the context of ", spec, " (", config.n_ctx, ")");
 
     // CUDA Graphs apply to CUDA decode only; CPU rows carry an empty "graphs".
     const std::vector<std::string> graph_modes =
@@ -226,6 +236,17 @@ class Bench {
     return row;
   }
 
+  // An empty cache, then -d positions of every sequence prefilled (fixed pseudo-random ids).
+  void start_at_depth(Decoder& decoder, const LlamaConfig& c) const {
+    decoder.reset();
+    if (s_.depth == 0) return;
+    std::vector<std::vector<int32_t>> context(static_cast<size_t>(decoder.n_seqs()));
+    for (size_t s = 0; s < context.size(); ++s)
+      for (int64_t i = 0; i < s_.depth; ++i) context[s].push_back(static_cast<int32_t>((s * 131 + i * 7907 + 5) % c.vocab_size));
+    decoder.prefill(context);
+  }
+  std::string depth_suffix() const { return s_.depth > 0 ? " @ d" + std::to_string(s_.depth) : ""; }
+
   BenchRow prefill_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaModel& model, int64_t P) {
     const LlamaConfig& c = model.config();
     const int64_t B = decoder.n_seqs();
@@ -233,16 +254,15 @@ class Bench {
     for (int64_t s = 0; s < B; ++s)
       for (int64_t i = 0; i < P; ++i)
         prompts[s].push_back(static_cast<int32_t>((s * 7919 + i * 104729) % c.vocab_size));
-    std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
-      decoder.reset();
-      decoder.prefill(prompts);
-    });
-    row.test = "pp" + std::to_string(P);
+    std::vector<double> seconds = time_reps(backend, s_.reps, [&] { start_at_depth(decoder, c); },
+                                            [&] { decoder.prefill(prompts); });
+    row.test = "pp" + std::to_string(P) + depth_suffix();
     row.n_prompt = P;
+    row.n_depth = s_.depth;
     for (double t : seconds) row.samples_ts.push_back(double(B * P) / t);
     mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
     const double passes_per_second = row.avg_ts / double(B * P);
-    row.bytes_per_step = decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, P - 1);
+    row.bytes_per_step = decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, s_.depth + P - 1);
     row.gbps = double(row.bytes_per_step) * passes_per_second / 1e9;
     row.gflops = double(prefill_flops(c, B, P)) * passes_per_second / 1e9;
     return row;
@@ -253,16 +273,16 @@ class Bench {
     const int64_t B = decoder.n_seqs();
     std::vector<int32_t> tokens(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>((3 + s * 31) % c.vocab_size);
-    std::vector<double> seconds = time_reps(backend, s_.reps, [&] {
-      decoder.reset();
+    std::vector<double> seconds = time_reps(backend, s_.reps, [&] { start_at_depth(decoder, c); }, [&] {
       for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
     });
-    row.test = "tg" + std::to_string(N);
+    row.test = "tg" + std::to_string(N) + depth_suffix();
     row.n_gen = N;
+    row.n_depth = s_.depth;
     for (double t : seconds) row.samples_ts.push_back(double(B * N) / t);
     mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
     uint64_t bytes = 0, flops = 0;
-    for (int64_t pos = 0; pos < N; ++pos) {
+    for (int64_t pos = s_.depth; pos < s_.depth + N; ++pos) {
       bytes += decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, pos);
       flops += decode_step_flops(c, B, pos);
     }
@@ -333,6 +353,7 @@ int cmd_bench(int argc, char** argv) {
   Args args("bench", "Measures prefill (ppP) and decode (tgN) throughput, with the roofline beside each figure.",
             {{"-m,--model", "MODEL", "a model file or folder, or preset:NAME; repeatable (default preset:stories15M)", true},
              {"-p,--n-prompt", "LIST", "prompt lengths, e.g. 512 or 128,512; 0 skips prefill (default 512)"},
+             {"-d,--depth", "D", "positions already in the cache before each ppP and tgN, prefilled untimed (default 0)"},
              {"-n,--n-gen", "LIST", "generated tokens, e.g. 128; 0 skips decode (default 128)"},
              {"-B,--batch", "LIST", "parallel sequences: 1,4,16 or 1-4 (default 1)"},
              {"-r,--repetitions", "N", "timed repetitions after one warm-up (default 5)"},
@@ -388,6 +409,7 @@ int cmd_bench(int argc, char** argv) {
   s.backend.spin_us = static_cast<int>(args.get_int("--spin-us", s.backend.spin_us, 0, 1000000));
   s.backend.batch_invariant = args.has("--batch-invariant");
   s.explicit_prompt = args.has("-p");
+  s.depth = args.get_int("-d", 0, 0, 1 << 20);
   s.profile = args.has("--profile");
   s.kv_dtype = kv_dtype_option(args);
   s.draft = args.get("--draft", "");
