@@ -7,8 +7,8 @@
 // indexing down). Blocks are vLLM's PagedAttention: a sequence holds only the blocks its
 // positions reach, a block can be named by two tables (a shared prefix), and a table's blocks need
 // not be adjacent. Here every sequence is given the blocks of a full context up front, in order
-// (sequence s owns blocks s * width .. s * width + width - 1), so this cache reserves what the
-// contiguous layout did. Head-major within a block because attention reads, for one sequence
+// (sequence s owns blocks s * width .. s * width + width - 1), so this cache reserves a whole
+// context for every sequence as the contiguous layout did, rounded up to whole blocks. Head-major within a block because attention reads, for one sequence
 // and one KV head, the keys of positions 0..p: a block holds them as one run of block_size rows
 // (position-major, as run.c keeps it, would read a head_dim slice out of every kv_dim-wide row).
 // A decode step writes one head_dim row per head. The per-layer tensors are
@@ -25,9 +25,9 @@ namespace minfer {
 class KvCache {
  public:
   // Positions per block unless a caller asks for another size. vLLM's GPUs take 16; on the CPU a
-  // block of one head is then 4 KiB (16 rows of 64 f32 values), and decode attention ran at
-  // 0.65-0.7x the unpaged layout's speed (a call per run, the hardware prefetcher cold on every
-  // page), against 0.9-1.05x at 64 (bench/results/NOTES.md, "A paged KV cache").
+  // block of one head is then 4 KiB (16 rows of 64 f32 values), and decode attention ran at about
+  // 0.7x the unpaged layout's speed (a kernel call per 16 keys), against 0.9-1.1x at 64
+  // (bench/results/NOTES.md, "A paged KV cache").
   static constexpr int64_t kDefaultBlockSize = 64;
 
   KvCache() = default;

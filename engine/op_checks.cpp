@@ -49,7 +49,7 @@ CacheShape kv_cache(const char* op, const Tensor& k_cache, const Tensor& v_cache
   on_device(op, "k_cache", k_cache, device);
   on_device(op, "v_cache", v_cache, device);
   on_device(op, "block_table", block_table, device);
-  MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() &&
+  MINFER_CHECK(k_cache.ndim() == 4 && k_cache.is_contiguous() && k_cache.size(2) > 0 &&
                    (k_cache.dtype() == DType::f32 || k_cache.dtype() == DType::f16 || k_cache.dtype() == DType::bf16),
                op, ": k_cache must be a contiguous (blocks, kv_heads, block_size, head_dim) float "
                "tensor, got ", k_cache.str());

@@ -81,7 +81,7 @@ std::vector<KernelPoint> measure_kernels(Backend& b, const Roofline& roof, DType
   const int64_t seqs = std::max<int64_t>(16, int64_t((operand + seq_bytes - 1) / seq_bytes));
   Tensor q = b.empty({seqs, heads * hd}, DType::f32), o = b.empty({seqs, heads * hd}, DType::f32);
   // Each sequence's keys in its own blocks, in order, as a decoder lays them out (engine/kv_cache.h).
-  const int64_t block = KvCache::kDefaultBlockSize, width = T / block;
+  const int64_t block = KvCache::kDefaultBlockSize, width = (T + block - 1) / block;
   Tensor k = b.empty({seqs * width, heads, block, hd}, DType::f32), v = b.empty({seqs * width, heads, block, hd}, DType::f32);
   b.fill_uniform(q, 5, -1.0f, 1.0f);
   b.fill_uniform(k, 6, -1.0f, 1.0f);

@@ -181,10 +181,11 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   rmsnorm(xb_.data(), x_.data(), w.rms_att.data(), dim, c.rms_eps);
 
   // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c. The engine's serves many
-  // sequences from one pool of blocks of 64 positions, (n_blocks, n_kv_heads, 64, head_dim) per
-  // layer, and a block table per sequence names its blocks (engine/kv_cache.h): a sequence need
-  // hold only the blocks its positions reach, two tables can name the blocks of a shared prefix,
-  // and within a block one head's positions lie together for attention to stream.
+  // sequences from one pool of blocks (of 64 positions, fewer for a short context), (n_blocks,
+  // n_kv_heads, block_size, head_dim) per layer, and a block table per sequence names its blocks
+  // (engine/kv_cache.h): the layout lets a sequence hold only the blocks its positions reach and
+  // two tables name the blocks of a shared prefix (the decoder still gives each sequence a whole
+  // context's blocks), and within a block one head's positions lie together for attention to stream.
   //   forward_layer_*: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
   float* layer_keys = &key_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];      // (n_ctx, kv_dim)
   float* layer_values = &value_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];  // (n_ctx, kv_dim)

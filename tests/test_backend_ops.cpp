@@ -158,10 +158,10 @@ void rope_table_default(float* table, int64_t positions, int64_t head_dim) {
   ref::rope_table(table, positions, inv_freq.data(), head_dim);
 }
 
-// Positions per block of the harness's caches: vLLM's GPU default, shorter than the decoder's
-// (64, engine/kv_cache.h), a CPU key block (64), a CUDA split (256) and a prefill tile (64), and
-// not dividing the caches' lengths (300, 40, M + 70), so that runs, splits and tiles straddle blocks.
-constexpr int64_t kBlock = 16;
+// Positions per block of the harness's caches: shorter than the decoder's (64, engine/kv_cache.h),
+// and dividing neither a CPU key chunk (64), a CUDA split (256) and prefill tile (64), nor the
+// caches' lengths (300, 40, M + 70), so that chunks, splits and tiles begin and end inside blocks.
+constexpr int64_t kBlock = 24;
 
 struct BlockTables {
   std::vector<int32_t> entries;  // (n_seqs, width)
@@ -708,6 +708,15 @@ TEST(BackendOpsChecks, MismatchedShapesAreRefused) {
   EXPECT_NO_THROW(attend({8, 0.0f, 2}));
   seq.data_as<int32_t>()[1] = 1;  // a sequence the table does not have
   EXPECT_THROW(attend({8, 0.0f, 2}), Error);
+  // An unassigned entry (-1) among the keys read, or where a row is stored, is refused too.
+  seq.data_as<int32_t>()[1] = 0;
+  blocks.data_as<int32_t>()[0] = 1;
+  blocks.data_as<int32_t>()[1] = -1;
+  EXPECT_THROW(attend({8, 0.0f, 2}), Error);
+  Tensor kv = cpu.empty({3, 8}, DType::f32);
+  EXPECT_THROW(cpu.kv_store(cache, cache, blocks, kv, kv, seq, pos), Error);
+  for (int i = 0; i < 3; ++i) pos.data_as<int32_t>()[i] = 1;
+  EXPECT_NO_THROW(cpu.kv_store(cache, cache, blocks, kv, kv, seq, pos));
   // A norm's weight must divide the row; the fused residual norm takes only a whole row's.
   EXPECT_THROW(cpu.rmsnorm(o, q, cpu.empty({5}, DType::f32), 1e-5f), Error);
   EXPECT_NO_THROW(cpu.rmsnorm(o, q, cpu.empty({8}, DType::f32), 1e-5f));

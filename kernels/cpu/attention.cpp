@@ -63,12 +63,8 @@ void weighted_sum_scalar(float* out, const float* p, const typename W::Stored* v
 constexpr int L = simd::kWidth;
 
 // Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of L * HV values) into the cache.
-// note: the keys and values of one head are short contiguous blocks (a few KB at the context
-// lengths of decode), too short for the hardware prefetcher to ramp up on, and a decode step
-// for a batch reads one block per (sequence, head). So each head's kernels request the next
-// head's block alongside the rows they are reading of their own: block t0 of the next head while
-// computing block t0 of this one, a whole head's time ahead of its use (a few percent at 128
-// keys with the caches in DRAM; bench/results/NOTES.md).
+// The kernels below request, 16 rows per 16 keys, the rows for_each_run names: the next block of
+// this head's keys, or the next task's first block (why: the note there).
 template <class W, int HV>
 inline void prefetch_rows(const typename W::Stored* rows, int64_t n_rows, int64_t t0) {
   if (rows == nullptr) return;
@@ -249,12 +245,13 @@ struct HeadTask {
 };
 
 // The keys [i0, i1) of a task, run by run: visit(offset of the run from i0, n, keys, values,
-// ahead_keys, ahead_values, n_ahead), where `ahead` is the first n rows of the next block (the
-// next task's first after this task's last), to be prefetched while this run is computed, or null
+// ahead_keys, ahead_values, n_ahead), where `ahead` is the rest of the next block from its first
+// key (the next task's first block after this task's last), to be prefetched while this run is computed, or null
 // pointers where those keys are likely cached already (read by the task before, or by this one
 // for the next) or there are none.
 // note: a run is one block of one head (16 KiB at 64 f32 rows of 64), and the next run of the same
-// head lies n_kv_heads blocks further on, or anywhere in a scattered table, where the hardware
+// head lies in the next block of the pool, after the other heads' runs of this one (or anywhere,
+// in a scattered table), where the hardware
 // prefetcher, which stops at 4 KiB pages, does not follow; asking for the next block in software
 // made decode attention from DRAM 10% faster at B = 1 and 2048 positions, and asking for it again
 // when another query head of the group has just read it cost 10% at B = 16 (bench/results/NOTES.md,
@@ -269,17 +266,20 @@ void for_each_run(const HeadTask<W>& t, int64_t i0, int64_t i1, Visit&& visit) {
     const int64_t n = std::min(keys.block_size - row, end - p);
     const int64_t at = keys.block_offset(entry) + row * keys.head_dim;
     const HeadKeys<W>* owner = &keys;
-    int64_t ahead = entry + 1;
+    int64_t ahead = entry + 1, ahead_row = 0;  // the block asked for, and its first row wanted
     bool cold = !t.keys_cached;
     if (ahead > keys.last_block) {
       owner = &t.next;
       ahead = t.next.n_keys > 0 ? t.next.first / t.next.block_size : 0;
+      ahead_row = t.next.n_keys > 0 ? t.next.first - ahead * t.next.block_size : 0;
       cold = t.next.n_keys > 0 && !t.next.same_keys(keys);
     }
     const bool prefetch = cold && ahead <= owner->last_block;
-    const Stored* ahead_k = prefetch ? owner->k_head + owner->block_offset(ahead) : nullptr;
-    const Stored* ahead_v = prefetch ? owner->v_head + owner->block_offset(ahead) : nullptr;
-    visit(p - keys.first - i0, n, keys.k_head + at, keys.v_head + at, ahead_k, ahead_v, prefetch ? n : 0);
+    const int64_t ahead_at = prefetch ? owner->block_offset(ahead) + ahead_row * owner->head_dim : 0;
+    const Stored* ahead_k = prefetch ? owner->k_head + ahead_at : nullptr;
+    const Stored* ahead_v = prefetch ? owner->v_head + ahead_at : nullptr;
+    visit(p - keys.first - i0, n, keys.k_head + at, keys.v_head + at, ahead_k, ahead_v,
+          prefetch ? owner->block_size - ahead_row : 0);
     p += n;
     ++entry;
     row = 0;

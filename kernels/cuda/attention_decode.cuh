@@ -1,8 +1,8 @@
 // Attention by (row, head): a few query rows (one per sequence in decode), each attending to the
-// cached positions of its sequence up to its own (those of its window where the layer has one). The two algorithms of kernels/ref/attention.h:
-//
+// cached positions of its sequence up to its own (those of its window where the layer has one).
 // Keys and values are read through each sequence's block table (kernels/ref/kv_store.h), key by
-// key; n_ctx below is the positions a sequence's table can hold (KvBlockTable::positions).
+// key; n_ctx below is the positions a sequence's table can hold (KvBlockTable::positions). The
+// two algorithms of kernels/ref/attention.h:
 //
 // three_pass: three kernels through a (M, n_heads, n_ctx) buffer of scores (any number of rows):
 //   scores    one block per (row, head); each warp takes every 4th key and computes q.k with a
@@ -15,9 +15,9 @@
 // positions, one block per chunk, so even a single sequence fills the GPU. Each block runs the
 // online softmax of kernels/cuda/attention_common.cuh over its chunk (4 warps, combined in
 // shared memory) and writes a partial state (max, sum, weighted sum); a second kernel combines
-// the chunks' partials. The number of chunks depends only on the cache length n_ctx, never on the
-// position, so a decode step can be captured once in a CUDA Graph and replayed at every position
-// (chunks past a row's position write an empty state).
+// the chunks' partials. The number of chunks depends only on n_ctx, never on the position, so a
+// decode step can be captured once in a CUDA Graph and replayed at every position (chunks past a
+// row's position write an empty state).
 #pragma once
 
 #include <cuda_runtime.h>

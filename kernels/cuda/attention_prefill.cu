@@ -92,11 +92,11 @@ __device__ __forceinline__ void load_query_tile(const Tiles<T, D>& tl, const Att
   for (int r = threadIdx.x; r < kRows; r += kThreads) tl.row_softmax[r] = OnlineSoftmax();
 }
 
-// Keys and values tile..tile + kKeys - 1 (zero past last_key).
+// Keys and values tile * kKeys .. tile * kKeys + kKeys - 1. note: a tile's 64 keys may lie in
+// several blocks of the cache, so each key row is found through the block table, once per tile
+// (row_offset, shared); keys outside first_key .. last_key (before the first row's window, or past
+// the last row) are zeros, masked later, and never looked up.
 template <class T, int D>
-// note: a tile's 64 keys may lie in several blocks of the cache, so each key row is found through
-// the block table, once per tile (row_offset, shared); keys outside first_key .. last_key (before
-// the first row's window, or past the last row) are zeros, masked later, and never looked up.
 __device__ __forceinline__ void load_key_value_tile(const Tiles<T, D>& tl, const HeadRows<T>& rows, int64_t* row_offset,
                                                     int64_t tile, int64_t first_key, int64_t last_key) {
   using L = Layout<D>;

@@ -18,6 +18,6 @@ void kv_store(cudaStream_t stream,
               const float* v, int64_t ld_v,                     // (M, n_kv_heads * head_dim)
               const int32_t* seq, const int32_t* pos,           // (M)
               int64_t M, int64_t n_kv_heads, int64_t head_dim,
-              const ref::KvBlockTable& table);  // on the device
+              const ref::KvBlockTable& table);  // its blocks on the device
 
 }  // namespace minfer::cuda

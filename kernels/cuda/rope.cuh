@@ -29,6 +29,6 @@ void rope_kv_store(cudaStream_t stream,
                    const int32_t* seq, const int32_t* pos,  // (M)
                    const float* table,                       // (positions, head_dim / 2, 2)
                    int64_t M, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                   const ref::KvBlockTable& cache_table);  // on the device
+                   const ref::KvBlockTable& cache_table);  // the cache's; its blocks on the device
 
 }  // namespace minfer::cuda

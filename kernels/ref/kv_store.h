@@ -29,13 +29,6 @@ MINFER_HOST_DEVICE inline int64_t kv_cache_offset(const KvBlockTable& table, int
   return ((block * n_kv_heads + kv_head) * table.block_size + pos % table.block_size) * head_dim;
 }
 
-// How many positions from `pos` (up to `end`, excluded) lie in pos's block: the rows that are one
-// contiguous run of the cache from kv_cache_offset(table, seq, h, pos, ...).
-MINFER_HOST_DEVICE inline int64_t kv_cache_run(const KvBlockTable& table, int64_t pos, int64_t end) {
-  const int64_t left_in_block = table.block_size - pos % table.block_size;
-  return end - pos < left_in_block ? end - pos : left_in_block;
-}
-
 // Writes the keys and values of row m into the cache slots of its sequence and position, head
 // by head: for every KV head h,
 //   k_cache[block, h, pos[m] % block_size, :] = k[m, h, :], block = table[seq[m], pos[m] / block_size]
