@@ -36,10 +36,16 @@ uint64_t size_of(const std::string& path) {
   return std::filesystem::file_size(path);
 }
 
-// stories42M's shape (168 MB in f32, 84 MB in bf16) in each format: `minfer generate` on the CPU
-// peaks below 1.2 times the file (measured: 1.08 to 1.15 times; a fixed 12 MB weighs on the small ones).
-TEST(Memory, GeneratePeaksBelowOnePointTwoTimesTheModelFile) {
+// stories42M's shape (168 MB in f32, 84 MB in bf16) in each format: what `minfer generate` holds
+// on the CPU beyond the same command on a 1 MB model (the binary, its libraries and the heap: 12.7 MB
+// here) stays below 1.1 times the file: one copy of the weights, not two. Measured 1.03 to 1.04 times
+// on Zen 4, and 2.0 times with the file's pages kept. The whole peak, 1.10 to 1.19 times the file
+// here, once passed 1.2 on CI's machine, though the weights' share had not changed.
+TEST(Memory, GeneratePeaksBelowOnePointOneTimesTheModelFileBeyondAFixedCost) {
   if (kSanitized) GTEST_SKIP() << "skipped: AddressSanitizer's shadow memory changes the resident size";
+  CliResult base = run_cli({"generate", "-m", "preset:tiny", "--device", "cpu", "-n", "4", "--temp", "0", "--print-ids"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const double fixed = double(base.max_rss_bytes);
   ScratchDir dir("memory");
   const std::vector<std::vector<std::string>> models = {
       {"hf", "bf16", dir.file("hf")}, {"gguf", "bf16", dir.file("m.gguf")}, {"v0", "f32", dir.file("m.bin")}};
@@ -50,11 +56,11 @@ TEST(Memory, GeneratePeaksBelowOnePointTwoTimesTheModelFile) {
     ASSERT_EQ(made.exit_code, 0) << made.err;
     CliResult run = run_cli({"generate", "-m", m[2], "--device", "cpu", "-n", "4", "--temp", "0", "--print-ids"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
-    const uint64_t file = size_of(m[2]);
-    const double ratio = double(run.max_rss_bytes) / double(file);
-    std::printf("%s %s: file %.1f MB, peak resident %.1f MB (%.3fx)\n", m[0].c_str(), m[1].c_str(), file / 1e6,
-                run.max_rss_bytes / 1e6, ratio);
-    EXPECT_LT(ratio, 1.2) << m[0] << " " << m[1];
+    const double file = double(size_of(m[2]));
+    const double ratio = (double(run.max_rss_bytes) - fixed) / file;
+    std::printf("%s %s: file %.1f MB, peak resident %.1f MB, beyond the 1 MB model's %.1f MB: %.3fx the file\n",
+                m[0].c_str(), m[1].c_str(), file / 1e6, run.max_rss_bytes / 1e6, fixed / 1e6, ratio);
+    EXPECT_LT(ratio, 1.1) << m[0] << " " << m[1];
   }
 }
 
