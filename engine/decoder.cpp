@@ -70,8 +70,17 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                "a bf16 KV cache runs on CUDA and ref, not cpu, which keeps f32 or f16 (--kv-dtype)");
   // Everything this decoder will allocate, checked against the device's memory first.
   const char* what = "decoder memory";
-  const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, info.n_kv_heads * info.head_dim,
-                                                     kv_dtype);
+  MINFER_CHECK(options.kv_blocks >= 0 && options.kv_block_size >= 1, "kv_blocks ", options.kv_blocks,
+               " must be >= 0 and kv_block_size ", options.kv_block_size, " >= 1");
+  const int64_t kv_dim = info.n_kv_heads * info.head_dim;
+  const uint64_t cache_bytes =
+      options.kv_blocks == 0
+          ? KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, kv_dim, kv_dtype, options.kv_block_size)
+          : checked_product({uint64_t(options.kv_blocks),
+                             KvCache::bytes_per_block(info.n_layers,
+                                                      KvCache::block_size_for(n_ctx, options.kv_block_size),
+                                                      kv_dim, kv_dtype)},
+                            what);
   const uint64_t activation_bytes = model_.activation_bytes(pass_rows_, logit_rows_);
   const uint64_t logit_bytes = checked_product({2, uint64_t(logit_rows_), uint64_t(vocab_), 4}, what);
   const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);
@@ -79,7 +88,8 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
                     std::to_string(n_seqs_) + " sequences of " + std::to_string(n_ctx) + " positions (KV cache " +
                         std::to_string(cache_bytes) + " bytes, activations " + std::to_string(activation_bytes) +
                         ", logits " + std::to_string(logit_bytes) + ")");
-  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype);
+  cache_ = KvCache(backend_, info.n_layers, n_seqs_, n_ctx, info.n_kv_heads, info.head_dim, kv_dtype,
+                   options.kv_block_size, options.kv_blocks);
   model_.reserve(pass_rows_, logit_rows_);
   n_past_.assign(static_cast<size_t>(n_seqs_), 0);
   const int64_t staging = 3 * pass_rows_ + logit_rows_;
@@ -121,6 +131,9 @@ void Decoder::check_token(int32_t token) const {
 // the staging buffer first waits for the device (synchronize()), so a copy still in flight is
 // never overwritten.
 void Decoder::run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows) {
+  // note: only a paged cache's tables change, and the scheduler that sets them runs its passes
+  // through forward_chunks, which is never recorded; a recorded decode step finds nothing to upload.
+  cache_.upload(backend_);
   backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
   ForwardBatch batch;
   batch.tokens = batch_.slice(0, 0, n_rows);
@@ -136,9 +149,9 @@ void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
                " prompts for ", n_seqs_, " sequences");
   for (int64_t s = 0; s < n_seqs_; ++s) {
     MINFER_CHECK(!prompts[s].empty(), "prefill: the prompt of sequence ", s, " is empty");
-    MINFER_CHECK(n_past_[s] + int64_t(prompts[s].size()) <= cache_.n_ctx(), "prompt of ",
+    MINFER_CHECK(n_past_[s] + int64_t(prompts[s].size()) <= room(s), "prompt of ",
                  prompts[s].size(), " tokens after ", n_past_[s], " positions: ",
-                 n_past_[s] + int64_t(prompts[s].size()), " tokens > context ", cache_.n_ctx());
+                 n_past_[s] + int64_t(prompts[s].size()), " tokens > context ", room(s));
     for (int32_t t : prompts[s]) check_token(t);
   }
   backend_.synchronize();  // the staging buffer is free once the device is idle
@@ -180,8 +193,8 @@ void Decoder::prefill_scored(int64_t seq, const std::vector<int32_t>& tokens,
   MINFER_CHECK(logit_rows_ == pass_rows_, "prefill_scored: the decoder was made without logits_every_row");
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "prefill_scored: no sequence ", seq);
   const int64_t length = static_cast<int64_t>(tokens.size());
-  MINFER_CHECK(n_past_[seq] + length <= cache_.n_ctx(), tokens.size(), " tokens after ", n_past_[seq],
-               " positions: ", n_past_[seq] + length, " tokens > context ", cache_.n_ctx());
+  MINFER_CHECK(n_past_[seq] + length <= room(seq), tokens.size(), " tokens after ", n_past_[seq],
+               " positions: ", n_past_[seq] + length, " tokens > context ", room(seq));
   for (int32_t t : tokens) check_token(t);
   for (int64_t begin = 0; begin < length; begin += pass_rows_) {
     const int64_t rows = std::min(pass_rows_, length - begin);
@@ -208,8 +221,8 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
   for (const Chunk& c : chunks) {
     MINFER_CHECK(c.seq >= 0 && c.seq < n_seqs_, "forward_chunks: no sequence ", c.seq);
     MINFER_CHECK(c.n >= 1, "forward_chunks: an empty chunk for sequence ", c.seq);
-    MINFER_CHECK(n_past_[c.seq] + c.n <= cache_.n_ctx(), "forward_chunks: sequence ", c.seq, " would reach ",
-                 n_past_[c.seq] + c.n, " positions > context ", cache_.n_ctx());
+    MINFER_CHECK(n_past_[c.seq] + c.n <= room(c.seq), "forward_chunks: sequence ", c.seq, " would reach ",
+                 n_past_[c.seq] + c.n, " positions > context ", room(c.seq));
     for (int64_t i = 0; i < c.n; ++i) check_token(c.tokens[i]);
     rows += c.n;
     logit_rows += c.every_row ? c.n : c.logits ? 1 : 0;
@@ -251,6 +264,23 @@ void Decoder::argmax_rows(int64_t n, std::vector<int32_t>* out) {
   out->assign(host_argmax_.data_as<int32_t>(), host_argmax_.data_as<int32_t>() + n);
 }
 
+int64_t Decoder::room(int64_t seq) const {
+  return std::min(cache_.n_ctx(), cache_.blocks_held(seq) * cache_.block_size());
+}
+
+void Decoder::set_blocks(int64_t seq, const int32_t* blocks, int64_t n, int64_t n_past) {
+  backend_.synchronize();  // the last upload of the table has happened
+  MINFER_CHECK(n_past >= 0 && n_past <= n * cache_.block_size(), "set_blocks: ", n_past, " positions in ", n,
+               " blocks of ", cache_.block_size());
+  cache_.set_row(seq, blocks, n);
+  n_past_[size_t(seq)] = n_past;
+}
+
+void Decoder::copy_block(int32_t dst, int32_t src) {
+  backend_.synchronize();  // no pass is reading or writing the cache
+  cache_.copy_block(backend_, dst, src);
+}
+
 void Decoder::reset_sequence(int64_t seq) {
   MINFER_CHECK(seq >= 0 && seq < n_seqs_, "reset_sequence: no sequence ", seq);
   n_past_[seq] = 0;
@@ -271,8 +301,7 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   const StagedRows staged{staging_.data_as<int32_t>(), n_seqs_};
   for (int64_t s = 0; s < n_seqs_; ++s) {  // packed directly: n_seqs rows, logits for every one
     check_token(tokens[s]);
-    MINFER_CHECK(n_past_[s] < cache_.n_ctx(), "decode: sequence ", s, " is full (", cache_.n_ctx(),
-                 " positions)");
+    MINFER_CHECK(n_past_[s] < room(s), "decode: sequence ", s, " is full (", room(s), " positions)");
     staged.put(s, tokens[s], s, n_past_[s]++);
     staged.logit_row(s, s);
   }

@@ -33,6 +33,11 @@ struct DecoderOptions {
   int64_t pass_rows = 2048;
   // The KV cache's type. Unset: default_kv_dtype.
   std::optional<DType> kv_dtype;
+  // 0: every sequence owns a whole context of blocks (contiguous tables). Otherwise a pool of this
+  // many blocks whose tables the caller sets (set_blocks), as the server's scheduler does.
+  int64_t kv_blocks = 0;
+  // Positions per block (KvCache: a context shorter than this is one block).
+  int64_t kv_block_size = KvCache::kDefaultBlockSize;
   // Room for the logits of every row of a prefill chunk (pass_rows x vocab, on the device
   // and the host), which prefill_scored needs; otherwise one row per sequence.
   bool logits_every_row = false;
@@ -125,12 +130,18 @@ class Decoder {
   float* logits_row(int64_t row);
   // The greedy choice of logits rows 0 .. n-1, computed on the device.
   void argmax_rows(int64_t n, std::vector<int32_t>* out);
-  // Forgets sequence `seq` (position back to 0); its slot of the cache is reused as is.
+  // Forgets sequence `seq` (position back to 0); its blocks are reused as they are.
   void reset_sequence(int64_t seq);
   // Takes sequence `seq` back to `n_past` positions (at most where it is): the positions after it
   // are forgotten, nothing is copied, and the next pass overwrites their keys and values. A
   // speculative round rolls back its rejected draft tokens this way.
   void rewind(int64_t seq, int64_t n_past);
+  // Paged caches (kv_blocks > 0): sequence `seq`'s block table becomes blocks[0..n) and it holds
+  // n_past positions, the first n_past rows of those blocks (at most n * block size). A pass may
+  // then write its positions up to n * block size.
+  void set_blocks(int64_t seq, const int32_t* blocks, int64_t n, int64_t n_past);
+  // Copies block src's keys and values into block dst, before the next pass (copy on write).
+  void copy_block(int32_t dst, int32_t src);
   // Appends tokens[s] to sequence s, one forward pass over n_seqs rows.
   void decode(const std::vector<int32_t>& tokens);
   // Brings every sequence's next-token logits to the host and waits for them (a no-op when they
@@ -152,6 +163,8 @@ class Decoder {
  private:
   void run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows);
   void check_token(int32_t token) const;
+  // The positions sequence `seq` may reach: the context, or fewer when its blocks hold fewer.
+  int64_t room(int64_t seq) const;
   bool is_stop(int32_t token) const;
 
   // note: a decode step's work is the same at every position (positions live on the device), so

@@ -6,16 +6,21 @@
 // i32 table (sequences, blocks per sequence) on the device (kernels/ref/kv_store.h writes the
 // indexing down). Blocks are vLLM's PagedAttention: a sequence holds only the blocks its
 // positions reach, a block can be named by two tables (a shared prefix), and a table's blocks need
-// not be adjacent. Here every sequence is given the blocks of a full context up front, in order
-// (sequence s owns blocks s * width .. s * width + width - 1), so this cache reserves a whole
-// context for every sequence as the contiguous layout did, rounded up to whole blocks. Head-major within a block because attention reads, for one sequence
-// and one KV head, the keys of positions 0..p: a block holds them as one run of block_size rows
-// (position-major, as run.c keeps it, would read a head_dim slice out of every kv_dim-wide row).
-// A decode step writes one head_dim row per head. The per-layer tensors are
-// (blocks, kv_heads, block_size, head_dim).
+// not be adjacent. Two ways to fill the tables:
+//   - contiguous (n_blocks = 0, what generate, bench, speculative decoding, chat and perplexity
+//     use): sequence s owns blocks s * width .. s * width + width - 1, in order, so the cache
+//     reserves a whole context for every sequence, rounded up to whole blocks;
+//   - paged (n_blocks > 0, the server's scheduler): a pool of n_blocks, every table entry -1 until
+//     its owner sets the row (set_row), block by block as a sequence grows (engine/block_pool.h
+//     says who holds what).
+// Head-major within a block because attention reads, for one sequence and one KV head, the keys of
+// positions 0..p: a block holds them as one run of block_size rows (position-major, as run.c keeps
+// it, would read a head_dim slice out of every kv_dim-wide row). A decode step writes one head_dim
+// row per head. The per-layer tensors are (blocks, kv_heads, block_size, head_dim).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/backend.h"
 #include "core/tensor.h"
@@ -31,11 +36,12 @@ class KvCache {
   static constexpr int64_t kDefaultBlockSize = 64;
 
   KvCache() = default;
-  // Room for n_seqs sequences of n_ctx positions, each given its own blocks in order, of
-  // block_size positions or n_ctx if fewer (a short context is one block, with nothing rounded
-  // up). Throws Error before allocating when the cache would not fit in the device's memory.
+  // Room for n_seqs sequences of n_ctx positions in blocks of block_size positions, or n_ctx if
+  // fewer (a short context is one block, with nothing rounded up): n_seqs whole contexts with
+  // contiguous tables when n_blocks is 0, else a pool of n_blocks and tables of -1. Throws Error
+  // before allocating when the cache would not fit in the device's memory.
   KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t n_kv_heads,
-          int64_t head_dim, DType dtype, int64_t block_size = kDefaultBlockSize);
+          int64_t head_dim, DType dtype, int64_t block_size = kDefaultBlockSize, int64_t n_blocks = 0);
 
   Tensor k(int64_t layer) const { return layer_view(k_, layer); }  // (n_blocks, n_kv_heads, block_size, head_dim)
   Tensor v(int64_t layer) const { return layer_view(v_, layer); }
@@ -52,19 +58,35 @@ class KvCache {
   DType dtype() const { return k_.dtype(); }
   size_t bytes() const { return k_.nbytes() + v_.nbytes(); }
 
+  // Paged tables: sequence `seq`'s row becomes blocks[0..n), the rest -1 (on the host; upload()
+  // brings the table to the device). blocks_held(seq) is the n of its row.
+  void set_row(int64_t seq, const int32_t* blocks, int64_t n);
+  int64_t blocks_held(int64_t seq) const { return held_[size_t(seq)]; }
+  // Copies the table to the device if a row changed since the last upload (asynchronously, on
+  // the backend's stream: call it only while no pass reads the table).
+  void upload(Backend& backend);
+  // Copies block `src`'s keys and values, in every layer, into block `dst` (a partly filled
+  // shared block copied before it is written), on the backend's stream.
+  void copy_block(Backend& backend, int32_t dst, int32_t src) const;
+
   // The blocks a sequence of n_ctx positions needs, and the bytes of a cache of this shape
   // (overflow-checked).
   static int64_t block_size_for(int64_t n_ctx, int64_t block_size) { return n_ctx < block_size ? n_ctx : block_size; }
   static int64_t blocks_for(int64_t n_ctx, int64_t block_size) { return (n_ctx + block_size - 1) / block_size; }
   static uint64_t bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim, DType dtype,
                                int64_t block_size = kDefaultBlockSize);
+  // The bytes of one block in every layer, keys and values.
+  static uint64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t kv_dim, DType dtype);
 
  private:
   Tensor layer_view(const Tensor& all, int64_t layer) const {
     return all.select(0, layer).reshape({n_blocks_, n_kv_heads_, block_size_, head_dim_});
   }
   Tensor k_, v_;  // (n_layers, n_blocks * n_kv_heads, block_size, head_dim)
-  Tensor table_;  // (n_seqs, blocks_per_seq) i32, on the device
+  Tensor table_;       // (n_seqs, blocks_per_seq) i32, on the device
+  Tensor host_table_;  // the same on the host, where rows are set
+  std::vector<int64_t> held_;  // per sequence: the blocks its row names
+  bool table_changed_ = false;
   int64_t n_layers_ = 0, n_seqs_ = 0, n_ctx_ = 0, n_blocks_ = 0, block_size_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
 };
 

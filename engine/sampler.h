@@ -52,6 +52,9 @@ class Sampler {
   // Not for a greedy sampler, whose distribution is a point. Speculative decoding compares the
   // target's and the drafter's distributions this way (engine/speculative.h).
   void distribution(float* logits);
+  // The generator's state: restart(temperature, top_p, state()) resumes its sequence of draws (a
+  // preempted request's, engine/scheduler.h).
+  uint64_t state() const { return state_; }
   // A coin from this sampler's generator, as sample() draws them.
   float coin() { return random_f32(&state_); }
 
