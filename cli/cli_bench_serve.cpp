@@ -93,12 +93,17 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
   MINFER_CHECK(so.n_ctx <= info.n_ctx, spec, " has a context of ", info.n_ctx, " positions; the trace needs ",
                so.n_ctx, " (shorten --prompt-len or --output-len)");
   const std::vector<TraceRequest> requests = make_trace(trace, info.vocab_size, info.bos_id);
+  kv_cache_mib_option(args, info, *engine.backend, &so);
   for (const std::string p : {"static", "continuous"}) {
     if (policy != "both" && policy != p) continue;
     so.policy = p == "static" ? SchedulerOptions::Policy::static_batches : SchedulerOptions::Policy::continuous;
-    Scheduler scheduler(*engine.model, so);
-    std::fprintf(stderr, "minfer: %s, %lld slots of %lld positions, %lld requests...\n", p.c_str(),
-                 static_cast<long long>(so.slots), static_cast<long long>(scheduler.n_ctx()),
+    SchedulerOptions run_options = so;
+    if (p == "static") run_options.kv_blocks = 0;  // static batches keep a whole context per slot
+    Scheduler scheduler(*engine.model, run_options);
+    const KvCache& cache = scheduler.decoder().cache();
+    std::fprintf(stderr, "minfer: %s, %lld slots, KV cache %s (%lld blocks of %lld positions), %lld requests...\n",
+                 p.c_str(), static_cast<long long>(so.slots), format_bytes(cache.bytes()).c_str(),
+                 static_cast<long long>(cache.n_blocks()), static_cast<long long>(cache.block_size()),
                  static_cast<long long>(trace.n_requests));
     runs->push_back({p, replay(scheduler, requests), "", 0, dtype_name(scheduler.decoder().cache().dtype())});
   }
@@ -143,10 +148,12 @@ int cmd_bench_serve(int argc, char** argv) {
   options.insert(options.end(), {
       {"--policy", "P", "continuous, static or both (default both): per-step scheduling, or batches that\n"
                         "                              start only when every slot is free"},
-      {"--slots", "N", "sequences decoded together (default 16)"},
+      {"--slots", "N", "sequences decoded together at most (default 16)"},
       {"--step-tokens", "N", "rows per forward pass, decode rows and prompt chunks (default 256)"},
-      {"--ctx", "N", "positions per slot (default: the longest prompt + output of the trace); a preset is\n"
-                     "                              given this context if its own is shorter"},
+      {"--ctx", "N", "positions a request may reach (default: the longest prompt + output of the trace); a\n"
+                     "                              preset is given this context if its own is shorter"},
+      {"--kv-cache-mib", "N", "continuous policy: a KV cache of N MiB, in blocks that requests take as they\n"
+                              "                              grow (default: slots x ctx positions; static batches always)"},
       {"--requests", "N", "requests in the trace (default 200)"},
       {"--rate", "R", "arrivals per second, a Poisson process; 0 sends every request at once (default 0)"},
       {"--prompt-len", "LO-HI", "prompt lengths, log-uniform (default 16-256)"},

@@ -1,5 +1,6 @@
 #include "cli/cli_common.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -66,6 +67,17 @@ std::optional<DType> kv_dtype_option(const Args& args) {
   const std::string name = args.get("--kv-dtype");
   MINFER_CHECK(name == "f32" || name == "f16" || name == "bf16", "--kv-dtype: '", name, "' is not f32, f16 or bf16");
   return parse_dtype(name.c_str());
+}
+
+void kv_cache_mib_option(const Args& args, const ModelInfo& info, const Backend& backend, SchedulerOptions* so) {
+  if (!args.has("--kv-cache-mib")) return;
+  const int64_t mib = args.get_int("--kv-cache-mib", 0, 1, int64_t(1) << 30);
+  const DType dtype = so->kv_dtype ? *so->kv_dtype : default_kv_dtype(backend.device(), info.dtype);
+  const uint64_t block = KvCache::bytes_per_block(info.n_layers, KvCache::block_size_for(so->n_ctx, so->kv_block_size),
+                                                  info.n_kv_heads * info.head_dim, dtype);
+  const uint64_t blocks = (uint64_t(mib) << 20) / block;
+  MINFER_CHECK(blocks >= 1, "--kv-cache-mib ", mib, ": less than one block of ", block, " bytes");
+  so->kv_blocks = int64_t(std::min<uint64_t>(blocks, INT32_MAX));
 }
 
 std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* option) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/scheduler.h"
 #include "model/llama.h"
 #include "tokenizers/text_tokenizer.h"
 #include "cli/args.h"
@@ -37,6 +38,9 @@ std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* op
 uint64_t seed_option(const Args& args);
 // --kv-dtype: unset when not given (the decoder's default for the device).
 std::optional<DType> kv_dtype_option(const Args& args);
+// --kv-cache-mib N: the scheduler's pool of KV blocks, as many whole blocks as N MiB holds (so's
+// kv_dtype, n_ctx and kv_block_size set already); left as it is when not given.
+void kv_cache_mib_option(const Args& args, const ModelInfo& info, const Backend& backend, SchedulerOptions* so);
 
 // Loads -m MODEL on a new backend and prints a line about it (and its memory) on stderr.
 struct Engine {

@@ -308,11 +308,15 @@ int serve(const Args& args) {
   const ModelInfo& info = engine.model->info();
   if (tokenizer) check_tokenizer_fits(*tokenizer, info, args.has("-z") ? args.get("-z") : args.get("-m"));
   set_context(args, info, &config);
+  kv_cache_mib_option(args, info, *engine.backend, &config.scheduler);
   Scheduler scheduler(*engine.model, config.scheduler);
   const KvCache& cache = scheduler.decoder().cache();
-  std::fprintf(stderr, "minfer: KV cache %s (%s, %lld slots x %lld positions), %s\n",
+  std::fprintf(stderr,
+               "minfer: KV cache %s (%s, %lld blocks of %lld positions: %.1f contexts of %lld), %lld slots, %s\n",
                format_bytes(cache.bytes()).c_str(), dtype_name(cache.dtype()),
-               static_cast<long long>(config.scheduler.slots), static_cast<long long>(scheduler.n_ctx()),
+               static_cast<long long>(cache.n_blocks()), static_cast<long long>(cache.block_size()),
+               double(cache.n_blocks() * cache.block_size()) / double(scheduler.n_ctx()),
+               static_cast<long long>(scheduler.n_ctx()), static_cast<long long>(config.scheduler.slots),
                tokenizer ? tokenizer->describe().c_str() : "no tokenizer: prompts as token ids only");
 
   ServeHttp http(scheduler, info, tokenizer.get(), config.http);
@@ -334,8 +338,10 @@ int cmd_serve(int argc, char** argv) {
       {"-z,--tokenizer", "PATH", "a tokenizer.json, GGUF or llama2.c tokenizer.bin (default: the model's own)"},
       {"--host", "ADDR", "the address to listen on (default 127.0.0.1: this machine only)"},
       {"--port", "N", "the port (default 8080; 0: a free port, printed)"},
-      {"--slots", "N", "requests decoded together (default 8)"},
-      {"--ctx", "N", "positions per slot (default: the model's context, at most 4096)"},
+      {"--slots", "N", "requests decoded together at most (default 8)"},
+      {"--ctx", "N", "positions a request may reach (default: the model's context, at most 4096)"},
+      {"--kv-cache-mib", "N", "the KV cache's size: a pool of blocks of 64 positions that requests take as\n"
+                              "                              they grow (default: slots x ctx positions)"},
       {"--step-tokens", "N", "rows per forward pass at most: decode rows plus prompt chunks (default 256)"},
       {"--max-queue", "N", "requests waiting for a slot at most; more are answered 429 (default 256)"},
       {"--max-body-bytes", "N", "the largest request body (default 1048576)"},
@@ -353,8 +359,8 @@ int cmd_serve(int argc, char** argv) {
       {"--shutdown-grace", "S", "seconds requests in flight have to finish after SIGINT, SIGTERM or SIGHUP (default 5)"},
       {"--chat-template", "NAME", "the chat template of /v1/chat/completions: chatml, llama2, llama3, mistral,\n"
                                   "                              zephyr, gemma or phi3 (default: the model's own)"},
-      {"--no-prompt-cache", "", "prefill every prompt whole, instead of reusing a free slot's cache for the\n"
-                                "                              prefix they share (a conversation's history)"},
+      {"--no-prompt-cache", "", "prefill every prompt whole, instead of reusing the cached blocks of the prefix\n"
+                                "                              it shares with earlier requests (a system prompt, a conversation's history)"},
   });
   Args args("serve",
             "Serves a model over HTTP: OpenAI's completions and chat API (POST /v1/completions,\n"

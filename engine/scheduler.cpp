@@ -24,9 +24,20 @@ const double SchedulerMetrics::kBounds[SchedulerMetrics::kBuckets] = {0.001, 0.0
 struct Scheduler::Live {
   ServeRequest request;
   RequestStats stats;
-  int64_t prompt_done = 0;  // prompt tokens already in the cache
+  // The prompt, then every token delivered (reserved for all of them at submit()).
+  std::vector<int32_t> tokens;
+  int64_t n_input = 0;      // tokens to prefill: the prompt, or every token so far after a preemption
+  int64_t prompt_done = 0;  // of those, the ones in the cache
   int32_t last = -1;        // the token sampled last, fed at the next step
   bool cancelled = false;
+  // Paged cache: the blocks its table names (reserved for a whole context at submit()), how many
+  // of the first are full and remembered, and the key of the tokens in those.
+  std::vector<int32_t> blocks;
+  int64_t n_remembered = 0;
+  uint64_t key = BlockPool::kRoot;
+  uint64_t admission = 0;      // its place among admissions (preemption takes the newest)
+  uint64_t sampler_state = 0;  // after a preemption: the generator's state to resume with
+  bool admitted_before = false;
 };
 
 namespace {
@@ -40,6 +51,11 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
   d.n_ctx = o.n_ctx;
   d.pass_rows = o.pass_rows;
   d.kv_dtype = o.kv_dtype;
+  MINFER_CHECK(o.kv_blocks >= 0, "kv_blocks ", o.kv_blocks, " must be >= 0");
+  MINFER_CHECK(o.kv_blocks == 0 || o.policy == SchedulerOptions::Policy::continuous,
+               "static batches keep a whole context per slot: no block pool (kv_blocks)");
+  d.kv_blocks = o.policy == SchedulerOptions::Policy::continuous ? o.kv_blocks : 0;
+  d.kv_block_size = o.kv_block_size;
   return d;
 }
 }  // namespace
@@ -50,9 +66,14 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
   slots_.resize(static_cast<size_t>(options_.slots));
   if (options_.policy == SchedulerOptions::Policy::static_batches) static_batches_.emplace(options_.slots);
   samplers_.reserve(static_cast<size_t>(options_.slots));
-  cached_.resize(static_cast<size_t>(options_.slots));
-  for (auto& tokens : cached_) tokens.reserve(static_cast<size_t>(decoder_.n_ctx()));
-  last_used_.assign(static_cast<size_t>(options_.slots), 0);
+  if (paged()) {
+    const KvCache& cache = decoder_.cache();
+    if (options_.kv_blocks == 0) options_.kv_blocks = cache.n_blocks();
+    blocks_.emplace(cache.n_blocks(), cache.block_size());
+    // The contiguous tables the decoder starts with name every block: empty them.
+    for (int64_t s = 0; s < options_.slots; ++s) decoder_.set_blocks(s, nullptr, 0, 0);
+    update_gauges_locked();  // no other thread knows this scheduler yet
+  }
   for (int64_t s = 0; s < options_.slots; ++s) samplers_.emplace_back(vocab_, 0.0f, 1.0f, 1);
   chunks_.reserve(static_cast<size_t>(options_.slots));
   logit_slots_.reserve(static_cast<size_t>(options_.slots));
@@ -65,13 +86,18 @@ Scheduler::~Scheduler() = default;
 
 namespace {
 // Throws Error naming what a request gets wrong that no waiting would fix.
-void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx) {
+void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx, const BlockPool* pool) {
   const int64_t P = static_cast<int64_t>(request.prompt.size());
   MINFER_CHECK(P > 0, "the prompt has no tokens");
   for (int32_t t : request.prompt)
     MINFER_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
   MINFER_CHECK(request.max_tokens >= 1, "max_tokens = ", request.max_tokens, ": at least 1");
   check_fits_context(P, request.max_tokens, n_ctx);
+  if (pool != nullptr) {
+    const int64_t needed = KvCache::blocks_for(P + request.max_tokens - 1, pool->block_size());
+    MINFER_CHECK(needed <= pool->n_blocks(), "prompt of ", P, " tokens + ", request.max_tokens, " new tokens needs ",
+                 needed, " blocks of ", pool->block_size(), " positions > the KV cache's ", pool->n_blocks());
+  }
   MINFER_CHECK(request.temperature >= 0.0f, "temperature ", request.temperature, " must be >= 0");
   MINFER_CHECK(request.top_p > 0.0f && request.top_p <= 1.0f, "top_p ", request.top_p, " must be in (0, 1]");
   MINFER_CHECK(request.seed != 0, "seed 0: the sampler's xorshift state must not be 0");
@@ -81,7 +107,7 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx) {
 uint64_t Scheduler::submit(ServeRequest request) {
   const int64_t P = static_cast<int64_t>(request.prompt.size());
   try {
-    check_request(request, vocab_, decoder_.n_ctx());
+    check_request(request, vocab_, decoder_.n_ctx(), blocks_ ? &*blocks_ : nullptr);
   } catch (const Error&) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++metrics_.requests_refused;
@@ -89,6 +115,10 @@ uint64_t Scheduler::submit(ServeRequest request) {
   }
   auto live = std::make_unique<Live>();
   live->request = std::move(request);
+  live->tokens.reserve(static_cast<size_t>(P + live->request.max_tokens));
+  live->tokens = live->request.prompt;
+  live->n_input = P;
+  live->blocks.reserve(static_cast<size_t>(decoder_.cache().blocks_per_seq()));
   live->stats.prompt_tokens = P;
   live->stats.submitted = now_seconds();
   uint64_t id;
@@ -150,11 +180,10 @@ void Scheduler::record_finish_locked(const RequestStats& stats) {
 }
 
 void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
-  std::unique_ptr<Live> live = std::move(slots_[slot]);
   // A static batch's finished sequence goes on decoding where it was (build_rows).
   if (static_batches_) static_batches_->finished(slot);
-  else if (!caching()) decoder_.reset_sequence(slot);
-  last_used_[slot] = metrics_.steps + 1;  // 0: never used
+  else release_blocks(slot);
+  std::unique_ptr<Live> live = std::move(slots_[slot]);
   live->stats.reason = reason;
   live->stats.finished = now;
   if (live->stats.first_token == 0) live->stats.first_token = now;
@@ -165,68 +194,194 @@ void Scheduler::retire(int64_t slot, FinishReason reason, double now) {
   if (live->request.on_finish) live->request.on_finish(live->stats);
 }
 
-// Called with mutex_ held: moves waiting requests into free slots (all at once, and only when
-// every slot is free, under Policy::static_batches).
+// Called with mutex_ held: moves waiting requests into free slots, oldest first (all at once, and
+// only when every slot is free, under Policy::static_batches). A paged request that does not fit
+// yet, or waits for a prefill, holds the queue (first come, first served).
 void Scheduler::admit_locked() {
   const bool all_free = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s == nullptr; });
   if (static_batches_ && !static_batches_->may_admit(all_free)) return;
   const double now = now_seconds();
   while (!queue_.empty()) {
-    int64_t reuse = 0;
-    const int64_t s = choose_free_slot(queue_.front()->request.prompt, &reuse);
-    if (s < 0) break;
+    const auto free = std::find(slots_.begin(), slots_.end(), nullptr);
+    if (free == slots_.end()) break;
+    const int64_t s = free - slots_.begin();
+    Live& l = *queue_.front();
+    if (paged() && !admit_paged(l, s)) break;
+    if (!paged()) decoder_.reset_sequence(s);
     std::unique_ptr<Live> live = std::move(queue_.front());
     queue_.pop_front();
-    live->stats.admitted = now;
     const ServeRequest& r = live->request;
-    samplers_[s].restart(r.temperature, r.top_p, r.seed);
-    decoder_.rewind(s, reuse);
-    cached_[s].resize(static_cast<size_t>(reuse));
-    live->prompt_done = reuse;
-    live->stats.cached_tokens = reuse;
-    metrics_.prompt_tokens_cached += uint64_t(reuse);
-    if (live->request.on_admit) live->request.on_admit(live->stats);
+    samplers_[s].restart(r.temperature, r.top_p, live->sampler_state != 0 ? live->sampler_state : r.seed);
+    live->admission = ++admissions_;
+    if (!live->admitted_before) {
+      live->admitted_before = true;
+      live->stats.admitted = now;
+      live->stats.cached_tokens = live->prompt_done;
+      metrics_.prompt_tokens_cached += uint64_t(live->prompt_done);
+      if (live->request.on_admit) live->request.on_admit(live->stats);
+    }
     slots_[s] = std::move(live);
   }
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+}
+
+// Gives `live` the blocks of its whole input in sequence `slot`: the cached ones its tokens begin
+// with, a copy of a partly matching one, and new ones for the rest. False (nothing held) when they
+// do not fit, or when a running prefill will compute some of them.
+bool Scheduler::admit_paged(Live& live, int64_t slot) {
+  BlockPool& pool = *blocks_;
+  int32_t copy_src = -1;
+  int64_t copy_rows = 0;
+  int64_t cached = cached_prefix(live, &copy_src, &copy_rows);
+  const int64_t needed = KvCache::blocks_for(live.n_input, pool.block_size()) - int64_t(live.blocks.size());
+  // A cached block to copy is held while its copy is allocated: one block fewer to take. Without
+  // it to spare, the rows are computed instead.
+  if (copy_src >= 0 && pool.refs(copy_src) == 0 && pool.available_blocks() - 1 < needed) copy_src = -1;
+  if (waits_for_prefill(live, cached) || pool.available_blocks() < needed) {
+    for (int32_t b : live.blocks) pool.release(b);
+    live.blocks.clear();
+    live.n_remembered = 0;
+    live.key = BlockPool::kRoot;
+    return false;
+  }
+  if (copy_src >= 0) {
+    pool.hold(copy_src);  // not evicted by the allocation of its copy
+    const int32_t copy = pool.allocate();
+    decoder_.copy_block(copy, copy_src);
+    pool.release(copy_src);
+    live.blocks.push_back(copy);
+    cached += copy_rows;
+  }
+  while (int64_t(live.blocks.size()) < KvCache::blocks_for(live.n_input, pool.block_size()))
+    live.blocks.push_back(pool.allocate());
+  decoder_.set_blocks(slot, live.blocks.data(), int64_t(live.blocks.size()), cached);
+  live.prompt_done = cached;
+  return true;
+}
+
+// Holds the cached full blocks live's input begins with (short of its last token, whose logits are
+// wanted) and returns the positions they hold; *copy_src and *copy_rows name a block whose first
+// rows match the tokens that follow (-1, 0: none). Nothing without prefix caching.
+int64_t Scheduler::cached_prefix(Live& live, int32_t* copy_src, int64_t* copy_rows) {
+  BlockPool& pool = *blocks_;
+  const int64_t bs = pool.block_size(), limit = live.n_input - 1;
+  int64_t done = 0;
+  while (caching() && done < limit) {
+    const int32_t* next = live.tokens.data() + done;
+    const BlockPool::Match m = pool.longest_child(live.key, next, std::min(bs, limit - done));
+    if (m.block < 0) break;
+    if (m.n_equal < bs) {
+      *copy_src = m.block;
+      *copy_rows = m.n_equal;
+      break;
+    }
+    pool.hold(m.block);
+    live.blocks.push_back(m.block);
+    live.key = BlockPool::key(live.key, next, bs);
+    ++live.n_remembered;
+    done += bs;
+  }
+  return done;
+}
+
+// Whether a running request still prefilling will compute a full block of live's input that the
+// cache does not hold yet (past the `cached` positions): then live waits a step for it.
+bool Scheduler::waits_for_prefill(const Live& live, int64_t cached) const {
+  if (!caching()) return false;
+  const int64_t bs = blocks_->block_size(), limit = live.n_input - 1;
+  for (const auto& slot : slots_) {
+    if (slot == nullptr || slot->prompt_done >= slot->n_input) continue;
+    const int64_t n = std::min(limit, slot->n_input);
+    int64_t equal = 0;
+    while (equal < n && live.tokens[size_t(equal)] == slot->tokens[size_t(equal)]) ++equal;
+    if (equal / bs > cached / bs) return true;
+  }
+  return false;
 }
 
 bool Scheduler::caching() const {
   return options_.prompt_cache && options_.policy == SchedulerOptions::Policy::continuous;
 }
 
-// The free slot for `prompt` (-1 when none is free) and how many of its cached positions it keeps
-// (*reuse). The prompt continues a slot when it begins with at least three quarters of what the
-// slot holds (the conversation that slot served, sent again with a new turn; the last answer's
-// final tokens may tokenize otherwise once the turn is closed), or when three quarters of the
-// prompt are in the slot (the same prompt again, a regenerated answer). Otherwise it goes to the slot used
-// least recently (never-used ones first), whose cache is the least likely to be wanted again, and
-// reuses whatever prefix it shares with it.
-// note: choosing by the longest shared prefix alone would send every new conversation (all open
-// with the same BOS and system message) to a slot that holds another one, evicting that history
-// while other slots stay empty, and two conversations taking turns would evict each other.
-int64_t Scheduler::choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const {
-  int64_t continued = -1, continued_shared = 0, oldest = -1;
-  for (int64_t s = 0; s < options_.slots; ++s) {
-    if (slots_[s] != nullptr) continue;
-    if (oldest < 0 || last_used_[s] < last_used_[oldest]) oldest = s;
-    const int64_t shared = shared_prefix(s, prompt);
-    const bool continues = 4 * shared >= 3 * static_cast<int64_t>(cached_[s].size()) ||
-                           4 * shared >= 3 * (static_cast<int64_t>(prompt.size()) - 1);
-    if (shared > continued_shared && continues) {
-      continued = s;
-      continued_shared = shared;
-    }
-  }
-  const int64_t chosen = continued >= 0 ? continued : oldest;
-  *reuse = chosen >= 0 ? shared_prefix(chosen, prompt) : 0;
-  return chosen;
+// Releases the blocks of slot's request; with prefix caching its last, partly filled block is
+// remembered first, so that a request that continues it copies it rather than recomputing it.
+void Scheduler::release_blocks(int64_t slot) {
+  Live& l = *slots_[slot];
+  const int64_t bs = blocks_->block_size(), held = decoder_.position(slot);
+  const int64_t tail = held - l.n_remembered * bs;
+  if (caching() && tail > 0 && tail < bs && int64_t(l.blocks.size()) > l.n_remembered &&
+      !blocks_->remembered(l.blocks[size_t(l.n_remembered)]))
+    blocks_->remember(l.blocks[size_t(l.n_remembered)], l.key, l.tokens.data() + l.n_remembered * bs, tail);
+  for (int32_t b : l.blocks) blocks_->release(b);
+  l.blocks.clear();
+  l.n_remembered = 0;
+  l.key = BlockPool::kRoot;
+  decoder_.set_blocks(slot, nullptr, 0, 0);
 }
 
-// The tokens slot `s` holds that begin `prompt`, short of its last token (whose logits are
-// wanted); 0 without prompt caching.
-int64_t Scheduler::shared_prefix(int64_t s, const std::vector<int32_t>& prompt) const {
-  return caching() ? reusable_prefix(cached_[s], prompt) : 0;
+// Remembers every block that the last pass filled, by its tokens (prefix caching).
+void Scheduler::remember_full_blocks() {
+  if (!caching()) return;
+  const int64_t bs = blocks_->block_size();
+  for (const Decoder::Chunk& c : chunks_) {
+    Live* l = slots_[c.seq].get();
+    if (l == nullptr) continue;
+    while ((l->n_remembered + 1) * bs <= decoder_.position(c.seq)) {
+      const int32_t* tokens = l->tokens.data() + l->n_remembered * bs;
+      const int32_t block = l->blocks[size_t(l->n_remembered)];
+      if (!blocks_->remembered(block)) blocks_->remember(block, l->key, tokens, bs);
+      l->key = BlockPool::key(l->key, tokens, bs);
+      ++l->n_remembered;
+    }
+  }
+}
+
+// The running request admitted last, or -1.
+int64_t Scheduler::newest_running() const {
+  int64_t newest = -1;
+  for (int64_t s = 0; s < options_.slots; ++s)
+    if (slots_[s] && (newest < 0 || slots_[s]->admission > slots_[newest]->admission)) newest = s;
+  return newest;
+}
+
+// Frees slot's blocks and sends its request back to the front of the queue, to recompute its
+// prompt and the tokens it has generated (the last of them, not yet in the cache, included).
+void Scheduler::preempt(int64_t slot) {
+  release_blocks(slot);
+  std::unique_ptr<Live> live = std::move(slots_[slot]);
+  live->sampler_state = samplers_[slot].state();
+  live->n_input = int64_t(live->tokens.size());
+  live->prompt_done = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.push_front(std::move(live));
+  ++metrics_.preemptions;
+  metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+}
+
+// Every generating request whose next position starts a block gets one, the oldest first; when
+// none is left the newest running request is preempted (perhaps the one asking). Returns whether
+// a request was preempted.
+bool Scheduler::grow_decoding() {
+  bool preempted = false;
+  const int64_t bs = blocks_->block_size();
+  for (;;) {
+    int64_t oldest = -1;  // the oldest generating request without a block for its next position
+    for (int64_t s = 0; s < options_.slots; ++s) {
+      const Live* l = slots_[s].get();
+      if (l == nullptr || l->prompt_done < l->n_input || decoder_.position(s) < int64_t(l->blocks.size()) * bs) continue;
+      if (oldest < 0 || l->admission < slots_[oldest]->admission) oldest = s;
+    }
+    if (oldest < 0) return preempted;
+    const int32_t block = blocks_->allocate();
+    if (block < 0) {
+      preempt(newest_running());
+      preempted = true;
+      continue;
+    }
+    Live& l = *slots_[oldest];
+    l.blocks.push_back(block);
+    decoder_.set_blocks(oldest, l.blocks.data(), int64_t(l.blocks.size()), decoder_.position(oldest));
+  }
 }
 
 // Cancellations first: queued requests leave the queue and finish at once, running ones retire.
@@ -279,20 +434,17 @@ bool Scheduler::build_rows() {
   last_decode_rows_ = last_prompt_rows_ = 0;
   for (int64_t s = 0; s < options_.slots; ++s) {
     Live* l = slots_[s].get();
-    if (l == nullptr || l->prompt_done < static_cast<int64_t>(l->request.prompt.size())) continue;
+    if (l == nullptr || l->prompt_done < l->n_input) continue;
     chunks_.push_back({s, &l->last, 1, true});
-    cached_[s].push_back(l->last);
     --budget;
     ++last_decode_rows_;
   }
   if (static_batches_) budget -= static_batches_->add_finished_rows(decoder_, chunks_);
   for (int64_t s = oldest_prefilling(); s >= 0 && budget > 0; s = oldest_prefilling()) {
     Live* l = slots_[s].get();
-    const int64_t left = static_cast<int64_t>(l->request.prompt.size()) - l->prompt_done;
+    const int64_t left = l->n_input - l->prompt_done;
     const int64_t n = std::min(left, budget);
-    chunks_.push_back({s, l->request.prompt.data() + l->prompt_done, n, n == left});
-    cached_[s].insert(cached_[s].end(), l->request.prompt.begin() + l->prompt_done,
-                      l->request.prompt.begin() + l->prompt_done + n);
+    chunks_.push_back({s, l->tokens.data() + l->prompt_done, n, n == left});
     l->prompt_done += n;
     budget -= n;
     last_prompt_rows_ += n;
@@ -309,7 +461,7 @@ int64_t Scheduler::oldest_prefilling() const {
   int64_t oldest = -1;
   for (int64_t s = 0; s < options_.slots; ++s) {
     const Live* l = slots_[s].get();
-    if (l == nullptr || l->prompt_done >= static_cast<int64_t>(l->request.prompt.size())) continue;
+    if (l == nullptr || l->prompt_done >= l->n_input) continue;
     if (std::any_of(chunks_.begin(), chunks_.end(), [&](const Decoder::Chunk& c) { return c.seq == s; })) continue;
     const Live* o = oldest < 0 ? nullptr : slots_[oldest].get();
     if (o == nullptr || l->stats.admitted < o->stats.admitted ||
@@ -342,11 +494,21 @@ int64_t Scheduler::sample_and_retire() {
     ++l->stats.completion_tokens;
     ++generated;
     l->last = token;
+    l->tokens.push_back(token);
     const bool more = r.on_token ? r.on_token(token) : true;
     if (!more) retire(s, FinishReason::stop, now);
     else if (l->stats.completion_tokens >= r.max_tokens) retire(s, FinishReason::length, now);
   }
   return generated;
+}
+
+void Scheduler::update_gauges_locked() {
+  metrics_.busy_slots = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
+  if (blocks_) {
+    metrics_.kv_blocks_total = blocks_->n_blocks();
+    metrics_.kv_blocks_used = blocks_->used_blocks();
+    metrics_.kv_blocks_cached = blocks_->cached_blocks();
+  }
 }
 
 bool Scheduler::step() {
@@ -355,12 +517,17 @@ bool Scheduler::step() {
     std::lock_guard<std::mutex> lock(mutex_);
     admit_locked();
   }
+  if (paged() && grow_decoding()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    admit_locked();  // a preempted request may fit a free slot at once, with its blocks cached
+  }
   if (!build_rows()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.busy_slots = 0;
+    update_gauges_locked();
     return false;
   }
   decoder_.forward_chunks(chunks_);
+  remember_full_blocks();
   const int64_t generated = sample_and_retire();
   std::lock_guard<std::mutex> lock(mutex_);
   metrics_.prompt_tokens += uint64_t(last_prompt_rows_);
@@ -368,7 +535,7 @@ bool Scheduler::step() {
   ++metrics_.steps;
   // Slots freed by this step go to waiting requests now, so their prompts join the next step.
   admit_locked();
-  metrics_.busy_slots = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
+  update_gauges_locked();
   return true;
 }
 

@@ -22,14 +22,28 @@
 // admitted request restarts its slot's sampler (the request itself was allocated by submit(), on
 // the caller's thread).
 //
-// Prompt caching (SchedulerOptions::prompt_cache, on by default, as llama-server's cache_prompt):
-// a finished request leaves its keys and values in its slot, and the scheduler remembers which
-// tokens they are. A new request goes to the free slot it continues (its prompt begins with three
-// quarters of the slot's tokens, or three quarters of it are there; else to the slot used least
-// recently), which rewinds to the first
-// position where they differ (Decoder::rewind; nothing is copied) and prefills only the rest. A conversation that
-// sends its whole history every turn thus prefills only the new turn. At least the prompt's last
-// token is always computed again, since its logits give the first new token.
+// The KV cache is a pool of blocks (engine/block_pool.h), not a context per slot. A request is
+// admitted when a slot (a sequence of the decoder; --slots is the most that run at once) is free
+// and the blocks of its whole prompt, less those it finds cached, are free or cached; it is given
+// them at once, so a prompt never waits for memory halfway. A generating request takes a block
+// when its positions cross into a new one. When none is left, the request admitted last is
+// preempted: its blocks are released, and it goes back to the front of the queue with its prompt
+// and every token it has generated as the prompt to recompute, its sampler's state kept, so it
+// goes on with the tokens it would have made (its full blocks are likely still cached, and then
+// are not recomputed). A request whose prompt and max_tokens need more blocks than the pool has
+// is refused at submit().
+//
+// Prefix caching (SchedulerOptions::prompt_cache, on by default, as vLLM's automatic prefix
+// caching and llama-server's cache_prompt): every full block is remembered by its tokens and the
+// key of all the tokens before it, and a finished request's last, partly filled block too. A new
+// request holds the cached full blocks its prompt begins with (shared: stored and computed once,
+// however many requests use them) and copies the first rows of a partly matching block into a
+// block of its own (copy on write: a shared block is never written). Blocks nobody holds stay
+// cached until a block is needed, and the least recently released goes first. A conversation
+// that sends its whole history every turn thus prefills only the new turn; at least the prompt's
+// last token is always computed again, since its logits give the first new token. A request whose
+// prompt shares whole blocks with one still prefilling waits for them to be computed rather than
+// computing them again (32 requests with one system prompt prefill it once).
 //
 // Determinism: each request samples with its own generator seeded by its seed, so the tokens it
 // gets do not depend on what else runs. Its logits can differ in the last bits between a step of
@@ -49,6 +63,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/block_pool.h"
 #include "engine/decoder.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -64,7 +79,7 @@ struct RequestStats {
   FinishReason reason = FinishReason::stop;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens delivered (a stop token is not delivered)
-  int64_t cached_tokens = 0;      // prompt tokens whose keys and values a slot held already
+  int64_t cached_tokens = 0;      // prompt tokens whose keys and values were cached already
   double submitted = 0, admitted = 0, first_token = 0, finished = 0;
   double ttft() const { return first_token - submitted; }  // time to first token
   // Time per output token after the first (0 with fewer than two tokens).
@@ -103,16 +118,22 @@ struct SchedulerOptions {
   int64_t pass_rows = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
   int64_t max_queue = 256;    // requests waiting for a slot; submit() refuses more (serve --max-queue)
   std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default
+  // The KV cache's blocks (serve --kv-cache-mib); 0: as many as `slots` whole contexts take.
+  // Static batches always keep a whole context per slot.
+  int64_t kv_blocks = 0;
+  int64_t kv_block_size = KvCache::kDefaultBlockSize;  // positions per block
   Policy policy = Policy::continuous;
-  bool prompt_cache = true;  // reuse a free slot's cache for a shared prefix (continuous policy only)
+  bool prompt_cache = true;  // prefix caching of blocks (continuous policy only)
 };
 
 // Counters and gauges for /metrics and the benches (a consistent snapshot).
 struct SchedulerMetrics {
   uint64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0, requests_refused = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
-  uint64_t prompt_tokens_cached = 0;  // prompt tokens served from a slot's cache, not prefilled
-  int64_t queue_depth = 0, busy_slots = 0;
+  uint64_t prompt_tokens_cached = 0;  // prompt tokens served from cached blocks, not prefilled
+  uint64_t preemptions = 0;           // requests preempted for want of blocks
+  int64_t queue_depth = 0, busy_slots = 0;  // requests waiting, and running
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // BlockPool's counts
   // Histograms: counts per upper bound (seconds), cumulative as Prometheus wants them, and sums.
   static constexpr int kBuckets = 14;
   static const double kBounds[kBuckets];  // 1 ms .. 60 s; the last bucket is +Inf
@@ -135,7 +156,8 @@ class Scheduler {
   // Queues a request and returns its id. Throws Error (nothing queued) when it can never run: an
   // empty prompt, a token outside the vocabulary, max_tokens < 1, a prompt plus max_tokens that
   // needs more positions than a slot has ("prompt of P tokens + N new tokens needs ... > context
-  // C"), or a full queue (QueueFullError).
+  // C") or more blocks than the pool, or a full queue (QueueFullError). A preempted request
+  // goes back to the queue even when it is full.
   uint64_t submit(ServeRequest request);
   // Ends a request (queued or running) with FinishReason::cancelled at the start of the next step;
   // an id that has finished already is ignored.
@@ -166,15 +188,23 @@ class Scheduler {
  private:
   struct Live;  // a request with its slot, sampler and progress
   void admit_locked();
-  int64_t choose_free_slot(const std::vector<int32_t>& prompt, int64_t* reuse) const;
-  int64_t shared_prefix(int64_t slot, const std::vector<int32_t>& prompt) const;
+  bool admit_paged(Live& live, int64_t slot);
+  int64_t cached_prefix(Live& live, int32_t* copy_src, int64_t* copy_rows);
+  bool waits_for_prefill(const Live& live, int64_t cached) const;
   bool caching() const;
+  bool paged() const { return !static_batches_; }
   void take_cancellations();
+  bool grow_decoding();
+  int64_t newest_running() const;
+  void preempt(int64_t slot);
+  void release_blocks(int64_t slot);
+  void remember_full_blocks();
   bool build_rows();
   int64_t oldest_prefilling() const;
   int64_t sample_and_retire();
   void retire(int64_t slot, FinishReason reason, double now);
   void record_finish_locked(const RequestStats& stats);
+  void update_gauges_locked();
 
   SchedulerOptions options_;
   Decoder decoder_;
@@ -193,10 +223,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Live>> slots_;  // engine thread only; nullptr = free
   std::optional<StaticBatches> static_batches_;  // set under Policy::static_batches
   std::vector<Sampler> samplers_;             // one per slot, reseeded at admission
-  // The tokens whose keys and values each slot's cache holds (prompt caching), reserved for the
-  // whole context once, and the step at which each slot last finished a request.
-  std::vector<std::vector<int32_t>> cached_;
-  std::vector<uint64_t> last_used_;
+  std::optional<BlockPool> blocks_;           // the cache's blocks, continuous policy only
+  uint64_t admissions_ = 0;                   // admissions so far: the newest runs last
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;

@@ -626,14 +626,24 @@ std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& fi
   metric_header(out, "minfer_prompt_tokens_total", "counter", "Prompt tokens run through the model.");
   out << "minfer_prompt_tokens_total " << m.prompt_tokens << "\n";
   metric_header(out, "minfer_prompt_tokens_cached_total", "counter",
-                "Prompt tokens served from a slot's cache (prompt caching), not run through the model.");
+                "Prompt tokens served from cached blocks (prefix caching), not run through the model.");
   out << "minfer_prompt_tokens_cached_total " << m.prompt_tokens_cached << "\n";
   metric_header(out, "minfer_generation_tokens_total", "counter", "Tokens generated.");
   out << "minfer_generation_tokens_total " << m.generated_tokens << "\n";
-  metric_header(out, "minfer_queue_depth", "gauge", "Requests waiting for a slot.");
+  metric_header(out, "minfer_queue_depth", "gauge", "Requests waiting to run (for a slot or for blocks).");
   out << "minfer_queue_depth " << m.queue_depth << "\n";
-  metric_header(out, "minfer_busy_slots", "gauge", "Slots holding a request.");
+  metric_header(out, "minfer_busy_slots", "gauge", "Slots holding a request: the requests running.");
   out << "minfer_busy_slots " << m.busy_slots << "\n";
+  metric_header(out, "minfer_kv_blocks", "gauge", "Blocks of the KV cache (0: whole contexts, static batches).");
+  out << "minfer_kv_blocks " << m.kv_blocks_total << "\n";
+  metric_header(out, "minfer_kv_blocks_used", "gauge", "Blocks held by running requests.");
+  out << "minfer_kv_blocks_used " << m.kv_blocks_used << "\n";
+  metric_header(out, "minfer_kv_blocks_cached", "gauge",
+                "Blocks no request holds, kept for their tokens until evicted (prefix caching).");
+  out << "minfer_kv_blocks_cached " << m.kv_blocks_cached << "\n";
+  metric_header(out, "minfer_preemptions_total", "counter",
+                "Requests preempted for want of blocks, to be recomputed later.");
+  out << "minfer_preemptions_total " << m.preemptions << "\n";
   metric_header(out, "minfer_slots", "gauge", "Slots (sequences decoded together).");
   out << "minfer_slots " << slots << "\n";
   histogram(out, "minfer_time_to_first_token_seconds", "Time from submission to the first generated token.",

@@ -177,13 +177,14 @@ TEST(Scheduler, PromptCachingPrefillsOnlyWhatASlotDoesNotHold) {
   }
 }
 
-// Two conversations that open alike (BOS and the same system message) take turns: each turn goes
-// back to the slot of its own conversation, not to the first slot that shares the opening.
-TEST(Scheduler, InterleavedConversationsKeepTheirOwnSlots) {
+// Two conversations that open alike (BOS and the same system message) take turns: each turn finds
+// its own history, not the other's, though both are remembered under the same first tokens.
+TEST(Scheduler, InterleavedConversationsFindTheirOwnHistory) {
   Fixture f = make(BackendKind::ref);
   std::mt19937 rng(12);
   SchedulerOptions o;
   o.slots = 2;
+  o.kv_blocks = 4;  // two histories, and a block for the copy each turn makes
   Scheduler scheduler(*f.model, o);
   Collected c;
   const std::vector<int32_t> system = random_prompt(rng, 8);
@@ -197,12 +198,106 @@ TEST(Scheduler, InterleavedConversationsKeepTheirOwnSlots) {
       id = scheduler.submit(request(c, &id, prompt, 3));
       run_to_end(scheduler);
       SCOPED_TRACE("conversation " + std::to_string(conversation) + ", turn " + std::to_string(turn));
-      // Turn 0 of the second conversation shares the system message only, with the slot the
-      // first one holds; it takes the empty slot. Later turns find their own history.
-      const int64_t expected = turn == 0 ? 0 : int64_t(before) - 1;
+      // Turn 0 of the second conversation copies the system message from the first one's last
+      // block. Later turns find their own history, all but the prompt's last token.
+      const int64_t expected = turn > 0 ? int64_t(before) - 1 : conversation == 1 ? int64_t(system.size()) : 0;
       EXPECT_EQ(c.stats[id].cached_tokens, expected);
       prompt.insert(prompt.end(), c.tokens[id].begin(), c.tokens[id].end());
     }
+  }
+}
+
+// A pool too small for every request at once: the newest running request is preempted when a
+// sequence needs a block and none is left, and recomputes its prompt and its tokens later. No
+// request is lost, and each gets the tokens it gets alone, greedy or sampled (its generator's state
+// goes with it).
+TEST(Scheduler, PreemptedRequestsResumeWithTheTokensTheyGetAlone) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(23);
+  SchedulerOptions o;
+  o.slots = 4;
+  o.kv_block_size = 8;
+  o.kv_blocks = 8;  // 64 positions for four requests of up to 44
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  std::vector<uint64_t> ids(6);
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<int64_t> lengths = {30, 24, 20, 28, 16, 25};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    prompts.push_back(random_prompt(rng, 10 + int64_t(rng() % 9)));
+    ids[i] = scheduler.submit(request(c, &ids[i], prompts[i], lengths[i], i % 2 ? 0.8f : 0.0f, 300 + i));
+  }
+  int64_t most_used = 0;
+  while (scheduler.step()) {
+    const SchedulerMetrics m = scheduler.metrics();
+    EXPECT_LE(m.kv_blocks_used, 8);
+    most_used = std::max(most_used, m.kv_blocks_used);
+  }
+  const SchedulerMetrics m = scheduler.metrics();
+  EXPECT_GT(m.preemptions, 0u);
+  EXPECT_EQ(most_used, 8);
+  EXPECT_EQ(m.kv_blocks_total, 8);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.requests_finished, ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(c.stats[ids[i]].reason, FinishReason::length) << "request " << i;
+    EXPECT_EQ(c.tokens[ids[i]], alone(*f.model, prompts[i], lengths[i], i % 2 ? 0.8f : 0.0f, 300 + i))
+        << "request " << i;
+  }
+}
+
+// Requests that arrive together with one long prompt: the first computes its blocks, the others
+// wait for them and share them (held, not copied), so the prompt is prefilled once.
+TEST(Scheduler, ConcurrentIdenticalPromptsArePrefilledOnce) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(29);
+  for (const bool caching : {true, false}) {
+    SchedulerOptions o;
+    o.slots = 6;
+    o.pass_rows = 16;
+    o.kv_block_size = 8;
+    o.prompt_cache = caching;
+    Scheduler scheduler(*f.model, o);
+    Collected c;
+    const std::vector<int32_t> prompt = random_prompt(rng, 37);
+    std::vector<uint64_t> ids(6);
+    for (auto& id : ids) id = scheduler.submit(request(c, &id, prompt, 4));
+    int64_t most_used = 0;
+    while (scheduler.step()) most_used = std::max(most_used, scheduler.metrics().kv_blocks_used);
+    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+    // 36 tokens before the last: 4 full blocks of 8, shared; each request computes the rest.
+    const int64_t shared = caching ? 32 : 0;
+    const std::vector<int32_t> expected = alone(*f.model, prompt, 4, 0.0f, 1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(c.stats[ids[i]].cached_tokens, i == 0 ? 0 : shared) << "request " << i;
+      EXPECT_EQ(c.tokens[ids[i]], expected) << "request " << i;
+    }
+    const SchedulerMetrics m = scheduler.metrics();
+    EXPECT_EQ(m.prompt_tokens, uint64_t(37 * 6 - 5 * shared));
+    EXPECT_EQ(m.prompt_tokens_cached, uint64_t(5 * shared));
+    // Blocks: 5 per request alone (37 + 3 positions); 4 of them shared: 4 + 6 x 1.
+    EXPECT_EQ(most_used, caching ? 10 : 30);
+    EXPECT_EQ(m.kv_blocks_used, 0);
+    // Each request's fifth block fills with the same 8 tokens (the same greedy answer): remembered once.
+    EXPECT_EQ(m.kv_blocks_cached, caching ? 4 + 1 : 0);
+  }
+}
+
+TEST(Scheduler, ARequestNeedingMoreBlocksThanThePoolIsRefused) {
+  Fixture f = make(BackendKind::cpu);
+  SchedulerOptions o;
+  o.kv_block_size = 8;
+  o.kv_blocks = 3;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  uint64_t id = 0;
+  EXPECT_NO_THROW(scheduler.submit(request(c, &id, std::vector<int32_t>(20, 5), 5)));  // 24 positions
+  try {
+    scheduler.submit(request(c, &id, std::vector<int32_t>(20, 5), 6));
+    FAIL() << "25 positions in 3 blocks of 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 4 blocks of 8 positions > the KV cache's 3"), std::string::npos)
+        << e.what();
   }
 }
 

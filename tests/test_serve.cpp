@@ -311,6 +311,11 @@ TEST_F(ServeApi, ModelsHealthAndMetrics) {
   EXPECT_EQ(m.get("minfer_slots"), 4);
   EXPECT_EQ(m.get("minfer_busy_slots"), 0);
   EXPECT_EQ(m.get("minfer_queue_depth"), 0);
+  // Four contexts of 96 positions in blocks of 64: 8 blocks, none held now, the last request's cached.
+  EXPECT_EQ(m.get("minfer_kv_blocks"), 8);
+  EXPECT_EQ(m.get("minfer_kv_blocks_used"), 0);
+  EXPECT_GE(m.get("minfer_kv_blocks_cached"), 1);
+  EXPECT_EQ(m.get("minfer_preemptions_total"), 0);
   EXPECT_GE(m.get("minfer_requests_total"), 1);
   EXPECT_GE(m.get("minfer_generation_tokens_total"), 5);
   EXPECT_GE(m.get("minfer_prompt_tokens_total"), 2);
@@ -519,6 +524,7 @@ TEST(ServeCli, BadOptionsAreRefusedBeforeServing) {
       {{"serve", "-m", kTextModel, "--ctx", "100000"}, "--ctx: 100000 is outside [1, 128]"},
       {{"serve", "-m", "preset:tiny", "--ctx", "2000000"}, "--ctx: 2000000 is outside"},
       {{"serve", "-m", "preset:tiny", "--max-tokens-limit", "0"}, "--max-tokens-limit: 0 is outside"},
+      {{"serve", "-m", "preset:tiny", "--kv-cache-mib", "0"}, "--kv-cache-mib: 0 is outside"},
       {{"serve", "-m", "preset:tiny", "--host", "256.1.1.1", "--port", "0"}, "cannot listen on 256.1.1.1:0"},
       {{"serve", "-m", "preset:tiny", "--api-key-file", "/nonexistent/key"}, "--api-key-file: cannot read /nonexistent/key"},
       {{"serve", "-m", "preset:tiny", "--api-key", "a", "--api-key-file", "/dev/null"}, "one or the other"},
