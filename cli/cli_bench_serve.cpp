@@ -56,12 +56,14 @@ nlohmann::ordered_json to_json(const PolicyRun& p, const std::string& model, int
   j["requests"] = t.n_requests;
   j["rate"] = t.rate;
   j["prompt_len"] = {t.prompt_min, t.prompt_max};
+  j["shared_prefix"] = t.shared_prefix;
   j["output_len"] = {t.output_min, t.output_max};
   j["seconds"] = p.run.seconds;
   j["prompt_tokens"] = p.run.prompt_tokens;
   j["output_tokens"] = p.run.output_tokens;
   j["output_tokens_per_second"] = p.run.output_tokens_per_second();
   j["mean_busy_slots"] = p.run.mean_occupancy();
+  j["max_busy_slots"] = p.run.max_occupancy();
   j["ttft_seconds"] = summary(p.run.ttft());
   j["tpot_seconds"] = summary(p.run.tpot());
   if (!p.url.empty()) {
@@ -80,11 +82,12 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
   so.pass_rows = args.get_int("--step-tokens", 256, 1, 1 << 20);
   so.max_queue = trace.n_requests;
   so.kv_dtype = kv_dtype_option(args);
+  so.prompt_cache = !args.has("--no-prompt-cache");
 
   // Every request of the trace must fit a slot: the longest prompt plus the longest output.
   so.n_ctx = args.has("--ctx") ? args.get_int("--ctx", 0, 1, 1 << 20) : needed;
-  MINFER_CHECK(so.n_ctx >= needed, "--ctx ", so.n_ctx, ": the trace's prompts of up to ", trace.prompt_max,
-               " and outputs of up to ", trace.output_max, " tokens need ", needed, " positions");
+  MINFER_CHECK(so.n_ctx >= needed, "--ctx ", so.n_ctx, ": the trace's prompts of up to ",
+               trace.shared_prefix + trace.prompt_max, " and outputs of up to ", trace.output_max, " tokens need ", needed, " positions");
   const std::string spec = args.get("-m");
   LlamaOptions lo = llama_options(args);
   if (spec.rfind("preset:", 0) == 0 && find_preset(spec.substr(7)).config.n_ctx < so.n_ctx) lo.preset_ctx = so.n_ctx;
@@ -119,18 +122,21 @@ void print_runs(const Args& args, const std::vector<PolicyRun>& runs, const std:
   if (output == "json") {
     std::printf("%s\n", records.dump(2).c_str());
   } else {
-    std::printf("%s, %lld slots, %lld requests (prompts %lld-%lld, outputs %lld-%lld tokens, log-uniform), %s\n\n",
+    const std::string shared =
+        trace.shared_prefix > 0 ? std::to_string(trace.shared_prefix) + " shared tokens, then " : "";
+    std::printf("%s, %lld slots, %lld requests (prompts %s%lld-%lld, outputs %lld-%lld tokens, log-uniform), %s\n\n",
                 model_name.c_str(), static_cast<long long>(slots), static_cast<long long>(trace.n_requests),
-                static_cast<long long>(trace.prompt_min), static_cast<long long>(trace.prompt_max),
+                shared.c_str(), static_cast<long long>(trace.prompt_min), static_cast<long long>(trace.prompt_max),
                 static_cast<long long>(trace.output_min), static_cast<long long>(trace.output_max),
                 trace.rate > 0 ? ("Poisson arrivals at " + std::to_string(trace.rate) + "/s").c_str()
                                : "all arriving at once");
-    std::printf("| policy | seconds | output tok/s | mean busy slots | TTFT median / p90 / p99 (ms) | "
+    std::printf("| policy | seconds | output tok/s | busy slots mean / most | TTFT median / p90 / p99 (ms) | "
                 "TPOT median / p90 / p99 (ms) |\n|---|---:|---:|---:|---|---|\n");
     for (const auto& r : runs) {
       const LatencySummary ttft = r.run.ttft(), tpot = r.run.tpot();
-      std::printf("| %s | %.2f | %.1f | %.2f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f |\n", r.policy.c_str(),
-                  r.run.seconds, r.run.output_tokens_per_second(), r.run.mean_occupancy(), ttft.median * 1e3,
+      std::printf("| %s | %.2f | %.1f | %.2f / %lld | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f |\n", r.policy.c_str(),
+                  r.run.seconds, r.run.output_tokens_per_second(), r.run.mean_occupancy(),
+                  static_cast<long long>(r.run.max_occupancy()), ttft.median * 1e3,
                   ttft.p90 * 1e3, ttft.p99 * 1e3, tpot.median * 1e3, tpot.p90 * 1e3, tpot.p99 * 1e3);
     }
     if (runs.size() == 2 && runs[0].run.output_tokens_per_second() > 0)
@@ -160,6 +166,9 @@ int cmd_bench_serve(int argc, char** argv) {
       {"--output-len", "LO-HI", "output lengths, log-uniform (default 8-256)"},
       {"--temp", "T", "sampling temperature of every request (default 0, greedy)"},
       {"--seed", "S", "the trace's seed (default 1)"},
+      {"--shared-prefix", "N", "every prompt begins with the same N tokens (a system prompt), then its own\n"
+                               "                              --prompt-len tokens (default 0)"},
+      {"--no-prompt-cache", "", "in this process: no prefix caching (every prompt prefilled whole)"},
       {"--url", "URL", "replay against a running minfer serve or llama.cpp llama-server\n"
                        "                              (http://127.0.0.1:8080) instead of this process; its model,\n"
                        "                              slots and context are the server's"},
@@ -190,13 +199,15 @@ int cmd_bench_serve(int argc, char** argv) {
   std::tie(trace.output_min, trace.output_max) = parse_range(args.get("--output-len", "8-256"), "--output-len");
   trace.temperature = static_cast<float>(args.get_double("--temp", 0.0, 0.0, 1e6));
   trace.seed = static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX));
-  const int64_t needed = trace.prompt_max + trace.output_max - 1;  // positions the longest request needs
+  trace.shared_prefix = args.get_int("--shared-prefix", 0, 0, 1 << 20);
+  // Positions the longest request needs.
+  const int64_t needed = trace.shared_prefix + trace.prompt_max + trace.output_max - 1;
   std::vector<PolicyRun> runs;
   std::string model_name;
   int64_t slots = 0;
   if (args.has("--url")) {
     // Every option of a run in this process does nothing against a server: refused, by name.
-    std::vector<std::string> local = {"--slots", "--step-tokens", "--ctx"};
+    std::vector<std::string> local = {"--slots", "--step-tokens", "--ctx", "--kv-cache-mib", "--no-prompt-cache"};
     for (const Option& o : engine_options()) local.push_back(o.names.substr(o.names.rfind(',') + 1));
     for (const std::string& name : local)
       MINFER_CHECK(!args.has(name), name, ": with --url the server's settings are measured (give ", name,
@@ -205,11 +216,12 @@ int cmd_bench_serve(int argc, char** argv) {
     const std::string url = args.get("--url");
     const int64_t connections = args.get_int("--connections", 32, 1, 4096);
     const ServerInfo server = query_server(url);
+    const int64_t longest_prompt = trace.shared_prefix + trace.prompt_max;
     MINFER_CHECK(needed <= server.n_ctx, url, " serves ", server.n_ctx, " positions per request; the trace's prompts of up to ",
-                 trace.prompt_max, " and outputs of up to ", trace.output_max, " tokens need ", needed);
-    MINFER_CHECK(trace.prompt_max <= server.max_prompt_tokens && trace.output_max <= server.max_tokens_limit, url,
+                 longest_prompt, " and outputs of up to ", trace.output_max, " tokens need ", needed);
+    MINFER_CHECK(longest_prompt <= server.max_prompt_tokens && trace.output_max <= server.max_tokens_limit, url,
                  " takes prompts of up to ", server.max_prompt_tokens, " tokens and max_tokens up to ",
-                 server.max_tokens_limit, "; the trace asks for up to ", trace.prompt_max, " and ", trace.output_max);
+                 server.max_tokens_limit, "; the trace asks for up to ", longest_prompt, " and ", trace.output_max);
     model_name = server.model;
     slots = server.slots;
     const std::vector<TraceRequest> requests = make_trace(trace, server.vocab_size, server.bos_id);

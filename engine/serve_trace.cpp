@@ -31,18 +31,24 @@ std::vector<TraceRequest> make_trace(const TraceOptions& o, int64_t vocab, int32
   MINFER_CHECK(o.output_min >= 1 && o.output_min <= o.output_max, "trace: output lengths ", o.output_min, "-",
                o.output_max, " are not a range of positive lengths");
   MINFER_CHECK(vocab > 3, "trace: a vocabulary of ", vocab, " tokens");
+  MINFER_CHECK(o.shared_prefix >= 0 && o.shared_prefix <= (int64_t(1) << 30), "trace: a shared prefix of ",
+               o.shared_prefix, " tokens");
   std::mt19937_64 rng(o.seed);
   std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
   std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> shared;
+  if (bos >= 0 && o.shared_prefix > 0) shared.push_back(bos);
+  while (static_cast<int64_t>(shared.size()) < o.shared_prefix) shared.push_back(token(rng));
   std::vector<TraceRequest> trace(static_cast<size_t>(o.n_requests));
   double t = 0.0;
   for (int64_t i = 0; i < o.n_requests; ++i) {
     TraceRequest& r = trace[i];
     if (o.rate > 0 && i > 0) t += gap(rng);
     r.arrival = o.rate > 0 ? t : 0.0;
-    const int64_t length = log_uniform(rng, o.prompt_min, o.prompt_max);
+    const int64_t length = o.shared_prefix + log_uniform(rng, o.prompt_min, o.prompt_max);
     r.prompt.reserve(static_cast<size_t>(length));
-    if (bos >= 0) r.prompt.push_back(bos);
+    r.prompt = shared;
+    if (bos >= 0 && shared.empty()) r.prompt.push_back(bos);
     while (static_cast<int64_t>(r.prompt.size()) < length) r.prompt.push_back(token(rng));
     r.max_tokens = log_uniform(rng, o.output_min, o.output_max);
     r.temperature = o.temperature;
@@ -89,6 +95,12 @@ double ServeRun::mean_occupancy() const {
     area += double(occupancy[i].second) * (occupancy[i].first - occupancy[i - 1].first);
   const double span = occupancy.back().first - occupancy.front().first;
   return span > 0 ? area / span : double(occupancy.back().second);
+}
+
+int64_t ServeRun::max_occupancy() const {
+  int64_t most = 0;
+  for (const auto& o : occupancy) most = std::max(most, o.second);
+  return most;
 }
 
 void finish_run(ServeRun& run, double start, const std::vector<TraceRequest>& trace) {

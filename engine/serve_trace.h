@@ -25,6 +25,8 @@ struct TraceOptions {
   double rate = 0.0;  // requests per second; 0: all arrive at once
   int64_t prompt_min = 16, prompt_max = 256;
   int64_t output_min = 8, output_max = 256;
+  // Tokens every prompt begins with (a system prompt; BOS first), before its own prompt tokens.
+  int64_t shared_prefix = 0;
   float temperature = 0.0f;
   uint64_t seed = 1;
 };
@@ -37,8 +39,8 @@ struct TraceRequest {
   uint64_t seed = 1;
 };
 
-// The trace for a model with `vocab` tokens; prompts start with `bos` (when >= 0) and draw their
-// other tokens from [3, vocab) (past llama2.c's UNK, BOS and EOS).
+// The trace for a model with `vocab` tokens; prompts start with `bos` (when >= 0), then the shared
+// prefix, then their own tokens, all drawn from [3, vocab) (past llama2.c's UNK, BOS and EOS).
 std::vector<TraceRequest> make_trace(const TraceOptions& options, int64_t vocab, int32_t bos);
 
 struct LatencySummary {
@@ -57,6 +59,7 @@ struct ServeRun {
   // Busy slots sampled after every step: (seconds since the start, slots in use).
   std::vector<std::pair<double, int64_t>> occupancy;
   double mean_occupancy() const;  // busy slots averaged over time
+  int64_t max_occupancy() const;   // the most busy slots after a step
 };
 
 // Sums the requests' tokens into `run` and sets its seconds, from the first arrival (`start`, the

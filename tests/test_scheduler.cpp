@@ -620,9 +620,40 @@ TEST(ServeTrace, TracesAreSeededAndReplayAnswersEveryRequest) {
   EXPECT_GT(run.output_tokens_per_second(), 0.0);
   EXPECT_GT(run.mean_occupancy(), 0.0);
   EXPECT_LE(run.mean_occupancy(), 4.0);
+  EXPECT_GE(run.max_occupancy(), 1);
+  EXPECT_LE(run.max_occupancy(), 4);
   const LatencySummary s = summarize({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   EXPECT_DOUBLE_EQ(s.median, 5.5);
   EXPECT_DOUBLE_EQ(s.p90, 9.1);
+}
+
+// A shared prefix: every prompt begins with the same tokens (BOS first), then its own prompt-len
+// tokens; replayed with prefix caching, the prefix's full blocks are prefilled once.
+TEST(ServeTrace, ASharedPrefixBeginsEveryPromptAndIsPrefilledOnce) {
+  TraceOptions t;
+  t.n_requests = 5;
+  t.prompt_min = 3;
+  t.prompt_max = 6;
+  t.output_min = 2;
+  t.output_max = 4;
+  t.shared_prefix = 20;
+  const auto trace = make_trace(t, 61, 1);
+  for (const auto& r : trace) {
+    ASSERT_GE(r.prompt.size(), 23u);
+    ASSERT_LE(r.prompt.size(), 26u);
+    EXPECT_EQ(r.prompt.front(), 1);
+    EXPECT_TRUE(std::equal(trace[0].prompt.begin(), trace[0].prompt.begin() + 20, r.prompt.begin()));
+  }
+  EXPECT_NE(trace[0].prompt, trace[1].prompt);
+  Fixture f = make(BackendKind::cpu);
+  SchedulerOptions o;
+  o.slots = 5;
+  o.n_ctx = 40;
+  o.kv_block_size = 8;
+  Scheduler scheduler(*f.model, o);
+  const ServeRun run = replay(scheduler, trace);
+  // 16 of the 20 shared tokens are whole blocks: the first request computes them, the others hold them.
+  EXPECT_EQ(run.prompt_tokens - int64_t(scheduler.metrics().prompt_tokens), 4 * 16);
 }
 
 }  // namespace
