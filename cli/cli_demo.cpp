@@ -33,6 +33,7 @@ const Lesson kLessons[] = {
     {"continuous", demo::continuous, "static batches against continuous batching on one request trace"},
     {"speculative", demo::speculative, "speculative decoding: a q8_0 self-draft and prompt lookup against k"},
     {"prompt-cache", demo::prompt_cache, "time to first token by turn of a conversation, with and without prompt caching"},
+    {"paged-kv", demo::paged_kv, "the KV cache as whole contexts against blocks in one budget: memory, sequences, tok/s"},
 };
 
 }  // namespace
@@ -42,8 +43,8 @@ int cmd_demo(int argc, char** argv) {
             {{"--list", "", "name the demos and which halves can run here"},
              {"--quick", "", "smaller sizes: every CPU half in seconds"},
              {"--out", "DIR", "where NAME.json goes (default ./results)"},
-             {"-m,--model", "MODEL", "the model of sequential, launch, batching, bytes, continuous, speculative\n"
-                                       "                              and prompt-cache (default: their presets)"},
+             {"-m,--model", "MODEL", "the model of sequential, launch, batching, bytes, continuous, speculative,\n"
+                                       "                              prompt-cache and paged-kv (default: their presets)"},
              {"-t,--threads", "N", "CPU threads (default: every core)"}});
   std::string name;
   if (argc >= 3 && argv[2][0] != '-') name = argv[2];

@@ -54,7 +54,8 @@ DType default_kv_dtype(DeviceKind device, DType weights);
 
 // How many tokens of `held` (what a sequence of the cache holds) begin `prompt`, short of the
 // prompt's last token, whose logits are wanted: the positions a prompt cache keeps (rewind to
-// them, then prefill the rest). The server's slots and `minfer chat` both reuse their cache so.
+// them, then prefill the rest). `minfer chat` reuses its one sequence so; the server finds cached
+// blocks by their tokens instead (engine/block_pool.h).
 int64_t reusable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt);
 
 struct GenerateOptions {

@@ -503,7 +503,13 @@ int64_t Scheduler::sample_and_retire() {
 }
 
 void Scheduler::update_gauges_locked() {
-  metrics_.busy_slots = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return s != nullptr; });
+  metrics_.busy_slots = 0;
+  metrics_.kv_positions = 0;
+  for (int64_t s = 0; s < options_.slots; ++s) {
+    if (slots_[s] == nullptr) continue;
+    ++metrics_.busy_slots;
+    metrics_.kv_positions += decoder_.position(s);
+  }
   if (blocks_) {
     metrics_.kv_blocks_total = blocks_->n_blocks();
     metrics_.kv_blocks_used = blocks_->used_blocks();

@@ -18,9 +18,10 @@
 // Threads: submit(), cancel() and metrics() may be called from any thread; step() and run() from
 // one thread only (the engine's). Callbacks run on the engine's thread and must be quick.
 // Nothing is allocated by a step, from the pool or the heap (tests/heap/test_decode_heap.cpp): the
-// decoder, the row lists and every slot's sampler are sized when the scheduler is made, and an
-// admitted request restarts its slot's sampler (the request itself was allocated by submit(), on
-// the caller's thread).
+// decoder, the row lists, the block pool and every slot's sampler are sized when the scheduler is
+// made, an admitted request restarts its slot's sampler, and its token and block lists were
+// reserved by submit(), on the caller's thread. The exception is a preemption, whose request goes
+// back into the queue (a std::deque, which may allocate a chunk for it).
 //
 // The KV cache is a pool of blocks (engine/block_pool.h), not a context per slot. A request is
 // admitted when a slot (a sequence of the decoder; --slots is the most that run at once) is free
@@ -134,6 +135,7 @@ struct SchedulerMetrics {
   uint64_t preemptions = 0;           // requests preempted for want of blocks
   int64_t queue_depth = 0, busy_slots = 0;  // requests waiting, and running
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // BlockPool's counts
+  int64_t kv_positions = 0;  // positions whose keys and values the running requests hold
   // Histograms: counts per upper bound (seconds), cumulative as Prometheus wants them, and sums.
   static constexpr int kBuckets = 14;
   static const double kBounds[kBuckets];  // 1 ms .. 60 s; the last bucket is +Inf

@@ -147,13 +147,17 @@ ServeRun replay(Scheduler& scheduler, const std::vector<TraceRequest>& trace) {
     driver_done = true;
   });
   run.occupancy.reserve(trace.size() * 64);
+  run.kv.reserve(trace.size() * 64);
   try {
     while (!driver_done.load() || finished.load() < submitted.load()) {
       if (!scheduler.step()) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         continue;
       }
-      run.occupancy.emplace_back(now_seconds() - start, scheduler.metrics().busy_slots);
+      const SchedulerMetrics m = scheduler.metrics();
+      const double t = now_seconds() - start;
+      run.occupancy.emplace_back(t, m.busy_slots);
+      run.kv.push_back({t, m.kv_positions, m.kv_blocks_used});
     }
   } catch (...) {
     driver.join();  // a failed step ends the replay with its error, not with std::terminate

@@ -58,6 +58,12 @@ struct ServeRun {
   LatencySummary tpot() const;  // seconds, over requests with at least two tokens
   // Busy slots sampled after every step: (seconds since the start, slots in use).
   std::vector<std::pair<double, int64_t>> occupancy;
+  // The KV cache after every step: positions the running requests hold, and blocks held.
+  struct KvSample {
+    double seconds;
+    int64_t positions, blocks;
+  };
+  std::vector<KvSample> kv;
   double mean_occupancy() const;  // busy slots averaged over time
   int64_t max_occupancy() const;   // the most busy slots after a step
 };

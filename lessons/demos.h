@@ -18,5 +18,6 @@ void bytes(const Options& o);
 void continuous(const Options& o);
 void speculative(const Options& o);
 void prompt_cache(const Options& o);
+void paged_kv(const Options& o);
 
 }  // namespace minfer::demo

@@ -1,9 +1,9 @@
 // demo prompt-cache: what a conversation costs a server with and without prompt caching. A chat
 // client sends the whole history every turn: turn N's prompt is turn N-1's prompt, its answer
 // and the new message. Without a cache the server prefills all of it again, so the time to the
-// first token grows with the conversation; with prompt caching (engine/scheduler.h) the slot that
-// served turn N-1 still holds its keys and values, and only the answer's last token and the new
-// message are prefilled: the time grows only as far as those few rows attend over a longer history.
+// first token grows with the conversation; with prompt caching (engine/scheduler.h) the blocks of
+// turn N-1 are still cached, by their tokens, and only the answer's last token and the new message
+// are prefilled: the time grows only as far as those few rows attend over a longer history.
 // Same model, same messages, the two settings in turn (A B B A, four rounds), each figure the median
 // of its rounds.
 #include <algorithm>

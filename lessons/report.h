@@ -26,7 +26,7 @@ struct Options {
   bool cuda = false;         // a CUDA device is usable (the GPU halves run)
   std::string cuda_reason;   // why not, when not
   // The model of the lessons that run one (sequential, launch, batching, bytes, continuous,
-  // speculative, prompt-cache), any -m a user has; empty: each lesson's own preset, chosen for
+  // speculative, prompt-cache, paged-kv), any -m a user has; empty: each lesson's own preset, chosen for
   // what it shows.
   std::string model;
   const std::string& model_or(const std::string& preset) const { return model.empty() ? preset : model; }

@@ -164,7 +164,7 @@ struct CompletionHeader {
   std::string model;
   bool include_usage = false;  // streams: usage null in every event, then one event with usage only
 };
-// prompt_tokens_details.cached_tokens: the prompt tokens a slot's cache held (prompt caching).
+// prompt_tokens_details.cached_tokens: the prompt tokens found in cached blocks (prefix caching).
 nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 nlohmann::ordered_json completion_json(const CompletionHeader& header, const std::string& text,
                                        const std::vector<int32_t>& ids, const char* finish_reason,

@@ -30,7 +30,7 @@ struct Channel {
   std::vector<int32_t> ids;  // reserved to max_tokens at submission: pushes allocate nothing
   bool finished = false;
   FinishReason reason = FinishReason::stop;
-  int64_t cached_tokens = 0;  // prompt tokens a slot's cache held (RequestStats::cached_tokens)
+  int64_t cached_tokens = 0;  // prompt tokens found cached (RequestStats::cached_tokens)
   bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
   // The engine's thread only: stop strings found as the tokens come, so that the request ends at
   // the token that completes one.

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 minfer, source = sys.argv[1], sys.argv[2]
-demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache"]
+demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache", "paged-kv"]
 with tempfile.TemporaryDirectory() as out:
     run = subprocess.run([minfer, "demo", "all", "--quick", "--out", out], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
@@ -19,8 +19,9 @@ with tempfile.TemporaryDirectory() as out:
         assert demo["demo"] == name, demo["demo"]
         cpu_rows = [r for r in demo["rows"] if r["half"] == "cpu"]
         assert cpu_rows, f"{name}: no CPU rows"
-        # A timeline of busy slots ends at zero when the last request retires; every other y is a rate.
-        floor_ok = (lambda y: y >= 0) if name == "continuous" else (lambda y: y > 0)
+        # A timeline of busy slots or of KV memory ends at zero when the last request retires; every
+        # other y is a rate.
+        floor_ok = (lambda y: y >= 0) if name in ("continuous", "paged-kv") else (lambda y: y > 0)
         assert all(isinstance(r["y"], (int, float)) and floor_ok(r["y"]) for r in cpu_rows), f"{name}: a row without a value"
         assert any(r["y"] > 0 for r in cpu_rows), f"{name}: every value is zero"
         assert demo["halves"].get("cpu") == "ran", f"{name}: {demo['halves']}"

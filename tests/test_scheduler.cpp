@@ -325,7 +325,7 @@ TEST(Scheduler, StepsRespectTheBudgetAndReuseFreedSlotsAtOnce) {
   // a's 20-token prompt takes four steps (6 + 6 + 6 + 2); b's 4 tokens fill the rest of the last.
   int64_t prompt_rows = 0;
   for (const auto& r : rows) prompt_rows += r.second;
-  // (Less what d found in its slot's cache: b's prompt also began with BOS.)
+  // (Less what d found cached: b's prompt also began with BOS, in b's last block.)
   EXPECT_EQ(prompt_rows, 20 + 4 + 3 - c.stats[d].cached_tokens);
   EXPECT_EQ(c.stats[a].cached_tokens + c.stats[b].cached_tokens, 0);
   EXPECT_EQ(c.tokens[a].size(), 3u);
