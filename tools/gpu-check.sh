@@ -194,6 +194,34 @@ speculative() {
 }
 speculative
 
+# --- serving with a pool of KV blocks: one trace in a budget of 4 whole contexts, as 4 slots and ---
+# as blocks shared by up to 64 slots (engine/block_pool.h); serving.md has each run's table.
+serving() {
+  local limit=$(( $(left) - 60 )) model=preset:llama-1b args=(--dtype f16) requests=128 prompts=16-512 outputs=16-256
+  [ $dry -eq 1 ] && { model=preset:tiny; args=(--device cpu); requests=16 prompts=8-64 outputs=8-32; }
+  if [ "$limit" -lt 30 ]; then say "skipped serving: out of time"; echo "skipped: out of time" > "$work/serving.md"; return; fi
+  local lo=${prompts%-*} hi=${prompts#*-} olo=${outputs%-*} ohi=${outputs#*-}
+  local ctx=$(( hi + ohi - 1 ))
+  # The budget in MiB: 4 contexts of whole 64-position blocks, as the whole-contexts run reserves them.
+  local mib
+  mib=$("$bin" bench-serve -m "$model" "${args[@]}" --policy continuous --slots 4 --requests 1 \
+          --prompt-len "$lo-$lo" --output-len "$olo-$olo" --ctx "$ctx" 2>&1 >/dev/null \
+        | sed -n 's/.*KV cache \([0-9.]*\) \([KMG]\)iB.*/\1 \2/p' | head -1)
+  mib=$(echo "${mib:-1 M}" | python3 -c "import math, sys; v, u = sys.stdin.read().split(); print(max(1, math.ceil(float(v) * {'K': 1 / 1024, 'M': 1, 'G': 1024}[u])))")
+  local name slots extra
+  for name in whole-contexts blocks; do
+    case $name in whole-contexts) slots=4 extra=() ;; blocks) slots=64 extra=(--kv-cache-mib "$mib") ;; esac
+    { echo "$model, $name ($slots slots, a budget of about $mib MiB):"
+      timeout "$limit" "$bin" bench-serve -m "$model" "${args[@]}" --policy continuous --slots "$slots" "${extra[@]}" \
+        --requests "$requests" --prompt-len "$prompts" --output-len "$outputs" --ctx "$ctx" 2> "$work/serving-$name.log" \
+        | grep -E '^\| continuous' || echo "  FAIL: bench-serve failed: $(tail -1 "$work/serving-$name.log")"
+    } >> "$work/serving.md"
+  done
+  grep -q FAIL "$work/serving.md" && status=1
+  say "serving done"
+}
+serving
+
 # --- the PyTorch peer on the shapes of the decode and prefill rows above ---
 if [ "$(left)" -ge 60 ]; then
   if [ $dry -eq 0 ]; then peer_args=(--preset llama-1b --dtype f16 --decode 128 --batch 1,8 --prefill 2048 --device cuda)

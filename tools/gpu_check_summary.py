@@ -144,6 +144,7 @@ def main() -> int:
         out += tests_section(work)
         out += bench_section(work)
         out += ["speculative:"] + ["  " + l for l in (read(work / "speculative.md").strip().splitlines() or ["did not run"])]
+        out += ["serving:"] + ["  " + l for l in (read(work / "serving.md").strip().splitlines() or ["did not run"])]
         out += peer_section(work)
         out += demos_section(work)
     out += ["timing:"] + ["  " + l for l in read(work / "progress.log").splitlines()]
