@@ -80,8 +80,14 @@ class LlamaLike(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
 
 
+class Server(ThreadingHTTPServer):
+    # bench-serve opens up to 12 connections at once here; socketserver's default backlog of 5 can
+    # refuse some of them on a loaded machine (seen once under ctest -j2 as "request 5 failed: Read").
+    request_queue_size = 64
+
+
 def main():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LlamaLike)
+    server = Server(("127.0.0.1", 0), LlamaLike)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     run = subprocess.run([sys.argv[1], "bench-serve", "--url", url, "--requests", "12", "--prompt-len", "8-32",
