@@ -340,8 +340,8 @@ int cmd_serve(int argc, char** argv) {
       {"--port", "N", "the port (default 8080; 0: a free port, printed)"},
       {"--slots", "N", "requests decoded together at most (default 8)"},
       {"--ctx", "N", "positions a request may reach (default: the model's context, at most 4096)"},
-      {"--kv-cache-mib", "N", "the KV cache's size: a pool of blocks of 64 positions that requests take as\n"
-                              "                              they grow (default: slots x ctx positions)"},
+      {"--kv-cache-mib", "N", "the KV cache's size: a pool of blocks of 64 positions (or --ctx, if shorter)\n"
+                              "                              that requests take as they grow (default: slots x ctx positions)"},
       {"--step-tokens", "N", "rows per forward pass at most: decode rows plus prompt chunks (default 256)"},
       {"--max-queue", "N", "requests waiting for a slot at most; more are answered 429 (default 256)"},
       {"--max-body-bytes", "N", "the largest request body (default 1048576)"},
