@@ -139,7 +139,8 @@ class Decoder {
   void rewind(int64_t seq, int64_t n_past);
   // Paged caches (kv_blocks > 0): sequence `seq`'s block table becomes blocks[0..n) and it holds
   // n_past positions, the first n_past rows of those blocks (at most n * block size). A pass may
-  // then write its positions up to n * block size.
+  // then write its positions up to n * block size. Run a paged cache through forward_chunks: a
+  // recorded decode() step replays without uploading a table changed since it was recorded.
   void set_blocks(int64_t seq, const int32_t* blocks, int64_t n, int64_t n_past);
   // Copies block src's keys and values into block dst, before the next pass (copy on write).
   void copy_block(int32_t dst, int32_t src);

@@ -79,7 +79,8 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
   logit_slots_.reserve(static_cast<size_t>(options_.slots));
   argmax_.reserve(static_cast<size_t>(options_.slots));
   cancels_.reserve(static_cast<size_t>(options_.slots + options_.max_queue));
-  cancelled_queued_.reserve(static_cast<size_t>(options_.max_queue));
+  // Preempted requests go back to the queue past max_queue: at most one per slot.
+  cancelled_queued_.reserve(static_cast<size_t>(options_.max_queue + options_.slots));
 }
 
 Scheduler::~Scheduler() = default;
@@ -225,6 +226,14 @@ void Scheduler::admit_locked() {
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
 }
 
+namespace {
+// Releases a sequence's blocks last first, so that its cached blocks are evicted last first: a
+// prefix is found from its first block on, and one that lost its first block is lost whole.
+void release_in_reverse(BlockPool& pool, const std::vector<int32_t>& blocks) {
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.release(*b);
+}
+}  // namespace
+
 // Gives `live` the blocks of its whole input in sequence `slot`: the cached ones its tokens begin
 // with, a copy of a partly matching one, and new ones for the rest. False (nothing held) when they
 // do not fit, or when a running prefill will compute some of them.
@@ -234,11 +243,11 @@ bool Scheduler::admit_paged(Live& live, int64_t slot) {
   int64_t copy_rows = 0;
   int64_t cached = cached_prefix(live, &copy_src, &copy_rows);
   const int64_t needed = KvCache::blocks_for(live.n_input, pool.block_size()) - int64_t(live.blocks.size());
-  // A cached block to copy is held while its copy is allocated: one block fewer to take. Without
-  // it to spare, the rows are computed instead.
-  if (copy_src >= 0 && pool.refs(copy_src) == 0 && pool.available_blocks() - 1 < needed) copy_src = -1;
+  // A cached block to copy is held while its copy is allocated (then released), so the copy needs
+  // a second block free or cached at that moment; without one, the rows are computed instead.
+  if (copy_src >= 0 && pool.refs(copy_src) == 0 && pool.available_blocks() < 2) copy_src = -1;
   if (waits_for_prefill(live, cached) || pool.available_blocks() < needed) {
-    for (int32_t b : live.blocks) pool.release(b);
+    release_in_reverse(pool, live.blocks);
     live.blocks.clear();
     live.n_remembered = 0;
     live.key = BlockPool::kRoot;
@@ -312,7 +321,7 @@ void Scheduler::release_blocks(int64_t slot) {
   if (caching() && tail > 0 && tail < bs && int64_t(l.blocks.size()) > l.n_remembered &&
       !blocks_->remembered(l.blocks[size_t(l.n_remembered)]))
     blocks_->remember(l.blocks[size_t(l.n_remembered)], l.key, l.tokens.data() + l.n_remembered * bs, tail);
-  for (int32_t b : l.blocks) blocks_->release(b);
+  release_in_reverse(*blocks_, l.blocks);
   l.blocks.clear();
   l.n_remembered = 0;
   l.key = BlockPool::kRoot;
@@ -525,7 +534,7 @@ bool Scheduler::step() {
   }
   if (paged() && grow_decoding()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    admit_locked();  // a preempted request may fit a free slot at once, with its blocks cached
+    admit_locked();  // a preempted request may fit a free slot at once, its first blocks still cached
   }
   if (!build_rows()) {
     std::lock_guard<std::mutex> lock(mutex_);

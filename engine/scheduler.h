@@ -30,8 +30,8 @@
 // when its positions cross into a new one. When none is left, the request admitted last is
 // preempted: its blocks are released, and it goes back to the front of the queue with its prompt
 // and every token it has generated as the prompt to recompute, its sampler's state kept, so it
-// goes on with the tokens it would have made (its full blocks are likely still cached, and then
-// are not recomputed). A request whose prompt and max_tokens need more blocks than the pool has
+// goes on with the tokens it would have made. Its blocks stay cached, released last first so that
+// the pool evicts its last blocks first: those of its prefix that survive are not recomputed. A request whose prompt and max_tokens need more blocks than the pool has
 // is refused at submit().
 //
 // Prefix caching (SchedulerOptions::prompt_cache, on by default, as vLLM's automatic prefix
@@ -80,7 +80,9 @@ struct RequestStats {
   FinishReason reason = FinishReason::stop;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens delivered (a stop token is not delivered)
-  int64_t cached_tokens = 0;      // prompt tokens whose keys and values were cached already
+  // Prompt tokens whose keys and values were cached at its first admission (a request preempted
+  // later may compute them after all, and they stay counted here and in prompt_tokens_cached).
+  int64_t cached_tokens = 0;
   double submitted = 0, admitted = 0, first_token = 0, finished = 0;
   double ttft() const { return first_token - submitted; }  // time to first token
   // Time per output token after the first (0 with fewer than two tokens).

@@ -283,6 +283,30 @@ TEST(Scheduler, ConcurrentIdenticalPromptsArePrefilledOnce) {
   }
 }
 
+// A full pool evicts a finished request's last blocks first: its prefix is found from its first
+// block on, so keeping the first ones keeps what can be found again.
+TEST(Scheduler, APoolUnderPressureEvictsAPrefixFromItsEnd) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(31);
+  SchedulerOptions o;
+  o.slots = 1;
+  o.kv_block_size = 8;
+  o.kv_blocks = 4;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  const std::vector<int32_t> first = random_prompt(rng, 30);
+  uint64_t a = 0, b = 0, again = 0;
+  a = scheduler.submit(request(c, &a, first, 2));  // 31 positions: 3 full blocks and 7 rows
+  run_to_end(scheduler);
+  b = scheduler.submit(request(c, &b, {2, 9, 9, 9, 9, 9, 9, 9, 9}, 1));  // 2 blocks, both evicted ones
+  run_to_end(scheduler);
+  EXPECT_EQ(c.stats[b].cached_tokens, 0);
+  again = scheduler.submit(request(c, &again, first, 2));
+  run_to_end(scheduler);
+  EXPECT_EQ(c.stats[again].cached_tokens, 16);  // a's first two blocks; its last two were evicted
+  EXPECT_EQ(c.tokens[again], c.tokens[a]);
+}
+
 TEST(Scheduler, ARequestNeedingMoreBlocksThanThePoolIsRefused) {
   Fixture f = make(BackendKind::cpu);
   SchedulerOptions o;

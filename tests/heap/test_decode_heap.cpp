@@ -78,16 +78,19 @@ TEST(DecodeHeap, DecodeStepsAllocateNothing) {
     }
 }
 
-// Scheduler::step allocates nothing either: while three requests decode (their prompts read), while
-// a fourth is admitted to the free slot and its prompt read in chunks beside them, and on to the
-// end of every request. The callbacks write into space reserved before; submit() allocates, on
-// the caller's thread, and is outside the counts.
+// Scheduler::step allocates nothing either: while three requests decode (their prompts read) and
+// take a block of 8 positions every 8 tokens, while a fourth and a fifth with one prompt are
+// admitted (the fifth waits for the fourth's blocks, then holds them), and on to the end of every
+// request; then a sixth with that prompt again copies the last, partly filled block. The callbacks
+// write into space reserved before; submit() allocates, on the caller's thread, and is outside the
+// counts.
 TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
   auto backend = make_backend(BackendKind::cpu);
   auto model = load_model("preset:tiny", *backend, {});
   SchedulerOptions o;
-  o.slots = 4;
+  o.slots = 5;
   o.pass_rows = 16;
+  o.kv_block_size = 8;
   Scheduler scheduler(*model, o);
   std::vector<int32_t> tokens;
   tokens.reserve(3 * 64);
@@ -110,12 +113,16 @@ TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
     for (int step = 0; step < 20; ++step) scheduler.step();
   });
   EXPECT_EQ(n, 0) << "heap allocations in 20 scheduler steps of 3 decoding requests";
-  ServeRequest late;
-  late.prompt = std::vector<int32_t>(30, 5);
-  late.max_tokens = 4;
-  late.stop_at_eos = false;
-  late.on_token = [](int32_t) { return true; };
-  scheduler.submit(std::move(late));
+  auto late = [] {
+    ServeRequest r;
+    r.prompt = std::vector<int32_t>(30, 5);
+    r.max_tokens = 4;
+    r.stop_at_eos = false;
+    r.on_token = [](int32_t) { return true; };
+    return r;
+  };
+  scheduler.submit(late());
+  scheduler.submit(late());
   const long admit = allocations_in([&] {
     for (int step = 0; step < 3; ++step) scheduler.step();
   });
@@ -126,6 +133,14 @@ TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
   });
   EXPECT_EQ(rest, 0) << "heap allocations in the steps that finish every request";
   EXPECT_GE(tokens.size(), size_t(3 * 20));
+  EXPECT_EQ(scheduler.metrics().prompt_tokens_cached, uint64_t(24)) << "the fifth request held 3 blocks";
+  scheduler.submit(late());
+  const long copied = allocations_in([&] {
+    while (scheduler.step()) {
+    }
+  });
+  EXPECT_EQ(copied, 0) << "heap allocations in the steps of a request that copies a cached block";
+  EXPECT_EQ(scheduler.metrics().prompt_tokens_cached, uint64_t(24 + 29)) << "the sixth found all but its last token";
 }
 
 }  // namespace
