@@ -73,14 +73,8 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   MINFER_CHECK(options.kv_blocks >= 0 && options.kv_block_size >= 1, "kv_blocks ", options.kv_blocks,
                " must be >= 0 and kv_block_size ", options.kv_block_size, " >= 1");
   const int64_t kv_dim = info.n_kv_heads * info.head_dim;
-  const uint64_t cache_bytes =
-      options.kv_blocks == 0
-          ? KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, kv_dim, kv_dtype, options.kv_block_size)
-          : checked_product({uint64_t(options.kv_blocks),
-                             KvCache::bytes_per_block(info.n_layers,
-                                                      KvCache::block_size_for(n_ctx, options.kv_block_size),
-                                                      kv_dim, kv_dtype)},
-                            what);
+  const uint64_t cache_bytes = KvCache::bytes_needed(info.n_layers, n_seqs_, n_ctx, kv_dim, kv_dtype,
+                                                     options.kv_block_size, options.kv_blocks);
   const uint64_t activation_bytes = model_.activation_bytes(pass_rows_, logit_rows_);
   const uint64_t logit_bytes = checked_product({2, uint64_t(logit_rows_), uint64_t(vocab_), 4}, what);
   const uint64_t needed = checked_add(checked_add(cache_bytes, activation_bytes, what), logit_bytes, what);

@@ -8,11 +8,12 @@
 namespace minfer {
 
 uint64_t KvCache::bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim, DType dtype,
-                               int64_t block_size) {
+                               int64_t block_size, int64_t n_blocks) {
   block_size = block_size_for(n_ctx, block_size);
-  return checked_product({2, uint64_t(n_layers), uint64_t(n_seqs), uint64_t(blocks_for(n_ctx, block_size)),
-                          uint64_t(block_size), uint64_t(kv_dim), dtype_bytes(dtype, 1)},
-                         "KV cache size");
+  const uint64_t blocks = n_blocks > 0 ? uint64_t(n_blocks)
+                                       : checked_product({uint64_t(n_seqs), uint64_t(blocks_for(n_ctx, block_size))},
+                                                         "KV cache blocks");
+  return checked_product({blocks, bytes_per_block(n_layers, block_size, kv_dim, dtype)}, "KV cache size");
 }
 
 uint64_t KvCache::bytes_per_block(int64_t n_layers, int64_t block_size, int64_t kv_dim, DType dtype) {
@@ -33,8 +34,7 @@ KvCache::KvCache(Backend& backend, int64_t n_layers, int64_t n_seqs, int64_t n_c
   const uint64_t blocks =
       contiguous ? checked_product({uint64_t(n_seqs), uint64_t(width)}, "KV cache blocks") : uint64_t(n_blocks);
   MINFER_CHECK(blocks <= uint64_t(INT32_MAX), "KV cache: ", blocks, " blocks do not fit the i32 block table");
-  const uint64_t bytes =
-      checked_product({blocks, bytes_per_block(n_layers, block_size_, n_kv_heads * head_dim, dtype)}, "KV cache size");
+  const uint64_t bytes = bytes_needed(n_layers, n_seqs, n_ctx, n_kv_heads * head_dim, dtype, block_size, n_blocks);
   check_memory_fits(backend, bytes,
                     contiguous ? "the KV cache for " + std::to_string(n_seqs) + " sequences of " +
                                      std::to_string(n_ctx) + " positions"

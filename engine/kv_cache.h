@@ -69,12 +69,12 @@ class KvCache {
   // shared block copied before it is written), on the backend's stream.
   void copy_block(Backend& backend, int32_t dst, int32_t src) const;
 
-  // The blocks a sequence of n_ctx positions needs, and the bytes of a cache of this shape
-  // (overflow-checked).
+  // The block size a context of n_ctx positions gets, the blocks a sequence of n_ctx positions
+  // needs, and the bytes of a cache of this shape, n_seqs whole contexts or n_blocks (overflow-checked).
   static int64_t block_size_for(int64_t n_ctx, int64_t block_size) { return n_ctx < block_size ? n_ctx : block_size; }
   static int64_t blocks_for(int64_t n_ctx, int64_t block_size) { return (n_ctx + block_size - 1) / block_size; }
   static uint64_t bytes_needed(int64_t n_layers, int64_t n_seqs, int64_t n_ctx, int64_t kv_dim, DType dtype,
-                               int64_t block_size = kDefaultBlockSize);
+                               int64_t block_size = kDefaultBlockSize, int64_t n_blocks = 0);
   // The bytes of one block in every layer, keys and values.
   static uint64_t bytes_per_block(int64_t n_layers, int64_t block_size, int64_t kv_dim, DType dtype);
 

@@ -226,13 +226,14 @@ void Scheduler::admit_locked() {
   metrics_.queue_depth = static_cast<int64_t>(queue_.size());
 }
 
-namespace {
-// Releases a sequence's blocks last first, so that its cached blocks are evicted last first: a
-// prefix is found from its first block on, and one that lost its first block is lost whole.
-void release_in_reverse(BlockPool& pool, const std::vector<int32_t>& blocks) {
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.release(*b);
+// Releases live's blocks last first, so that its cached blocks are evicted last first (a prefix is
+// found from its first block on, and one that lost its first block is lost whole), and forgets them.
+void Scheduler::drop_blocks(Live& live) {
+  for (auto b = live.blocks.rbegin(); b != live.blocks.rend(); ++b) blocks_->release(*b);
+  live.blocks.clear();
+  live.n_remembered = 0;
+  live.key = BlockPool::kRoot;
 }
-}  // namespace
 
 // Gives `live` the blocks of its whole input in sequence `slot`: the cached ones its tokens begin
 // with, a copy of a partly matching one, and new ones for the rest. False (nothing held) when they
@@ -247,10 +248,7 @@ bool Scheduler::admit_paged(Live& live, int64_t slot) {
   // a second block free or cached at that moment; without one, the rows are computed instead.
   if (copy_src >= 0 && pool.refs(copy_src) == 0 && pool.available_blocks() < 2) copy_src = -1;
   if (waits_for_prefill(live, cached) || pool.available_blocks() < needed) {
-    release_in_reverse(pool, live.blocks);
-    live.blocks.clear();
-    live.n_remembered = 0;
-    live.key = BlockPool::kRoot;
+    drop_blocks(live);
     return false;
   }
   if (copy_src >= 0) {
@@ -321,10 +319,7 @@ void Scheduler::release_blocks(int64_t slot) {
   if (caching() && tail > 0 && tail < bs && int64_t(l.blocks.size()) > l.n_remembered &&
       !blocks_->remembered(l.blocks[size_t(l.n_remembered)]))
     blocks_->remember(l.blocks[size_t(l.n_remembered)], l.key, l.tokens.data() + l.n_remembered * bs, tail);
-  release_in_reverse(*blocks_, l.blocks);
-  l.blocks.clear();
-  l.n_remembered = 0;
-  l.key = BlockPool::kRoot;
+  drop_blocks(l);
   decoder_.set_blocks(slot, nullptr, 0, 0);
 }
 

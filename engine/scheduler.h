@@ -202,6 +202,7 @@ class Scheduler {
   int64_t newest_running() const;
   void preempt(int64_t slot);
   void release_blocks(int64_t slot);
+  void drop_blocks(Live& live);
   void remember_full_blocks();
   bool build_rows();
   int64_t oldest_prefilling() const;
