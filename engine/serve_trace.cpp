@@ -36,8 +36,14 @@ std::vector<TraceRequest> make_trace(const TraceOptions& o, int64_t vocab, int32
   std::mt19937_64 rng(o.seed);
   std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
   std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(vocab - 1));
+  // note: a prompt's first token is BOS, or without one a token from a second stream, so that the
+  // lengths and every other token are the same whatever `bos` is: llama-server names a BOS only
+  // where its tokenizer adds one, minfer serve its model's, and bench-serve --url must ask both for
+  // the same work.
+  std::mt19937_64 first_tokens(o.seed ^ 0x9e3779b97f4a7c15ull);
+  auto first = [&] { return bos >= 0 ? bos : token(first_tokens); };
   std::vector<int32_t> shared;
-  if (bos >= 0 && o.shared_prefix > 0) shared.push_back(bos);
+  if (o.shared_prefix > 0) shared.push_back(first());
   while (static_cast<int64_t>(shared.size()) < o.shared_prefix) shared.push_back(token(rng));
   std::vector<TraceRequest> trace(static_cast<size_t>(o.n_requests));
   double t = 0.0;
@@ -48,7 +54,7 @@ std::vector<TraceRequest> make_trace(const TraceOptions& o, int64_t vocab, int32
     const int64_t length = o.shared_prefix + log_uniform(rng, o.prompt_min, o.prompt_max);
     r.prompt.reserve(static_cast<size_t>(length));
     r.prompt = shared;
-    if (bos >= 0 && shared.empty()) r.prompt.push_back(bos);
+    if (shared.empty()) r.prompt.push_back(first());
     while (static_cast<int64_t>(r.prompt.size()) < length) r.prompt.push_back(token(rng));
     r.max_tokens = log_uniform(rng, o.output_min, o.output_max);
     r.temperature = o.temperature;

@@ -25,7 +25,7 @@ struct TraceOptions {
   double rate = 0.0;  // requests per second; 0: all arrive at once
   int64_t prompt_min = 16, prompt_max = 256;
   int64_t output_min = 8, output_max = 256;
-  // Tokens every prompt begins with (a system prompt; BOS first), before its own prompt tokens.
+  // Tokens every prompt begins with (a system prompt; BOS first where there is one), before its own prompt tokens.
   int64_t shared_prefix = 0;
   float temperature = 0.0f;
   uint64_t seed = 1;
@@ -40,7 +40,9 @@ struct TraceRequest {
 };
 
 // The trace for a model with `vocab` tokens; prompts start with `bos` (when >= 0), then the shared
-// prefix, then their own tokens, all drawn from [3, vocab) (past llama2.c's UNK, BOS and EOS).
+// prefix, then their own tokens, all drawn from [3, vocab) (past llama2.c's UNK, BOS and EOS). With
+// bos < 0 the first token is drawn from a second stream: the lengths and the other tokens are
+// those of the same seed with a BOS.
 std::vector<TraceRequest> make_trace(const TraceOptions& options, int64_t vocab, int32_t bos);
 
 struct LatencySummary {

@@ -631,6 +631,21 @@ TEST(ServeTrace, TracesAreSeededAndReplayAnswersEveryRequest) {
       EXPECT_GE(a[i].arrival, a[i - 1].arrival);
     }
   }
+  // Without a BOS (llama-server names none where its tokenizer adds none) the same seed asks for the
+  // same work: the same arrivals, lengths and tokens but the first. With a shared prefix too.
+  for (int64_t shared : {0, 5}) {
+    t.shared_prefix = shared;
+    const auto with_bos = make_trace(t, 61, 1), without = make_trace(t, 61, -1);
+    for (size_t i = 0; i < with_bos.size(); ++i) {
+      EXPECT_EQ(with_bos[i].arrival, without[i].arrival);
+      EXPECT_EQ(with_bos[i].max_tokens, without[i].max_tokens);
+      ASSERT_EQ(with_bos[i].prompt.size(), without[i].prompt.size()) << "request " << i << ", shared " << shared;
+      EXPECT_EQ(with_bos[i].prompt.front(), 1);
+      EXPECT_GE(without[i].prompt.front(), 3);
+      EXPECT_TRUE(std::equal(with_bos[i].prompt.begin() + 1, with_bos[i].prompt.end(), without[i].prompt.begin() + 1));
+    }
+  }
+  t.shared_prefix = 0;
   Fixture f = make(BackendKind::cpu);
   SchedulerOptions o;
   o.slots = 4;
