@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# minfer serve against llama.cpp's llama-server on the same GGUF file, with the same slots, context
-# per slot, KV cache type (f16) and threads, replaying the same seeded trace with
-# `minfer bench-serve --url` against each in turn (A B A B ..., a fresh server per run).
+# minfer serve against llama.cpp's llama-server on the same GGUF file, with the same KV memory (f16
+# cache) and threads, replaying the same seeded trace with `minfer bench-serve --url` against each in
+# turn (A B A B ..., a fresh server per run).
 # usage: bench/peers/serve_compare.sh GGUF [rounds=3] [slots=4] [ctx=512] [requests=48]
+# Two layouts of that memory, slots x ctx positions:
+#   default      both give each of `slots` slots its own ctx positions (llama-server --no-kv-unified).
+#   KV_MIB=N     llama-server keeps one unified cache of slots x ctx positions (--kv-unified) for its
+#                `slots` slots, and minfer a pool of N MiB of blocks (--kv-cache-mib N) that up to
+#                MINFER_SLOTS requests decode in at once. Set N to that memory (both caches are f16,
+#                the same bytes a position): each run prints minfer's log line "KV cache ... MiB (f16,
+#                B blocks of P positions ...)" and llama-server's "n_slots = ..., n_ctx_slot = ...".
 # env:   PEERS (default /tmp/peers), MINFER (default $PEERS/minfer: a copy of build/minfer, so that a
 #        rebuild mid-run cannot change it), LSERVER (default $PEERS/llama.cpp-build/bin/llama-server),
-#        THREADS (2), PROMPTS (16-128), OUTPUTS (16-128), OUTDIR
-# llama-server is built from llama-cpp-python's source package, as bench/peers/setup.sh builds its tools:
-#   cmake --build $PEERS/llama.cpp-build --target llama-server
+#        THREADS (2), PROMPTS (16-128), OUTPUTS (16-128), OUTDIR, KV_MIB (unset), MINFER_SLOTS (with
+#        KV_MIB; default: requests), CONNECTIONS (requests in flight from the client; default slots, or
+#        requests with KV_MIB)
+# llama-server is built from llama-cpp-python's source package by bench/peers/setup.sh.
 set -euo pipefail
 GGUF=$1
 ROUNDS=${2:-3}
@@ -21,6 +29,9 @@ THREADS=${THREADS:-2}
 PROMPTS=${PROMPTS:-16-128}
 OUTPUTS=${OUTPUTS:-16-128}
 OUTDIR=${OUTDIR:-$(mktemp -d "$P/serve.XXXXXX")}
+KV_MIB=${KV_MIB:-}
+MINFER_SLOTS=${MINFER_SLOTS:-$REQUESTS}
+if [ -n "$KV_MIB" ]; then CONNECTIONS=${CONNECTIONS:-$REQUESTS}; else CONNECTIONS=${CONNECTIONS:-$SLOTS}; fi
 export LD_LIBRARY_PATH="$(dirname "$LSERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for f in "$GGUF" "$MINFER" "$LSERVER"; do [ -e "$f" ] || { echo "missing: $f" >&2; exit 2; }; done
 mkdir -p "$OUTDIR"
@@ -37,24 +48,31 @@ wait_ready() {  # $1 = pid: until /health answers 200, the process dies, or 120 
 
 run_one() {  # $1 = minfer|llama, $2 = round
   local log=$OUTDIR/$1-r$2.server.log pid
-  if [ "$1" = minfer ]; then
+  if [ "$1" = minfer ] && [ -n "$KV_MIB" ]; then
+    "$MINFER" serve -m "$GGUF" --host 127.0.0.1 --port $PORT --slots "$MINFER_SLOTS" --ctx "$CTX" \
+      --kv-cache-mib "$KV_MIB" --threads "$THREADS" --kv-dtype f16 >"$log" 2>&1 &
+  elif [ "$1" = minfer ]; then
     "$MINFER" serve -m "$GGUF" --host 127.0.0.1 --port $PORT --slots "$SLOTS" --ctx "$CTX" --threads "$THREADS" \
       --kv-dtype f16 >"$log" 2>&1 &
   else
     # -c is the context of all slots together; -np of them share it. f16 KV cache is its default.
+    local kv=--no-kv-unified
+    [ -n "$KV_MIB" ] && kv=--kv-unified
     "$LSERVER" -m "$GGUF" --host 127.0.0.1 --port $PORT -np "$SLOTS" -c $((SLOTS * CTX)) -t "$THREADS" -tb "$THREADS" \
-      --no-kv-unified --metrics --no-webui >"$log" 2>&1 &
+      $kv --metrics --no-webui >"$log" 2>&1 &
   fi
   pid=$!
   if ! wait_ready $pid; then echo "$1 did not start: $log" >&2; kill $pid 2>/dev/null; exit 1; fi
   "$MINFER" bench-serve --url "http://127.0.0.1:$PORT" --requests "$REQUESTS" --prompt-len "$PROMPTS" \
-    --output-len "$OUTPUTS" --seed 1 --connections "$SLOTS" -o json --save-json "$OUTDIR/$1-r$2.json" \
+    --output-len "$OUTPUTS" --seed 1 --connections "$CONNECTIONS" -o json --save-json "$OUTDIR/$1-r$2.json" \
     >"$OUTDIR/$1-r$2.out" 2>"$OUTDIR/$1-r$2.err" || { echo "bench-serve against $1 failed: $OUTDIR/$1-r$2.err" >&2; kill $pid; exit 1; }
   kill -TERM $pid
   wait $pid 2>/dev/null || true
+  grep -m1 -E '^minfer: KV cache|initializing, n_slots' "$log" | sed "s/^/  $1 r$2: /" || true
 }
 
 echo "gguf=$GGUF slots=$SLOTS ctx=$CTX threads=$THREADS requests=$REQUESTS prompts=$PROMPTS outputs=$OUTPUTS rounds=$ROUNDS"
+echo "connections=$CONNECTIONS${KV_MIB:+ unified: llama-server -np $SLOTS -c $((SLOTS * CTX)), minfer --kv-cache-mib $KV_MIB --slots $MINFER_SLOTS}"
 echo "minfer=$MINFER  llama-server=$LSERVER  logs in $OUTDIR"
 for r in $(seq "$ROUNDS"); do
   run_one minfer "$r"

@@ -7,7 +7,8 @@
 # usage: bench/peers/setup.sh RUN_C LLAMA_CPP_SRC [PEERS=/tmp/peers]
 #   RUN_C          karpathy/llama2.c's run.c (commit 350e04f was used), read from the project
 #   LLAMA_CPP_SRC  a llama.cpp source tree, e.g. vendor/llama.cpp of `pip download --no-binary :all:
-#                  llama-cpp-python==0.3.36` (built here with its tools, natively, with OpenMP)
+#                  llama-cpp-python==0.3.36` (built here with its tools and llama-server, with OpenMP
+#                  and exactly the instruction sets /proc/cpuinfo lists)
 set -euo pipefail
 RUN_C=$1
 LLAMA_SRC=$2
@@ -21,12 +22,26 @@ mkdir -p "$PEERS"
 
 # run.c as llama2.c's Makefile builds its fastest OpenMP variant.
 gcc -Ofast -march=native -fopenmp -o "$PEERS/run" "$RUN_C" -lm
-# llama.cpp's tools: llama-bench, llama-quantize, llama-perplexity, and the speculative decoding examples
-# llama-speculative and llama-lookup (bench/peers/measure_speculative.py).
-cmake -S "$LLAMA_SRC" -B "$PEERS/llama.cpp-build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON \
-  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF >/dev/null
+# llama.cpp's ISA options, each ON where /proc/cpuinfo lists its flag, with GGML_NATIVE=OFF: a build
+# that uses an extension the CPU lacks (AMX, AVX512_BF16) dies with SIGILL, so it names exactly
+# what this CPU has (rebuild it on another CPU).
+ggml_isa_options() {
+  local flags pair
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  for pair in sse4_2:SSE42 avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 amx_tile:AMX_TILE \
+              amx_int8:AMX_INT8 amx_bf16:AMX_BF16; do
+    case $flags in *" ${pair%%:*} "*) echo "-DGGML_${pair#*:}=ON" ;; *) echo "-DGGML_${pair#*:}=OFF" ;; esac
+  done
+}
+# llama.cpp's tools: llama-bench, llama-quantize, llama-perplexity, the speculative decoding examples
+# llama-speculative and llama-lookup (bench/peers/measure_speculative.py), and llama-server
+# (bench/peers/serve_compare.sh).
+# shellcheck disable=SC2046
+cmake -S "$LLAMA_SRC" -B "$PEERS/llama.cpp-build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF $(ggml_isa_options) \
+  -DGGML_OPENMP=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF >/dev/null
 cmake --build "$PEERS/llama.cpp-build" -j "$(nproc)" --target llama-bench llama-quantize llama-perplexity \
-  llama-speculative llama-lookup
+  llama-speculative llama-lookup llama-server
 # One seed, three files: minfer's writers draw the same weights for every format.
 "$MINFER" make-model --preset stories110M -o "$PEERS/s110.bin"
 "$MINFER" make-model --preset stories110M --format gguf -z "$TOKENIZER" -o "$PEERS/s110-f32.gguf"
