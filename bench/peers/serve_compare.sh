@@ -5,16 +5,16 @@
 # usage: bench/peers/serve_compare.sh GGUF [rounds=3] [slots=4] [ctx=512] [requests=48]
 # Two layouts of that memory, slots x ctx positions:
 #   default      both give each of `slots` slots its own ctx positions (llama-server --no-kv-unified).
-#   KV_MIB=N     llama-server keeps one unified cache of slots x ctx positions (--kv-unified) for its
-#                `slots` slots, and minfer a pool of N MiB of blocks (--kv-cache-mib N) that up to
-#                MINFER_SLOTS requests decode in at once. Set N to that memory (both caches are f16,
-#                the same bytes a position): each run prints minfer's log line "KV cache ... MiB (f16,
-#                B blocks of P positions ...)" and llama-server's "n_slots = ..., n_ctx_slot = ...".
+#   KV_MIB=N     llama-server keeps one unified cache of slots x ctx positions (--kv-unified) for
+#                LLAMA_SLOTS slots, and minfer a pool of N MiB of blocks (--kv-cache-mib N) that up
+#                to MINFER_SLOTS requests decode in at once. Set N to that memory (both caches are
+#                f16, the same bytes a position): each run prints minfer's log line "KV cache ... MiB
+#                (f16, B blocks of P positions ...)" and llama-server's "n_slots = ..., n_ctx_slot = ...".
 # env:   PEERS (default /tmp/peers), MINFER (default $PEERS/minfer: a copy of build/minfer, so that a
 #        rebuild mid-run cannot change it), LSERVER (default $PEERS/llama.cpp-build/bin/llama-server),
-#        THREADS (2), PROMPTS (16-128), OUTPUTS (16-128), OUTDIR, KV_MIB (unset), MINFER_SLOTS (with
-#        KV_MIB; default: requests), CONNECTIONS (requests in flight from the client; default slots, or
-#        requests with KV_MIB)
+#        THREADS (2), PROMPTS (16-128), OUTPUTS (16-128), OUTDIR, KV_MIB (unset); with KV_MIB,
+#        MINFER_SLOTS (default: requests) and LLAMA_SLOTS (default: slots); CONNECTIONS (requests in
+#        flight from the client; default slots, or requests with KV_MIB)
 # llama-server is built from llama-cpp-python's source package by bench/peers/setup.sh.
 set -euo pipefail
 GGUF=$1
@@ -31,6 +31,7 @@ OUTPUTS=${OUTPUTS:-16-128}
 OUTDIR=${OUTDIR:-$(mktemp -d "$P/serve.XXXXXX")}
 KV_MIB=${KV_MIB:-}
 MINFER_SLOTS=${MINFER_SLOTS:-$REQUESTS}
+LLAMA_SLOTS=${LLAMA_SLOTS:-$SLOTS}
 if [ -n "$KV_MIB" ]; then CONNECTIONS=${CONNECTIONS:-$REQUESTS}; else CONNECTIONS=${CONNECTIONS:-$SLOTS}; fi
 export LD_LIBRARY_PATH="$(dirname "$LSERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for f in "$GGUF" "$MINFER" "$LSERVER"; do [ -e "$f" ] || { echo "missing: $f" >&2; exit 2; }; done
@@ -56,9 +57,9 @@ run_one() {  # $1 = minfer|llama, $2 = round
       --kv-dtype f16 >"$log" 2>&1 &
   else
     # -c is the context of all slots together; -np of them share it. f16 KV cache is its default.
-    local kv=--no-kv-unified
-    [ -n "$KV_MIB" ] && kv=--kv-unified
-    "$LSERVER" -m "$GGUF" --host 127.0.0.1 --port $PORT -np "$SLOTS" -c $((SLOTS * CTX)) -t "$THREADS" -tb "$THREADS" \
+    local kv=--no-kv-unified np=$SLOTS
+    [ -n "$KV_MIB" ] && kv=--kv-unified np=$LLAMA_SLOTS
+    "$LSERVER" -m "$GGUF" --host 127.0.0.1 --port $PORT -np "$np" -c $((SLOTS * CTX)) -t "$THREADS" -tb "$THREADS" \
       $kv --metrics --no-webui >"$log" 2>&1 &
   fi
   pid=$!
@@ -72,7 +73,7 @@ run_one() {  # $1 = minfer|llama, $2 = round
 }
 
 echo "gguf=$GGUF slots=$SLOTS ctx=$CTX threads=$THREADS requests=$REQUESTS prompts=$PROMPTS outputs=$OUTPUTS rounds=$ROUNDS"
-echo "connections=$CONNECTIONS${KV_MIB:+ unified: llama-server -np $SLOTS -c $((SLOTS * CTX)), minfer --kv-cache-mib $KV_MIB --slots $MINFER_SLOTS}"
+echo "connections=$CONNECTIONS${KV_MIB:+ unified: llama-server -np $LLAMA_SLOTS -c $((SLOTS * CTX)), minfer --kv-cache-mib $KV_MIB --slots $MINFER_SLOTS}"
 echo "minfer=$MINFER  llama-server=$LSERVER  logs in $OUTDIR"
 for r in $(seq "$ROUNDS"); do
   run_one minfer "$r"
