@@ -89,6 +89,9 @@ BENCHMARK(BM_Matmul)
     ->Args({256, 1536, 288, int(DType::f32), 1})
     // decode's dot products at one thread, the weights in L2: what the arithmetic alone allows
     ->ArgsProduct({{1}, {768}, {768}, {int(DType::q8_0), int(DType::q4_0), int(DType::q4_k), int(DType::q6_k)}, {1}})
+    // batched decode with quantized weights, about where the integer GEMM takes over from the dot
+    // products (quant_gemm_min_rows: 5 rows for Q4_1, 10 for Q8_0, 20 for Q6_K with AVX-512 VNNI)
+    ->ArgsProduct({{4, 5, 8, 10, 16, 20, 32}, {3072}, {768}, {int(DType::q8_0), int(DType::q4_1), int(DType::q6_k)}, {0}})
     ->Unit(benchmark::kMicrosecond);
 
 // The same products with the weights coming from main memory, as in a decode step: enough copies

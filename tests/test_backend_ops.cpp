@@ -545,13 +545,15 @@ std::vector<Case> all_cases() {
   // The 4- to 6-bit GGUF types on the CPU and CUDA: rows of 3 and 9 blocks of 32, or 2 super-blocks
   // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight
   // rows on the CPU, with a partial last tile; M = 33 to 35: the integer GEMM's tiles of 4 rows
-  // with 1 to 3 left over, and 57 columns, a strip of 32 and one of 25; on CUDA M <= 8 is the
-  // matvec, above it the f16 slabs and cuBLASLt).
+  // with 1 to 3 left over, and 57 columns, a strip of 32 and one of 25; on the CPU the integer GEMM
+  // takes over from the dot products at 5 to 24 rows by type (quant_gemm_min_rows), so 5 to 7, 9,
+  // 17, 21 and 25 are its first rows with 1 to 3 left over; on CUDA M <= 8 is the matvec, above it
+  // the f16 slabs and cuBLASLt).
   for (const std::string backend : {"cpu", "cuda"})
     for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
                     DType::q5_k, DType::q6_k}) {
       const int64_t K = is_k_quant(t) ? 512 : 96;
-      for (int64_t M : {1, 2, 3, 4, 5, 8, 17, 32, 33, 34, 35, 100})
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 21, 25, 32, 33, 34, 35, 100})
         cases.push_back({backend, Op::matmul, M, M == 100 ? 300 : M > 32 ? 57 : 33,
                          M == 5 && !is_k_quant(t) ? 288 : K, 0, t, M == 3 || M == 17 || M == 34});
       for (int64_t M : {1, 5})

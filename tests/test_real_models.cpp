@@ -147,8 +147,9 @@ TEST(RealModels, SmolLM2PerplexityMatchesLlamaCpp) {
 
 // How often greedy answers change with the shape of the prompt's passes (docs/serving.md): windows
 // of 40 to 55 tokens of text.txt, 16 greedy tokens after the prompt read in one pass, against the
-// prompt read a row per pass and 16 rows per pass. Above 32 rows a pass takes prefill's kernels,
-// which round apart from decode's, so answers at a near-tie change: the count is printed. With
+// prompt read a row per pass and 16 rows per pass. From 5 rows (quant_gemm_min_rows for Q4_1 with
+// AVX-512 VNNI or AVX2) a pass takes the integer GEMM, which rounds apart from decode's dot
+// products, so answers at a near-tie change: the count is printed. With
 // BackendOptions::batch_invariant (--batch-invariant) every row is computed as decode computes
 // it: the logits after the prompt are equal bit for bit whatever the passes, and no answer changes.
 TEST(RealModels, SmolLM2GreedyAnswersAgainstPassShape) {

@@ -27,10 +27,12 @@
 //                                      panel's columns
 //   > 32      any        gemm          without AVX2: Eigen's cache-blocked GEMM on each thread's
 //                                      slice of the weights; f16/bf16 widened 64 rows at a time
-//   any       quantized  matmul_quant.cpp: integer dot products up to 32 rows (every M with
-//                                      batch_invariant), an integer GEMM
-//                                      above (AVX-512 VNNI or AVX2; for Q8_0 on AVX2 and without
-//                                      them, dequantized tiles into the panels or Eigen's GEMM)
+//   any       quantized  matmul_quant.cpp: integer dot products below the rows from which the
+//                                      integer GEMM wins (5 to 24 by type with AVX-512 VNNI, 5 to 33
+//                                      with AVX2: quant_gemm_min_rows; every M with batch_invariant),
+//                                      the integer GEMM from there; where it does not run (Q8_0 on
+//                                      AVX2, no AVX2), dot products up to 32 rows and dequantized
+//                                      tiles into the panels or Eigen's GEMM above
 //
 // choose_kernel() below is this table, and this file holds it, the dispatch and one_row, the plain
 // SIMD dot product decode runs; the other f32/f16/bf16 kernels of the table, tuned for their

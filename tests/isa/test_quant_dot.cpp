@@ -8,9 +8,11 @@
 // them), so a machine with AVX-512 checks every path, and an AVX2 machine all but the AVX-512 ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/quants.h"
@@ -128,9 +130,10 @@ void expect_double_sums(const std::vector<float>& out, int64_t M, int64_t N, int
     }
 }
 
-// Prefill's product (M > 32 rows) of every type against sums in double over the dequantized
-// weights and the activations as quantized: M = 33 to 40 (every remainder of the tiles of 4 or 2
-// rows, and whole tiles) by N = 45 or 57 (a strip of 32 columns and a partial one of 13 or 25:
+// The products of many rows (prefill, batched decode) of every type against sums in double over
+// the dequantized weights and the activations as quantized: from a row below quant_gemm_min_rows
+// (the dot products) to 7 past it, and M = 33 to 40 (every remainder of the tiles of 4 or 2 rows,
+// and whole tiles) by N = 45 or 57 (a strip of 32 columns and a partial one of 13 or 25:
 // AVX2's tiles of 16 columns then have a partial first half, or a whole one and a partial second),
 // 3 super-blocks or 9 blocks of 32 along K. `edge`: every code at its top and every activation of
 // a row at +127 or -127 (the sign alternating by row): the largest integer sums a run can hold.
@@ -158,11 +161,18 @@ void check_prefill(DType t, int64_t M, int64_t N, uint32_t seed, bool edge) {
       [&](int64_t m, int64_t k) { return xs[size_t(m)][size_t(k)]; }, 2e-5, 1e-6);
 }
 
-TEST_P(QuantDot, PrefillMatchesTheDequantizedSums) {
-  std::printf("prefill with %s weights: %s\n", dtype_name(GetParam()),
-              quant_gemm_supports(GetParam()) ? "the integer GEMM" : "dequantized tiles and the f32 prefill kernel");
+TEST_P(QuantDot, ManyRowsMatchTheDequantizedSums) {
+  if (quant_gemm_supports(GetParam()))
+    std::printf("%s weights: the integer GEMM from %lld rows\n", dtype_name(GetParam()),
+                static_cast<long long>(quant_gemm_min_rows(GetParam())));
+  else
+    std::printf("%s weights: dequantized tiles and the f32 prefill kernel above 32 rows\n", dtype_name(GetParam()));
   uint32_t seed = 11 + 100 * uint32_t(GetParam());
-  for (int64_t M = 33; M <= 40; ++M)
+  std::set<int64_t> rows;
+  for (int64_t M = 33; M <= 40; ++M) rows.insert(M);
+  const int64_t first = quant_gemm_min_rows(GetParam());
+  for (int64_t M = std::max<int64_t>(1, first - 1); M <= first + 7; ++M) rows.insert(M);
+  for (int64_t M : rows)
     for (int64_t N : {45, 57})
       for (bool edge : {false, true}) check_prefill(GetParam(), M, N, seed++, edge);
 }

@@ -2,24 +2,28 @@
 // a decode step reads 3.8 to 7 times fewer bytes than with f32 weights, and decode, being
 // memory-bound, can run that much faster if the arithmetic keeps up with the stream.
 //
-// Up to 32 activation rows (decode, batched decode): the activations are quantized once per call,
-// in the block type llama.cpp pairs with the weight type (kernels/cpu/quant/quant_dot.h), and each
+// Decode, and batched decode of a few sequences: the activations are quantized once per call, in
+// the block type llama.cpp pairs with the weight type (kernels/cpu/quant/quant_dot.h), and each
 // weight row meets up to four activation rows in integer dot products (quant_dot*.cpp), so a
-// weight is read once per four sequences and costs a handful of instructions per block.
+// weight is read once per four sequences and costs a handful of instructions per block. From
+// quant_gemm_min_rows(w) rows (5 for Q4_1 with VNNI, 10 for Q8_0, 24 for Q2_K: quant_gemm.cpp
+// says how they were measured) the integer GEMM below is faster, and takes them: at 16 rows of
+// SmolLM2's Q4_1 it runs a product 2.4x as fast, and batched decode of 16 sequences 2.2x.
 //
 // note: widening the weights to f32 in registers against f32 activations (exact, no second
 // quantization) streams as fast at one row but falls behind from a few rows on. The integer path
 // costs an NMSE of about 1.6e-5 per product for Q8_0; llama.cpp makes the same choice.
 //
-// Above 32 rows (prefill), the activations are rounded the same way, so both paths multiply the
-// same codes, and then:
+// From there (prefill, larger batches), the activations are rounded the same way, so both paths
+// multiply the same codes, and then:
 //   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant/quant_gemm.h multiplies the codes in
 //     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
 //     type but Q8_0);
-//   - otherwise (and Q8_0 on AVX2) each thread dequantizes 256 weight rows at a time to f32 (kernels/cpu/quant/dequantize.h,
-//     vector code bit for bit as dequantize_row) and multiplies them with the rounded activations
-//     by the f32 prefill kernel on that thread (matmul_f32_on_this_thread: the panels with AVX2
-//     or AVX-512, Eigen's GEMM without them), where the dequantization is paid once for all M rows.
+//   - otherwise (and Q8_0 on AVX2), above 32 rows, each thread dequantizes 256 weight rows at a
+//     time to f32 (kernels/cpu/quant/dequantize.h, vector code bit for bit as dequantize_row) and
+//     multiplies them with the rounded activations by the f32 prefill kernel on that thread
+//     (matmul_f32_on_this_thread: the panels with AVX2 or AVX-512, Eigen's GEMM without them),
+//     where the dequantization is paid once for all M rows.
 //
 // note: each choice above was measured (bench/results/NOTES.md, "Q8_0 products" and "Prefill with
 // quantized weights"): the integer GEMM runs pp256 2.67x (Q4_K_M) and 3.00x (Q8_0) as fast as the
@@ -29,8 +33,9 @@
 //
 // note: the GEMM sums each block's integer product whole before scaling it, the dot products keep
 // per-lane partial sums to the end, so the two round apart in the last bits of a sum, and a
-// token's logits depend on whether it was prefilled or decoded. With the shipped SmolLM2 Q4_1 a
-// near-tie flips often enough to change 9 of 32 greedy answers (docs/serving.md).
+// token's logits depend on how many rows shared its product: a prompt read in one pass or a row at
+// a time, a sequence decoded alone or in a batch of 16. At a near-tie that flips a greedy token
+// (docs/serving.md counts how often).
 // batch_invariant sends every M to the dot products instead (pp256 at 0.29x the tokens/s there).
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
@@ -53,7 +58,7 @@ namespace minfer::cpu {
 
 namespace {
 
-constexpr int64_t kSmallMaxRows = 32;  // as in matmul.cpp: decode of up to 32 sequences
+constexpr int64_t kSmallMaxRows = 32;  // the dot products' rows where the integer GEMM does not run
 constexpr int64_t kTileRows = 256;     // weight rows dequantized per step of the GEMM path (see the top)
 constexpr int64_t kMinTileRows = 32;   // the fewest, when a matrix has too few rows for every thread
 constexpr int kDotRows = 4;            // activation rows per pass over a weight row
@@ -138,9 +143,10 @@ void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, 
   MINFER_CHECK(K % dtype_block(w_dtype) == 0, dtype_name(w_dtype), " matmul: K = ", K, " is not whole blocks of ",
                dtype_block(w_dtype));
   if (M <= 0 || N <= 0) return;
-  if (M <= kSmallMaxRows || batch_invariant)
+  const bool integer = quant_gemm_supports(w_dtype);
+  if (batch_invariant || M < (integer ? quant_gemm_min_rows(w_dtype) : kSmallMaxRows + 1))
     small_rows(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
-  else if (quant_gemm_supports(w_dtype))
+  else if (integer)
     integer_gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
   else
     gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);

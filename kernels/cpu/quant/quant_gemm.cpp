@@ -1,4 +1,4 @@
-// Integer GEMM for prefill with quantized weights (kernels/cpu/quant/quant_gemm.h).
+// Integer GEMM for prefill and batched decode with quantized weights (kernels/cpu/quant/quant_gemm.h).
 //
 // Every weight type is a run of codes with one affine map per run of G weights (G = 16 for the
 // sub-blocks of Q2_K, Q3_K and Q6_K, 32 for the others): w = dl * q - ml. The codes go to the
@@ -362,10 +362,37 @@ void strip_rows_for(DType w, int G, bool symmetric, const Strip& strip, const Ac
 
 }  // namespace
 
+// note: the rows from which the GEMM beats the dot products (quant_gemm_min_rows) were measured on a
+// Zen 4, 2 threads, 3072 x 768 weights, medians of 3 rounds, the AVX2 build run on the same CPU
+// (bench/results/NOTES.md, "Batched decode with quantized weights"). The GEMM pays a fixed cost per
+// call, the strips unpacked, which the dot products do not; the dot products reload each weight row
+// once per 4 activation rows. Q4_1 and Q5_1, whose dot products cost the most, cross first; Q2_K,
+// Q3_K and Q6_K, whose dot products cost the least, last.
 #if defined(MINFER_QUANT_GEMM_VNNI)
 bool quant_gemm_supports(DType w) { return is_quantized(w); }
+
+int64_t quant_gemm_min_rows(DType w) {
+  switch (w) {
+    case DType::q4_1: case DType::q5_1: return 5;
+    case DType::q5_0: return 6;
+    case DType::q8_0: case DType::q4_0: case DType::q5_k: return 10;
+    case DType::q4_k: return 16;
+    case DType::q6_k: return 20;
+    default: return 24;  // q2_k, q3_k
+  }
+}
 #else
 bool quant_gemm_supports(DType w) { return is_quantized(w) && w != DType::q8_0; }
+
+int64_t quant_gemm_min_rows(DType w) {
+  switch (w) {
+    case DType::q4_1: case DType::q5_1: return 5;
+    case DType::q5_0: return 6;
+    case DType::q5_k: return 16;
+    case DType::q4_0: case DType::q4_k: case DType::q6_k: return 24;
+    default: return 33;  // q2_k, q3_k (and q8_0, which takes no integer GEMM here)
+  }
+}
 #endif
 
 void quant_gemm(ThreadPool& pool, float* out, int64_t ld_out, const uint8_t* act, const void* w, DType w_dtype,
@@ -399,6 +426,7 @@ void quant_gemm(ThreadPool& pool, float* out, int64_t ld_out, const uint8_t* act
 #else
 
 bool quant_gemm_supports(DType) { return false; }
+int64_t quant_gemm_min_rows(DType) { return 33; }
 
 void quant_gemm(ThreadPool&, float*, int64_t, const uint8_t*, const void*, DType w_dtype, int64_t, int64_t, int64_t) {
   MINFER_CHECK(false, "quant_gemm: this build has neither AVX-512 VNNI nor AVX2 with FMA (", dtype_name(w_dtype), ")");
