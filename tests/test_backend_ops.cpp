@@ -546,9 +546,9 @@ std::vector<Case> all_cases() {
   // of 256; decode, batched decode and prefill (M = 100: past one dequantized tile of 256 weight
   // rows on the CPU, with a partial last tile; M = 33 to 35: the integer GEMM's tiles of 4 rows
   // with 1 to 3 left over, and 57 columns, a strip of 32 and one of 25; on the CPU the integer GEMM
-  // takes over from the dot products at 5 to 24 rows by type (quant_gemm_min_rows), so 5 to 7, 9,
-  // 17, 21 and 25 are its first rows with 1 to 3 left over; on CUDA M <= 8 is the matvec, above it
-  // the f16 slabs and cuBLASLt).
+  // takes over from the dot products at 5 to 24 rows by type with AVX-512 VNNI, 5 to 33 with AVX2
+  // (quant_gemm_min_rows), so 5 to 7, 9, 17, 21 and 25 put its tiles of 4 rows with 1 to 3 left
+  // over near those boundaries; on CUDA M <= 8 is the matvec, above it the f16 slabs and cuBLASLt).
   for (const std::string backend : {"cpu", "cuda"})
     for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
                     DType::q5_k, DType::q6_k}) {
