@@ -21,6 +21,8 @@ using ConstVector = Eigen::Map<const Eigen::VectorXf>;
 
 // Keys per block of the online variant: 64 scores live in registers and L1.
 constexpr int64_t kKeyBlock = 64;
+// Query heads that share a KV head, at most, for one task of the online variant to take together.
+constexpr int64_t kMaxGroup = 16;
 
 // The scores and weighted sum (below) as function pointers, for a cache of type W (simd::F32 or
 // simd::F16): the arguments of scores() and weighted_sum().
@@ -62,15 +64,19 @@ void weighted_sum_scalar(float* out, const float* p, const typename W::Stored* v
 // Eigen path took about a tenth longer: 605 against 543 ms; bench/results/NOTES.md).
 constexpr int L = simd::kWidth;
 
-// Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of L * HV values) into the cache.
+// Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of L * HV values) into L2.
 // The kernels below request, 16 rows per 16 keys, the rows for_each_run names: the next block of
 // this head's keys, or the next task's first block (why: the note there).
+// note: into L2 (prefetcht1), not L1 (prefetcht0): decode attention from DRAM took 0.7x the time
+// at B = 1 and 2048 positions, and 0.8x at B = 16 and 512, on a Zen 4 (bench/results/NOTES.md,
+// "Decode attention: prefetching into L2, a KV head at a time"). Our reading: a prefetch into L1 holds one of its few
+// miss buffers until the line comes, so fewer lines are on their way from DRAM at once.
 template <class W, int HV>
 inline void prefetch_rows(const typename W::Stored* rows, int64_t n_rows, int64_t t0) {
   if (rows == nullptr) return;
   constexpr int64_t line = 64 / sizeof(typename W::Stored);  // elements per 64-byte cache line
   const int64_t end = std::min(n_rows, t0 + 16) * L * HV;
-  for (int64_t i = t0 * L * HV; i < end; i += line) __builtin_prefetch(rows + i);
+  for (int64_t i = t0 * L * HV; i < end; i += line) __builtin_prefetch(rows + i, 0, 2);
 }
 
 // score[t] = scale * q . keys[t] for t < n (keys at row stride `stride`, which is L * HV); the
@@ -241,7 +247,7 @@ struct HeadTask {
   float* out;                // (head_dim)
   HeadKeys<W> keys;
   HeadKeys<W> next;          // next.n_keys == 0 when there is no next task
-  bool keys_cached = false;  // the task before on this thread read the same keys (another query head of the group)
+  bool keys_cached = false;  // the head just run on this thread read the same keys (another query head of the group)
 };
 
 // The keys [i0, i1) of a task, run by run: visit(offset of the run from i0, n, keys, values,
@@ -320,48 +326,75 @@ void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratc
   });
 }
 
-// One pass over blocks of kKeyBlock keys with the online softmax (kernels/ref/online_softmax.h):
-// the output so far is rescaled whenever a block raises the running maximum, and divided by the
-// running sum at the end.
+// One pass over blocks of kKeyBlock keys with the online softmax (kernels/ref/online_softmax.h),
+// for the query heads `t` of one KV head (their tasks, n of them: one row's heads that share these
+// keys): the output so far is rescaled whenever a block raises the running maximum, and divided by
+// the running sum at the end.
+// note: each block of keys and values is read by every head of the group in turn before the next
+// block, so the heads after the first find it in L1 or L2; a head at a time over all the keys
+// left the second and third heads of SmolLM2's 9 on 3 KV heads to read them from L2 or L3 again.
+// Decode attention of 16 sequences at 512 positions took 0.87x the time (bench/results/NOTES.md,
+// "Decode attention: prefetching into L2, a KV head at a time").
 template <class W>
-void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratch& scratch) {
+void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>* t, int64_t n, Scratch& scratch) {
   scratch.resize(static_cast<size_t>(kKeyBlock));
-  Vector out(t.out, blocks.head_dim());
-  OnlineSoftmax state;
-  out.setZero();
-  for (int64_t t0 = 0; t0 < t.keys.n_keys; t0 += kKeyBlock) {
-    const int64_t n = std::min(kKeyBlock, t.keys.n_keys - t0);
-    Vector score(scratch.data(), n);
-    attend_keys(blocks, t, t0, t0 + n, score.data(), [&] {
-      const float correction = state.raise_max(score.maxCoeff());
-      // softmax_rescale(score, max) over the block, vectorized: the scores are finite here.
-      score = (score.array() - state.max).exp().matrix();
-      state.sum += score.sum();
-      out = out * correction;
-    });
+  OnlineSoftmax state[kMaxGroup];
+  for (int64_t h = 0; h < n; ++h) Vector(t[h].out, blocks.head_dim()).setZero();
+  const int64_t n_keys = t[0].keys.n_keys;
+  for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyBlock) {
+    const int64_t n_block = std::min(kKeyBlock, n_keys - t0);
+    Vector score(scratch.data(), n_block);
+    for (int64_t h = 0; h < n; ++h) {
+      Vector out(t[h].out, blocks.head_dim());
+      attend_keys(blocks, t[h], t0, t0 + n_block, score.data(), [&] {
+        const float correction = state[h].raise_max(score.maxCoeff());
+        // softmax_rescale(score, max) over the block, vectorized: the scores are finite here.
+        score = (score.array() - state[h].max).exp().matrix();
+        state[h].sum += score.sum();
+        out = out * correction;
+      });
+    }
   }
-  out /= state.sum;
+  for (int64_t h = 0; h < n; ++h) Vector(t[h].out, blocks.head_dim()) /= state[h].sum;
 }
 
-// Every (row, head) task of one attention call over caches of type W, on the thread pool.
+// Every task of one attention call over caches of type W, on the thread pool: a task is one
+// (row, head), or with the online softmax one (row, KV head), all the query heads that share it.
+// note: a KV head at a time gives a thread `group` times fewer, longer tasks; it is taken where
+// there are at least 4 a thread, so that one sequence's decode at B = 1 (3 tasks on 2 threads at
+// SmolLM2's 3 KV heads) still splits by query head.
 template <AttentionAlgorithm A, class W>
 void attention_over(ThreadPool& pool, const AttentionArgs& a) {
   const HeadBlocks<W> blocks(a.head_dim, a.scale);
   const int64_t group = a.n_heads / a.n_kv_heads;
-  // The keys and values task (row m, head h) attends to.
-  auto keys_of = [&](int64_t task) { return HeadKeys<W>(a, task / a.n_heads, task % a.n_heads / group); };
+  const bool by_kv_head = A == AttentionAlgorithm::online_softmax && group > 1 && group <= kMaxGroup &&
+                          a.M * a.n_kv_heads >= 4 * int64_t(pool.size());
+  const int64_t heads_a_task = by_kv_head ? group : 1, tasks_a_row = a.n_heads / heads_a_task;
+  // Query head h of row m, with its keys and values (the next task's, whose first block is
+  // prefetched, set by the caller).
+  auto head_task = [&](int64_t m, int64_t h) {
+    return HeadTask<W>{a.q + m * a.ld_q + h * a.head_dim, a.out + m * a.ld_out + h * a.head_dim,
+                       HeadKeys<W>(a, m, h / group), {}};
+  };
+  auto first_keys = [&](int64_t task) {
+    return HeadKeys<W>(a, task / tasks_a_row, task % tasks_a_row * heads_a_task / group);
+  };
   // `first`: the first task of this thread's range; the next, whose keys are prefetched, is
   // task + 1 if it is below `end`.
   auto run_task = [&](int64_t task, int64_t first, int64_t end) {
-    const int64_t m = task / a.n_heads, h = task % a.n_heads;
-    HeadTask<W> t{a.q + m * a.ld_q + h * a.head_dim, a.out + m * a.ld_out + h * a.head_dim, keys_of(task), {}};
-    if (task + 1 < end) t.next = keys_of(task + 1);
-    t.keys_cached = task > first && keys_of(task - 1).same_keys(t.keys);
+    const int64_t m = task / tasks_a_row, h0 = task % tasks_a_row * heads_a_task;
+    HeadTask<W> t[kMaxGroup];
+    for (int64_t i = 0; i < heads_a_task; ++i) {
+      t[i] = head_task(m, h0 + i);
+      t[i].keys_cached = i > 0;  // the head before read these keys a moment ago
+    }
+    if (task + 1 < end) t[heads_a_task - 1].next = first_keys(task + 1);
+    if (!by_kv_head) t[0].keys_cached = task > first && first_keys(task - 1).same_keys(t[0].keys);
     thread_local Scratch scratch;  // grows once
-    if (A == AttentionAlgorithm::three_pass) attend_three_pass(blocks, t, scratch);
-    else attend_online_softmax(blocks, t, scratch);
+    if (A == AttentionAlgorithm::three_pass) attend_three_pass(blocks, t[0], scratch);
+    else attend_online_softmax(blocks, t, heads_a_task, scratch);
   };
-  const int64_t tasks = a.M * a.n_heads;
+  const int64_t tasks = a.M * tasks_a_row;
   if (pool.size() == 1 || tasks == 1) {
     for (int64_t t = 0; t < tasks; ++t) run_task(t, 0, tasks);
   } else {
