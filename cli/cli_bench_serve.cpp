@@ -5,6 +5,7 @@
 // both on the same trace.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <tuple>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct PolicyRun {
   std::string url;  // empty: in this process
   int64_t connections = 0;
   std::string kv_dtype;  // in this process: the KV cache's type
+  // In this process: the scheduler's counters at the end (forward passes, prompt rows computed,
+  // recomputation after preemptions included, prompt tokens found cached, preemptions).
+  std::optional<SchedulerMetrics> metrics;
 };
 
 nlohmann::ordered_json to_json(const PolicyRun& p, const std::string& model, int64_t slots, const TraceOptions& t) {
@@ -66,6 +70,12 @@ nlohmann::ordered_json to_json(const PolicyRun& p, const std::string& model, int
   j["max_busy_slots"] = p.run.max_occupancy();
   j["ttft_seconds"] = summary(p.run.ttft());
   j["tpot_seconds"] = summary(p.run.tpot());
+  if (p.metrics) {
+    j["steps"] = p.metrics->steps;
+    j["prompt_rows_computed"] = p.metrics->prompt_tokens;
+    j["prompt_tokens_cached"] = p.metrics->prompt_tokens_cached;
+    j["preemptions"] = p.metrics->preemptions;
+  }
   if (!p.url.empty()) {
     j["url"] = p.url;
     j["connections"] = p.connections;
@@ -108,7 +118,8 @@ void run_in_process(const Args& args, const std::string& policy, const TraceOpti
                  p.c_str(), static_cast<long long>(so.slots), format_bytes(cache.bytes()).c_str(),
                  static_cast<long long>(cache.n_blocks()), static_cast<long long>(cache.block_size()),
                  static_cast<long long>(trace.n_requests));
-    runs->push_back({p, replay(scheduler, requests), "", 0, dtype_name(scheduler.decoder().cache().dtype())});
+    ServeRun run = replay(scheduler, requests);
+    runs->push_back({p, std::move(run), "", 0, dtype_name(scheduler.decoder().cache().dtype()), scheduler.metrics()});
   }
   *model_name = info.name;
   *slots = so.slots;
@@ -139,6 +150,14 @@ void print_runs(const Args& args, const std::vector<PolicyRun>& runs, const std:
                   static_cast<long long>(r.run.max_occupancy()), ttft.median * 1e3,
                   ttft.p90 * 1e3, ttft.p99 * 1e3, tpot.median * 1e3, tpot.p90 * 1e3, tpot.p99 * 1e3);
     }
+    for (const auto& r : runs)
+      if (r.metrics)
+        std::printf("\n%s: %llu forward passes; %llu prompt rows computed for %lld prompt tokens (%llu found "
+                    "cached, recomputation after %llu preemptions included)\n",
+                    r.policy.c_str(), static_cast<unsigned long long>(r.metrics->steps),
+                    static_cast<unsigned long long>(r.metrics->prompt_tokens), static_cast<long long>(r.run.prompt_tokens),
+                    static_cast<unsigned long long>(r.metrics->prompt_tokens_cached),
+                    static_cast<unsigned long long>(r.metrics->preemptions));
     if (runs.size() == 2 && runs[0].run.output_tokens_per_second() > 0)
       std::printf("\ncontinuous / static: %.2fx output tokens/s, median TPOT %.2fx\n",
                   runs[1].run.output_tokens_per_second() / runs[0].run.output_tokens_per_second(),
@@ -227,7 +246,7 @@ int cmd_bench_serve(int argc, char** argv) {
     const std::vector<TraceRequest> requests = make_trace(trace, server.vocab_size, server.bos_id);
     std::fprintf(stderr, "minfer: %s at %s, %lld requests over at most %lld connections...\n", model_name.c_str(),
                  url.c_str(), static_cast<long long>(trace.n_requests), static_cast<long long>(connections));
-    runs.push_back({"server", replay_http(url, requests, static_cast<int>(connections)), url, connections, ""});
+    runs.push_back({"server", replay_http(url, requests, static_cast<int>(connections)), url, connections, "", std::nullopt});
   } else {
     MINFER_CHECK(!args.has("--connections"), "--connections: only with --url");
     run_in_process(args, policy, trace, needed, &runs, &model_name, &slots);

@@ -449,6 +449,13 @@ TEST(ServeTiny, BenchServeOverHttpReplaysTheInProcessTrace) {
   EXPECT_GT(h[0]["ttft_seconds"]["median"].get<double>(), 0.0);
   EXPECT_LE(h[0]["ttft_seconds"]["median"].get<double>(), h[0]["ttft_seconds"]["p99"].get<double>());
   EXPECT_GT(h[0]["tpot_seconds"]["median"].get<double>(), 0.0);
+  // The scheduler's counters come only from a run in this process: every prompt token computed once
+  // or found cached, with no preemption in a pool of whole contexts.
+  EXPECT_FALSE(h[0].contains("prompt_rows_computed"));
+  EXPECT_GT(l[0]["steps"].get<int64_t>(), 0);
+  EXPECT_EQ(l[0]["preemptions"], 0);
+  EXPECT_EQ(l[0]["prompt_rows_computed"].get<int64_t>() + l[0]["prompt_tokens_cached"].get<int64_t>(),
+            l[0]["prompt_tokens"].get<int64_t>());
   EXPECT_TRUE(wait_metrics(p, 5, [](const Metrics& m) { return m.get("minfer_busy_slots") == 0; }));
   const Metrics m = metrics(p);
   EXPECT_EQ(m.get("minfer_requests_total"), 24);
