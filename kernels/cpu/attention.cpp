@@ -389,7 +389,7 @@ void attention_over(ThreadPool& pool, const AttentionArgs& a) {
       t[i].keys_cached = i > 0;  // the head before read these keys a moment ago
     }
     if (task + 1 < end) t[heads_a_task - 1].next = first_keys(task + 1);
-    if (!by_kv_head) t[0].keys_cached = task > first && first_keys(task - 1).same_keys(t[0].keys);
+    t[0].keys_cached = task > first && first_keys(task - 1).same_keys(t[0].keys);
     thread_local Scratch scratch;  // grows once
     if (A == AttentionAlgorithm::three_pass) attend_three_pass(blocks, t[0], scratch);
     else attend_online_softmax(blocks, t, heads_a_task, scratch);
