@@ -35,6 +35,12 @@ BlockPool::BlockPool(int64_t n_blocks, int64_t block_size) : n_blocks_(n_blocks)
   lru_next_.assign(n, -1);
 }
 
+uint64_t BlockPool::root(uint64_t scope) {
+  // mix is a bijection of 64-bit words (xor-shifts and odd multipliers are invertible), so
+  // distinct scopes give distinct roots.
+  return mix(scope ^ 0x6d696e6665722d31ull);
+}
+
 uint64_t BlockPool::key(uint64_t parent, const int32_t* tokens, int64_t n) {
   uint64_t h = mix(parent);
   for (int64_t i = 0; i < n; ++i) h = mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull));

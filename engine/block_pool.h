@@ -9,13 +9,19 @@
 //     sequence that starts with those tokens takes it back; a sequence that needs a block and
 //     finds the free list empty takes the oldest cached block and the pool forgets its tokens.
 //
-// What a block is remembered by: the key of every token before it (its parent's key; kRoot for a
-// sequence's first block) and its own tokens, block_size of them when it is full, fewer for the
-// last block of a finished sequence. A full block's key, key(parent, its tokens), is its children's
-// parent. A lookup (longest_child) compares a candidate's own tokens; that the tokens before it are
-// the same rests on the 64-bit key of the whole prefix (two different prefixes with one key: about
-// 2^-64 for a pair). A child whose parent was evicted is found again once a sequence with the same
-// prefix remembers a new parent, since keys follow tokens, not blocks.
+// What a block is remembered by: the key of every token before it (its parent's key; root(scope)
+// for a sequence's first block) and its own tokens, block_size of them when it is full, fewer for
+// the last block of a finished sequence. A full block's key, key(parent, its tokens), is its
+// children's parent. A lookup (longest_child) compares a candidate's parent key and its own
+// tokens; that the tokens before it are the same rests on the 64-bit key of the whole prefix (two
+// different prefixes with one key: about 2^-64 for a pair). A child whose parent was evicted is
+// found again once a sequence with the same prefix remembers a new parent, since keys follow
+// tokens, not blocks.
+//
+// Scopes: every key chain starts at root(scope), and root is one-to-one, so a first block is
+// found, shared or copied only by a sequence of its own scope, and a later block only by a 64-bit
+// collision of two chains (which whoever picks the scopes makes unpredictable: serve draws them
+// from a keyed hash, serve/serve_api.h). Scope 0 is the one every request shares by default.
 //
 // note: everything is sized when the pool is made (a bucket array of twice the blocks, rounded to a
 // power of two, and per-block arrays and lists threaded through them), so no call allocates: the
@@ -30,8 +36,6 @@ namespace minfer {
 
 class BlockPool {
  public:
-  static constexpr uint64_t kRoot = 0x6d696e6665722d31ull;  // the parent key of a first block
-
   BlockPool(int64_t n_blocks, int64_t block_size);
 
   int64_t n_blocks() const { return n_blocks_; }
@@ -66,6 +70,9 @@ class BlockPool {
 
   // The key of the prefix `parent` followed by tokens[0..n).
   static uint64_t key(uint64_t parent, const int32_t* tokens, int64_t n);
+  // The parent key of a first block in `scope` (ServeRequest::cache_scope): two scopes never
+  // share one.
+  static uint64_t root(uint64_t scope);
 
  private:
   void forget(int32_t block);

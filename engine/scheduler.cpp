@@ -34,7 +34,7 @@ struct Scheduler::Live {
   // of the first are full and remembered, and the key of the tokens in those.
   std::vector<int32_t> blocks;
   int64_t n_remembered = 0;
-  uint64_t key = BlockPool::kRoot;
+  uint64_t key = 0;  // BlockPool::root(request.cache_scope) before the first block
   uint64_t admission = 0;      // its place among admissions (preemption takes the newest)
   uint64_t sampler_state = 0;  // after a preemption: the generator's state to resume with
   bool admitted_before = false;
@@ -119,6 +119,7 @@ uint64_t Scheduler::submit(ServeRequest request) {
   live->tokens.reserve(static_cast<size_t>(P + live->request.max_tokens));
   live->tokens = live->request.prompt;
   live->n_input = P;
+  live->key = BlockPool::root(live->request.cache_scope);
   live->blocks.reserve(static_cast<size_t>(decoder_.cache().blocks_per_seq()));
   live->stats.prompt_tokens = P;
   live->stats.submitted = now_seconds();
@@ -232,7 +233,7 @@ void Scheduler::drop_blocks(Live& live) {
   for (auto b = live.blocks.rbegin(); b != live.blocks.rend(); ++b) blocks_->release(*b);
   live.blocks.clear();
   live.n_remembered = 0;
-  live.key = BlockPool::kRoot;
+  live.key = BlockPool::root(live.request.cache_scope);
 }
 
 // Gives `live` the blocks of its whole input in sequence `slot`: the cached ones its tokens begin
@@ -291,13 +292,15 @@ int64_t Scheduler::cached_prefix(Live& live, int32_t* copy_src, int64_t* copy_ro
   return done;
 }
 
-// Whether a running request still prefilling will compute a full block of live's input that the
-// cache does not hold yet (past the `cached` positions): then live waits a step for it.
+// Whether a running request of live's scope, still prefilling, will compute a full block of
+// live's input that the cache does not hold yet (past the `cached` positions): then live waits a
+// step for it.
 bool Scheduler::waits_for_prefill(const Live& live, int64_t cached) const {
   if (!caching()) return false;
   const int64_t bs = blocks_->block_size(), limit = live.n_input - 1;
   for (const auto& slot : slots_) {
     if (slot == nullptr || slot->prompt_done >= slot->n_input) continue;
+    if (slot->request.cache_scope != live.request.cache_scope) continue;
     const int64_t n = std::min(limit, slot->n_input);
     int64_t equal = 0;
     while (equal < n && live.tokens[size_t(equal)] == slot->tokens[size_t(equal)]) ++equal;

@@ -44,7 +44,10 @@
 // that sends its whole history every turn thus prefills only the new turn; at least the prompt's
 // last token is always computed again, since its logits give the first new token. A request whose
 // prompt shares whole blocks with one still prefilling waits for them to be computed rather than
-// computing them again (32 requests with one system prompt prefill it once).
+// computing them again (32 requests with one system prompt prefill it once). All of this happens
+// within a request's cache scope (ServeRequest::cache_scope) only: a request never holds, copies
+// or waits for a block of another scope, so what it finds cached, and whether it waits for a
+// prefill, says nothing about the prompts of other scopes.
 //
 // Determinism: each request samples with its own generator seeded by its seed, so the tokens it
 // gets do not depend on what else runs. Its logits can differ in the last bits between a step of
@@ -82,6 +85,8 @@ struct RequestStats {
   int64_t completion_tokens = 0;  // tokens delivered (a stop token is not delivered)
   // Prompt tokens whose keys and values were cached at its first admission (a request preempted
   // later may compute them after all, and they stay counted here and in prompt_tokens_cached).
+  // Exact, rows copied from a partly matching block included: serve tells a client only the
+  // whole blocks of it (serve/serve_api.h, client_cached_tokens).
   int64_t cached_tokens = 0;
   double submitted = 0, admitted = 0, first_token = 0, finished = 0;
   double ttft() const { return first_token - submitted; }  // time to first token
@@ -97,6 +102,9 @@ struct ServeRequest {
   uint64_t seed = 1;
   bool stop_at_eos = true;           // end at the model's stop tokens (ModelInfo::stop_ids)
   std::vector<int32_t> stop_tokens;  // more tokens that end the request (not delivered)
+  // The prefix cache's tenant: the request finds, shares and copies only blocks that requests of
+  // the same scope computed (BlockPool::root). 0: the scope every request shares by default.
+  uint64_t cache_scope = 0;
   // Each generated token, in order, on the engine's thread. Returning false ends the request
   // after this token with FinishReason::stop (a stop string was completed, say).
   std::function<bool(int32_t token)> on_token;

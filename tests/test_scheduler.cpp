@@ -307,6 +307,85 @@ TEST(Scheduler, APoolUnderPressureEvictsAPrefixFromItsEnd) {
   EXPECT_EQ(c.tokens[again], c.tokens[a]);
 }
 
+ServeRequest scoped(ServeRequest r, uint64_t scope) {
+  r.cache_scope = scope;
+  return r;
+}
+
+// Cache scopes (ServeRequest::cache_scope): requests with one prompt in two scopes, together. The
+// other scope's request neither shares the first one's blocks nor waits for its prefill (it is
+// admitted in the same step and computes its own); one of the same scope waits and shares them.
+TEST(Scheduler, AnotherScopeNeitherSharesNorWaitsForAPromptsBlocks) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(37);
+  SchedulerOptions o;
+  o.slots = 3;
+  o.pass_rows = 16;
+  o.kv_block_size = 8;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  const std::vector<int32_t> prompt = random_prompt(rng, 37);
+  uint64_t a = 0, b = 0, same = 0;
+  a = scheduler.submit(scoped(request(c, &a, prompt, 4), 1));
+  b = scheduler.submit(scoped(request(c, &b, prompt, 4), 2));
+  same = scheduler.submit(scoped(request(c, &same, prompt, 4), 1));
+  int64_t most_used = 0;
+  while (scheduler.step()) most_used = std::max(most_used, scheduler.metrics().kv_blocks_used);
+  EXPECT_EQ(c.stats[a].cached_tokens, 0);
+  EXPECT_EQ(c.stats[b].cached_tokens, 0);
+  EXPECT_EQ(c.stats[same].cached_tokens, 32);  // 4 full blocks of 8 before the prompt's last token
+  EXPECT_EQ(c.stats[b].admitted, c.stats[a].admitted) << "scope 2 waited for scope 1's prefill";
+  EXPECT_GT(c.stats[same].admitted, c.stats[a].admitted);
+  // 5 blocks each (40 positions); the request of a's scope holds a's first 4 and one of its own.
+  EXPECT_EQ(most_used, 5 + 5 + 1);
+  // Every block a's scope filled is remembered once, and scope 2's five again, apart.
+  EXPECT_EQ(scheduler.metrics().kv_blocks_cached, 5 + 5);
+  const std::vector<int32_t> expected = alone(*f.model, prompt, 4, 0.0f, 1);
+  for (uint64_t id : {a, b, same}) EXPECT_EQ(c.tokens[id], expected) << "request " << id;
+  // Later, each scope finds its own blocks: all but the prompt's last token; scope 0 finds none.
+  for (uint64_t scope : {1, 2, 0}) {
+    uint64_t again = 0;
+    again = scheduler.submit(scoped(request(c, &again, prompt, 1), scope));
+    run_to_end(scheduler);
+    EXPECT_EQ(c.stats[again].cached_tokens, scope == 0 ? 0 : 36) << "scope " << scope;
+  }
+}
+
+// The first rows of a partly matching block (a full one, and a finished request's last one) are
+// copied only for a request of the same scope.
+TEST(Scheduler, APartlyMatchingBlockIsCopiedOnlyWithinItsScope) {
+  Fixture f = make(BackendKind::ref);
+  std::mt19937 rng(41);
+  SchedulerOptions o;
+  o.slots = 1;
+  o.kv_block_size = 8;
+  Scheduler scheduler(*f.model, o);
+  Collected c;
+  const std::vector<int32_t> prompt = random_prompt(rng, 10);
+  uint64_t a = 0;
+  a = scheduler.submit(scoped(request(c, &a, prompt, 2), 1));  // 11 positions: a full block and 3 rows
+  run_to_end(scheduler);
+  ASSERT_EQ(c.tokens[a].size(), 2u);
+  // Its first 5 tokens, then others: the first 5 rows of a's first block.
+  std::vector<int32_t> head(prompt.begin(), prompt.begin() + 5);
+  head.insert(head.end(), {50, 51, 52});
+  // Its prompt and first token, then others: a's first block and the 3 rows of its last one.
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), {c.tokens[a][0], 53, 54});
+  const struct {
+    const std::vector<int32_t>& prompt;
+    uint64_t scope;
+    int64_t cached;
+  } cases[] = {{head, 2, 0}, {longer, 3, 0}, {head, 1, 5}, {longer, 1, 8 + 3}};
+  for (const auto& k : cases) {
+    uint64_t id = 0;
+    id = scheduler.submit(scoped(request(c, &id, k.prompt, 1), k.scope));
+    run_to_end(scheduler);
+    EXPECT_EQ(c.stats[id].cached_tokens, k.cached) << k.prompt.size() << " tokens in scope " << k.scope;
+    EXPECT_EQ(c.tokens[id], alone(*f.model, k.prompt, 1, 0.0f, 1));
+  }
+}
+
 TEST(Scheduler, ARequestNeedingMoreBlocksThanThePoolIsRefused) {
   Fixture f = make(BackendKind::cpu);
   SchedulerOptions o;
