@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
+#include <string_view>
 
 #include "tokenizers/utf8.h"
 
@@ -260,6 +264,14 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
     check_unimplemented(key, v);
   } else if (key == "stream_options") {
     parse_stream_options(v, r);
+  } else if (key == "cache_salt") {
+    if (v.is_null()) return true;
+    if (!v.is_string()) wrong_type("cache_salt", "a string", v);
+    const size_t n = v.get_ref<const std::string&>().size();
+    if (n == 0 || n > kMaxCacheSaltBytes)
+      refuse("cache_salt", "cache_salt has " + std::to_string(n) + " bytes; it must have 1 to " +
+                               std::to_string(kMaxCacheSaltBytes));
+    r.cache_salt = v.get<std::string>();
   } else if (key != "user") {  // `user` identifies the caller to OpenAI and changes nothing
     return false;
   }
@@ -417,6 +429,55 @@ void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits) {
   if (prompt_tokens > limits.max_prompt_tokens)
     refuse("prompt", "the prompt of " + std::to_string(prompt_tokens) + " tokens is over this server's limit of " +
                          std::to_string(limits.max_prompt_tokens) + " tokens (--max-prompt-tokens)");
+}
+
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finalizer: a bijection of 64-bit words
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// `bytes` hashed 8 at a time into a state that starts at `key`, their count last.
+uint64_t keyed_hash(uint64_t key, std::string_view bytes) {
+  uint64_t h = mix(key);
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, std::min<size_t>(8, bytes.size() - i));
+    h = mix(h ^ word);
+  }
+  return mix(h ^ uint64_t(bytes.size()));
+}
+
+// The token of `Authorization: Bearer TOKEN` (the scheme in any case), "" for anything else.
+std::string_view bearer_token(const std::string& authorization) {
+  constexpr std::string_view scheme = "bearer ";
+  if (authorization.size() <= scheme.size()) return {};
+  for (size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return {};
+  return std::string_view(authorization).substr(scheme.size());
+}
+
+}  // namespace
+
+uint64_t cache_scope(uint64_t secret, const std::string& authorization, const std::optional<std::string>& salt) {
+  const std::string_view key = bearer_token(authorization);
+  if (key.empty() && !salt) return 0;
+  uint64_t h = keyed_hash(secret, key);
+  if (salt) h = keyed_hash(h ^ 0x73616c7400000000ull, *salt);  // "salt": a salted key is another scope
+  return h != 0 ? h : 1;
+}
+
+uint64_t draw_cache_secret() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) ^ uint64_t(device());
+}
+
+int64_t client_cached_tokens(int64_t cached_tokens, int64_t block_size) {
+  return cached_tokens / block_size * block_size;
 }
 
 StopMatcher::StopMatcher(std::vector<std::string> stops, size_t longest_piece) : stops_(std::move(stops)) {

@@ -55,6 +55,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage: a last event with usage only
   bool ignore_eos = false;             // keep going past the model's end tokens (vLLM's and llama.cpp's extension)
+  std::optional<std::string> cache_salt;  // 1 to kMaxCacheSaltBytes bytes: a cache scope of its own (vLLM's field)
 };
 // The sampler's state for a request's `seed`, any 64-bit integer as OpenAI's API takes it: the
 // seed itself (so that seed S draws what `minfer generate --seed S` draws), a negative one as its
@@ -73,6 +74,23 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
 // its turn, so as far as the context (n_ctx positions) and the server's --max-tokens-limit allow.
 int64_t chat_max_tokens(int64_t prompt_tokens, int64_t n_ctx, const ApiLimits& limits);
 void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits);
+
+// Prefix caching's tenants (ServeRequest::cache_scope). A request finds only cached blocks of its
+// own scope: that of its API key (the bearer token of `authorization`, "" when none; the server
+// has checked it before) and of its cache_salt, hashed together keyed with `secret`. Without
+// either, the scope is 0, shared by every such request. The hash (splitmix64's finalizer over
+// 8-byte words, keyed by a secret drawn at start-up by draw_cache_secret) is not a cryptographic
+// MAC, but no scope is ever shown to a client, and the only test a client has of one is a cache
+// hit: to reach another tenant's blocks it must send that tenant's key and salt, or find one of
+// 2^64 scopes blind.
+constexpr size_t kMaxCacheSaltBytes = 256;
+uint64_t cache_scope(uint64_t secret, const std::string& authorization, const std::optional<std::string>& salt);
+uint64_t draw_cache_secret();  // from std::random_device
+// What a client is told of the prompt tokens it found cached (usage's prompt_tokens_details.
+// cached_tokens): whole blocks of `block_size` only, as OpenAI's API reports them in steps of 128
+// tokens (from 1024). The rows a request copies from a partly matching block are not told, so a
+// match of one more token is not seen unless it completes a block.
+int64_t client_cached_tokens(int64_t cached_tokens, int64_t block_size);
 
 // Stop strings found in the bytes of tokens as they come, on the engine's thread. Allocates only
 // when made: the window holds the last (longest stop - 1) bytes plus one token's bytes, and its

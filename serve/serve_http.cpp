@@ -30,7 +30,7 @@ struct Channel {
   std::vector<int32_t> ids;  // reserved to max_tokens at submission: pushes allocate nothing
   bool finished = false;
   FinishReason reason = FinishReason::stop;
-  int64_t cached_tokens = 0;  // prompt tokens found cached (RequestStats::cached_tokens)
+  int64_t cached_tokens = 0;  // what the client is told of its cached prompt tokens (client_cached_tokens)
   bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
   // The engine's thread only: stop strings found as the tokens come, so that the request ends at
   // the token that completes one.
@@ -141,7 +141,9 @@ struct ServeHttp::Impl {
   }
 
   void routes();
-  void completions(Response& res, const httplib::ContentReader& read, bool http11, bool chat_route);
+  // `authorization`: the request's Authorization header, checked already ("" when none).
+  void completions(const std::string& authorization, Response& res, const httplib::ContentReader& read, bool http11,
+                   bool chat_route);
   void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                     uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
                     bool http11);
@@ -168,6 +170,7 @@ struct ServeHttp::Impl {
   std::string chat_refusal;
   ConnectionServer server;
   const int64_t started;
+  const uint64_t cache_secret = draw_cache_secret();  // keys every cache_scope; never told
   std::atomic<bool> draining{false};
   std::atomic<bool> cancelling{false};  // the grace period is over: every request is cancelled
   std::atomic<int64_t> in_flight{0};
@@ -206,7 +209,8 @@ ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool 
   }
 }
 
-void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& read, bool http11, bool chat_route) {
+void ServeHttp::Impl::completions(const std::string& authorization, Response& res, const httplib::ContentReader& read,
+                                  bool http11, bool chat_route) {
   auto flight = std::make_shared<InFlight>(in_flight);
   try {
     // (The front door has read the body already, within its limits: serve/http_framing.h.)
@@ -241,6 +245,7 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
     if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
     job.seed = request.seed ? *request.seed : random_seed();
+    job.cache_scope = cache_scope(cache_secret, authorization, request.cache_salt);
     job.on_token = [channel](int32_t token) {
       Channel& c = *channel;
       bool more = true;
@@ -257,9 +262,9 @@ void ServeHttp::Impl::completions(Response& res, const httplib::ContentReader& r
     };
     // (A stream that ends at a stop string may answer before the request has finished: the cached
     // tokens of its usage are known from the admission on.)
-    job.on_admit = [channel](const RequestStats& stats) {
+    job.on_admit = [channel, block_size = scheduler.decoder().cache().block_size()](const RequestStats& stats) {
       std::lock_guard<std::mutex> lock(channel->mutex);
-      channel->cached_tokens = stats.cached_tokens;
+      channel->cached_tokens = client_cached_tokens(stats.cached_tokens, block_size);
     };
     // note: `this` outlives every request: cli_serve joins the engine's thread before the server goes.
     job.on_finish = [channel, this](const RequestStats& stats) {
@@ -512,10 +517,10 @@ void ServeHttp::Impl::routes() {
     return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   server.Post("/v1/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
-    completions(res, read, req.version == "HTTP/1.1", false);
+    completions(req.get_header_value("Authorization"), res, read, req.version == "HTTP/1.1", false);
   });
   server.Post("/v1/chat/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
-    completions(res, read, req.version == "HTTP/1.1", true);
+    completions(req.get_header_value("Authorization"), res, read, req.version == "HTTP/1.1", true);
   });
   server.Get("/health", [this](const Request&, Response& res) {
     if (draining) send_json(res, 503, R"({"status":"shutting down"})");
