@@ -360,7 +360,8 @@ int cmd_serve(int argc, char** argv) {
       {"--chat-template", "NAME", "the chat template of /v1/chat/completions: chatml, llama2, llama3, mistral,\n"
                                   "                              zephyr, gemma or phi3 (default: the model's own)"},
       {"--no-prompt-cache", "", "prefill every prompt whole, instead of reusing the cached blocks of the prefix\n"
-                                "                              it shares with earlier requests (a system prompt, a conversation's history)"},
+                                "                              it shares with earlier requests of its API key and cache_salt (a system prompt,\n"
+                                "                              a conversation's history)"},
   });
   Args args("serve",
             "Serves a model over HTTP: OpenAI's completions and chat API (POST /v1/completions,\n"
