@@ -77,6 +77,20 @@ std::string streamed(const TextTokenizer& t, const std::vector<int32_t>& ids) {
 
 bool has_replacement_char(const std::string& s) { return s.find("\xEF\xBF\xBD") != std::string::npos; }
 
+// encode's max_ids and max_bytes_per_token on one text whose ids (without special tokens) are
+// `ids`: exactly ids.size() ids are allowed and give those ids, one fewer is refused; and the text's
+// bytes are within ids.size() times the bound, so that the bound never refuses a text that fits.
+void check_limits(const TextTokenizer& t, const std::string& text, const std::vector<int32_t>& ids) {
+  EXPECT_EQ(t.encode(text, false, ids.size()), ids);
+  if (!ids.empty()) {
+    EXPECT_THROW(t.encode(text, false, ids.size() - 1), TooManyTokens);
+  }
+  const size_t bound = t.max_bytes_per_token();
+  if (bound > 0) {
+    EXPECT_LE(text.size(), ids.size() * bound) << "the bound " << bound << " would refuse a text that fits";
+  }
+}
+
 // Every case of a fixture through the tokenizer.json path.
 void check_json_cases(const std::string& name) {
   const auto t = load_tokenizer_json(fixture(name, "tokenizer.json"));
@@ -89,6 +103,7 @@ void check_json_cases(const std::string& name) {
     const std::string decoded = text_or(c, "decoded", text), decoded_special = text_or(c, "decoded_special", decoded);
     EXPECT_EQ(t->encode(text, false), ids);
     EXPECT_EQ(t->encode(text, true), ids_special);
+    check_limits(*t, text, ids);
     EXPECT_EQ(t->decode(ids), decoded);
     EXPECT_EQ(t->decode(ids_special), decoded_special);
     if (!has_replacement_char(decoded_special)) {
@@ -117,6 +132,7 @@ void check_gguf_cases(const std::string& name, const std::string& ids_key = "ids
     SCOPED_TRACE(name + " (GGUF " + v.model + ", pre " + v.pre + ") " + printable(text));
     const std::vector<int32_t> ids = ids_or(c, ids_key.c_str(), ids_of(c["ids"]));
     EXPECT_EQ(t->encode(text, false), ids);
+    check_limits(*t, text, ids);
     std::vector<int32_t> special = ids;
     if (v.add_bos) special.insert(special.begin(), v.bos_id);
     if (v.add_eos) special.push_back(v.eos_id);
@@ -180,8 +196,10 @@ TEST(TextTokenizer, AddedTokensLstripRstripNormalized) {
     SCOPED_TRACE(printable(text));
     EXPECT_EQ(t->encode(text, false), ids_of(c["ids"]));
     EXPECT_EQ(t->encode(text, true), ids_or(c, "ids_special", ids_of(c["ids"])));
+    check_limits(*t, text, ids_of(c["ids"]));
     EXPECT_EQ(t->decode(ids_of(c["ids"])), text_or(c, "decoded", text));
   }
+  EXPECT_EQ(t->max_bytes_per_token(), 0u) << "added tokens that swallow white space bound no token's bytes";
 }
 
 // tokenizer_config.json says add_eos_token, yet transformers 5 encodes with the tokenizer.json's
@@ -451,6 +469,7 @@ TEST(TextTokenizer, Llama2cAdapterIsRunC) {
     EXPECT_EQ(t->encode(text, true), ids) << text;
     std::vector<int32_t> without_bos(ids.begin() + 1, ids.end());
     EXPECT_EQ(t->encode(text, false), without_bos) << text;
+    check_limits(*t, text, without_bos);
     std::string printed;
     for (size_t i = 1; i < ids.size(); ++i) printed += t->token_bytes(ids[i - 1], ids[i]);
     EXPECT_EQ(printed, text) << "run.c's decode prints the text back";

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -97,72 +99,98 @@ struct SpecialScope {
   }
 };
 
-// Splits `text` at the [begin, end) ranges of `matches` (sorted, disjoint) by `behavior`, as the
-// tokenizers library's NormalizedString::split does; empty pieces are dropped.
-std::vector<Piece> split_by(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& matches,
-                            SplitBehavior behavior) {
+using PieceSink = std::function<void(const Piece&)>;
+
+// Cuts a piece at the [begin, end) ranges of matches given one at a time, in order, by
+// `behavior`, as the tokenizers library's NormalizedString::split does, and hands each non-empty
+// piece to `emit` as soon as it is known: at most one part waits for the next to say whether it
+// merges with it.
+class PieceSplitter {
+ public:
+  PieceSplitter(const Piece& piece, SplitBehavior behavior, const PieceSink& emit)
+      : piece_(piece), behavior_(behavior), emit_(emit) {}
+  void match(size_t begin, size_t end) {
+    if (begin > pos_) part(pos_, begin, false);
+    part(begin, end, true);
+    pos_ = end;
+  }
+  void finish() {  // the text after the last match
+    if (pos_ < piece_.text.size()) part(pos_, piece_.text.size(), false);
+    flush();
+  }
+
+ private:
   struct Part {
     size_t begin, end;
     bool match;
   };
-  std::vector<Part> parts;
-  size_t pos = 0;
-  for (const auto& [begin, end] : matches) {
-    if (begin > pos) parts.push_back({pos, begin, false});
-    parts.push_back({begin, end, true});
-    pos = end;
+  void part(size_t begin, size_t end, bool is_match) {
+    const Part p{begin, end, is_match};
+    switch (behavior_) {
+      case SplitBehavior::removed:
+        if (!is_match) emit(p);
+        break;
+      case SplitBehavior::isolated:
+        emit(p);
+        break;
+      case SplitBehavior::merged_with_previous:  // a match joins the text before it
+        if (is_match && !previous_match_ && pending_) {
+          pending_->end = end;
+        } else {
+          flush();
+          pending_ = p;
+        }
+        break;
+      case SplitBehavior::merged_with_next:  // a match joins the text after it
+        if (!is_match && pending_) {
+          emit({pending_->begin, end, false});
+          pending_.reset();
+        } else {
+          flush();
+          if (is_match) pending_ = p;
+          else emit(p);
+        }
+        break;
+      case SplitBehavior::contiguous:  // adjacent parts of one kind join
+        if (is_match == previous_match_ && pending_) {
+          pending_->end = end;
+        } else {
+          flush();
+          pending_ = p;
+        }
+        break;
+    }
+    previous_match_ = is_match;
   }
-  if (pos < piece.text.size()) parts.push_back({pos, piece.text.size(), false});
-  std::vector<Part> merged;
-  switch (behavior) {
-    case SplitBehavior::removed:
-      for (const Part& p : parts)
-        if (!p.match) merged.push_back(p);
-      break;
-    case SplitBehavior::isolated:
-      merged = parts;
-      break;
-    case SplitBehavior::merged_with_previous: {
-      bool previous_match = false;
-      for (const Part& p : parts) {
-        if (p.match && !previous_match && !merged.empty()) merged.back().end = p.end;
-        else merged.push_back(p);
-        previous_match = p.match;
-      }
-      break;
-    }
-    case SplitBehavior::merged_with_next: {
-      bool previous_match = false;
-      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-        if (it->match && !previous_match && !merged.empty()) merged.back().begin = it->begin;
-        else merged.push_back(*it);
-        previous_match = it->match;
-      }
-      std::reverse(merged.begin(), merged.end());
-      break;
-    }
-    case SplitBehavior::contiguous: {
-      bool previous_match = false;
-      for (const Part& p : parts) {
-        if (p.match == previous_match && !merged.empty()) merged.back().end = p.end;
-        else merged.push_back(p);
-        previous_match = p.match;
-      }
-      break;
-    }
+  void flush() {
+    if (pending_) emit(*pending_);
+    pending_.reset();
   }
-  std::vector<Piece> out;
-  for (const Part& p : merged)
-    if (p.end > p.begin) out.push_back({piece.text.substr(p.begin, p.end - p.begin), piece.at_start && p.begin == 0});
-  return out;
+  void emit(const Part& p) const {
+    if (p.end > p.begin) emit_({piece_.text.substr(p.begin, p.end - p.begin), piece_.at_start && p.begin == 0});
+  }
+
+  const Piece& piece_;
+  SplitBehavior behavior_;
+  const PieceSink& emit_;
+  size_t pos_ = 0;  // the end of the last match
+  std::optional<Part> pending_;
+  bool previous_match_ = false;
+};
+
+void for_each_literal(const std::string& text, const std::string& literal,
+                      const std::function<void(size_t, size_t)>& on_match) {
+  if (literal.empty()) return;
+  for (size_t pos = 0, hit; (hit = text.find(literal, pos)) != std::string::npos; pos = hit + literal.size())
+    on_match(hit, hit + literal.size());
 }
 
-std::vector<std::pair<size_t, size_t>> find_literal(const std::string& text, const std::string& literal) {
-  std::vector<std::pair<size_t, size_t>> out;
-  if (literal.empty()) return out;
-  for (size_t pos = 0, hit; (hit = text.find(literal, pos)) != std::string::npos; pos = hit + literal.size())
-    out.emplace_back(hit, hit + literal.size());
-  return out;
+// Splits `piece` at the matches of `find` (a function of the text and a match callback).
+template <class Find>
+void split_piece(const Piece& piece, SplitBehavior behavior, Find&& find, const PieceSink& emit) {
+  PieceSplitter splitter(piece, behavior, emit);
+  find(piece.text, [&](size_t begin, size_t end) { splitter.match(begin, end); });
+  splitter.finish();
 }
 
 // Where the white space at the end of text[0, end) begins (char::is_whitespace).
@@ -195,9 +223,10 @@ class BpeTokenizer : public TextTokenizer {
   explicit BpeTokenizer(BpeSpec spec);
 
   int64_t vocab_size() const override { return static_cast<int64_t>(spec_.tokens.size()); }
-  std::vector<int32_t> encode(const std::string& text, bool add_special) const override;
-  std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
-                                    const std::vector<int32_t>& markers) const override;
+  std::vector<int32_t> encode(const std::string& text, bool add_special, size_t max_ids) const override;
+  std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans, const std::vector<int32_t>& markers,
+                                    size_t max_ids) const override;
+  size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
   std::string chat_template() const override {
     if (!spec_.chat_template_error.empty()) fail(spec_.chat_template_error);
     return spec_.chat_template;
@@ -214,10 +243,15 @@ class BpeTokenizer : public TextTokenizer {
   std::vector<Segment> split_leftmost_longest(const Segment& segment, bool normalized_tokens,
                                               const SpecialScope& scope) const;
   std::vector<Segment> split_longest_first(const std::string& text, const SpecialScope& scope) const;
-  std::vector<int32_t> encode_segments(const std::string& text, const SpecialScope& scope) const;
+  // Appends the ids of `text`, piece by piece; throws TooManyTokens once there are more than max_ids.
+  void encode_segments(const std::string& text, const SpecialScope& scope, size_t max_ids,
+                       std::vector<int32_t>& ids) const;
   SpecialScope normalize_segment(Segment* segment, const SpecialScope& scope, std::vector<char>* mask) const;
   std::string normalize(const std::string& text) const;
-  std::vector<Piece> pre_tokenize(const Segment& segment) const;
+  // The pre-tokenizer's steps from `step_index` on `piece`: each final piece goes to `emit` as soon
+  // as it is made, so that the work held is one piece's per step, never a list of the text's pieces.
+  void pre_tokenize(Piece piece, size_t step_index, const PieceSink& emit) const;
+  size_t bytes_per_token_bound() const;
   void encode_piece(const std::string& piece, std::vector<int32_t>& ids) const;
   int32_t lookup(const std::string& text) const {
     auto it = by_text_.find(text);
@@ -238,6 +272,7 @@ class BpeTokenizer : public TextTokenizer {
   std::array<std::vector<const AddedToken*>, 256> added_raw_, added_normalized_;
   std::vector<const AddedToken*> added_by_length_;  // llama.cpp's order
   std::vector<std::string> added_normalized_content_;
+  size_t max_bytes_per_token_ = 0;  // bytes_per_token_bound()
 };
 
 BpeTokenizer::BpeTokenizer(BpeSpec spec) : spec_(std::move(spec)) {
@@ -296,6 +331,7 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : spec_(std::move(spec)) {
   for (auto& bucket : added_raw_) std::stable_sort(bucket.begin(), bucket.end(), longest_first);
   for (auto& bucket : added_normalized_) std::stable_sort(bucket.begin(), bucket.end(), longest_first);
   std::stable_sort(added_by_length_.begin(), added_by_length_.end(), longest_first);
+  max_bytes_per_token_ = bytes_per_token_bound();
 }
 
 std::string BpeTokenizer::normalize(const std::string& text) const {
@@ -430,45 +466,41 @@ SpecialScope BpeTokenizer::normalize_segment(Segment* segment, const SpecialScop
   return out;
 }
 
-std::vector<Piece> BpeTokenizer::pre_tokenize(const Segment& segment) const {
-  std::vector<Piece> pieces{{segment.text, segment.at_start}};
-  for (const PreTokenizeStep& step : spec_.pre_tokenizer) {
-    std::vector<Piece> next;
-    for (Piece& piece : pieces) {
-      switch (step.kind) {
-        case PreTokenizeStep::Kind::split: {
-          const auto matches = step.regex ? step.regex->find_all(piece.text) : find_literal(piece.text, step.literal);
-          for (Piece& p : split_by(piece, matches, step.behavior)) next.push_back(std::move(p));
-          break;
-        }
-        case PreTokenizeStep::Kind::metaspace: {
-          piece.text = replace_all(piece.text, " ", step.replacement);
-          const bool prepend = step.prepend == PreTokenizeStep::Prepend::always ||
-                               (step.prepend == PreTokenizeStep::Prepend::first && piece.at_start);
-          if (prepend && !starts_with(piece.text, step.replacement)) piece.text = step.replacement + piece.text;
-          if (step.split) {
-            for (Piece& p : split_by(piece, find_literal(piece.text, step.replacement), SplitBehavior::merged_with_next))
-              next.push_back(std::move(p));
-          } else {
-            next.push_back(std::move(piece));
-          }
-          break;
-        }
-        case PreTokenizeStep::Kind::byte_level: {
-          if (step.add_prefix_space && !starts_with(piece.text, " ")) piece.text = " " + piece.text;
-          if (step.regex) {
-            for (Piece& p : split_by(piece, step.regex->find_all(piece.text), SplitBehavior::isolated))
-              next.push_back(std::move(p));
-          } else {
-            next.push_back(std::move(piece));
-          }
-          break;
-        }
-      }
-    }
-    pieces = std::move(next);
+void BpeTokenizer::pre_tokenize(Piece piece, size_t step_index, const PieceSink& emit) const {
+  if (step_index == spec_.pre_tokenizer.size()) {
+    emit(piece);
+    return;
   }
-  return pieces;
+  const PreTokenizeStep& step = spec_.pre_tokenizer[step_index];
+  const PieceSink next = [&](const Piece& p) { pre_tokenize(p, step_index + 1, emit); };
+  auto find_literal = [](const std::string& literal) {
+    return [&literal](const std::string& text, const std::function<void(size_t, size_t)>& on_match) {
+      for_each_literal(text, literal, on_match);
+    };
+  };
+  auto find_regex = [&step](const std::string& text, const std::function<void(size_t, size_t)>& on_match) {
+    step.regex->for_each_match(text, on_match);
+  };
+  switch (step.kind) {
+    case PreTokenizeStep::Kind::split:
+      if (step.regex) split_piece(piece, step.behavior, find_regex, next);
+      else split_piece(piece, step.behavior, find_literal(step.literal), next);
+      break;
+    case PreTokenizeStep::Kind::metaspace: {
+      piece.text = replace_all(piece.text, " ", step.replacement);
+      const bool prepend = step.prepend == PreTokenizeStep::Prepend::always ||
+                           (step.prepend == PreTokenizeStep::Prepend::first && piece.at_start);
+      if (prepend && !starts_with(piece.text, step.replacement)) piece.text = step.replacement + piece.text;
+      if (step.split) split_piece(piece, SplitBehavior::merged_with_next, find_literal(step.replacement), next);
+      else next(piece);
+      break;
+    }
+    case PreTokenizeStep::Kind::byte_level:
+      if (step.add_prefix_space && !starts_with(piece.text, " ")) piece.text = " " + piece.text;
+      if (step.regex) split_piece(piece, SplitBehavior::isolated, find_regex, next);
+      else next(piece);
+      break;
+  }
 }
 
 void BpeTokenizer::encode_piece(const std::string& raw, std::vector<int32_t>& ids) const {
@@ -568,39 +600,92 @@ void BpeTokenizer::encode_piece(const std::string& raw, std::vector<int32_t>& id
   }
 }
 
-std::vector<int32_t> BpeTokenizer::encode_segments(const std::string& text, const SpecialScope& scope) const {
-  std::vector<int32_t> ids;
-  for (const Segment& segment : split_added(text, scope)) {
+void BpeTokenizer::encode_segments(const std::string& text, const SpecialScope& scope, size_t max_ids,
+                                   std::vector<int32_t>& ids) const {
+  auto check_count = [&] {
+    if (ids.size() > max_ids) throw TooManyTokens(max_ids, text.size(), 0);
+  };
+  for (Segment& segment : split_added(text, scope)) {
     if (segment.token >= 0) {
       ids.push_back(segment.token);
+      check_count();
       continue;
     }
     if (segment.text.empty()) continue;  // an empty text has no pieces (Metaspace adds no "▁" to it)
-    for (const Piece& piece : pre_tokenize(segment)) encode_piece(piece.text, ids);
+    pre_tokenize({std::move(segment.text), segment.at_start}, 0, [&](const Piece& piece) {
+      encode_piece(piece.text, ids);
+      check_count();
+    });
   }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special, size_t max_ids) const {
+  check_text_bytes(text.size(), max_ids, max_bytes_per_token_);
+  std::vector<int32_t> ids;
+  if (add_special) ids = spec_.prefix;
+  encode_segments(text, SpecialScope{}, max_ids, ids);
+  if (add_special) ids.insert(ids.end(), spec_.suffix.begin(), spec_.suffix.end());
+  if (ids.size() > max_ids) throw TooManyTokens(max_ids, text.size(), 0);
   return ids;
 }
 
-std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special) const {
-  std::vector<int32_t> ids = encode_segments(text, SpecialScope{});
-  if (add_special) {
-    ids.insert(ids.begin(), spec_.prefix.begin(), spec_.prefix.end());
-    ids.insert(ids.end(), spec_.suffix.begin(), spec_.suffix.end());
-  }
-  return ids;
-}
-
-std::vector<int32_t> BpeTokenizer::encode_spans(const std::vector<TextSpan>& spans,
-                                               const std::vector<int32_t>& markers) const {
+std::vector<int32_t> BpeTokenizer::encode_spans(const std::vector<TextSpan>& spans, const std::vector<int32_t>& markers,
+                                               size_t max_ids) const {
+  size_t bytes = 0;
+  for (const TextSpan& span : spans) bytes += span.text.size();
+  check_text_bytes(bytes, max_ids, max_bytes_per_token_);
   std::string text;
   std::vector<char> mask;
+  text.reserve(bytes);
+  mask.reserve(bytes);
   for (const TextSpan& span : spans) {
     text += span.text;
     mask.insert(mask.end(), span.text.size(), span.special ? 1 : 0);
   }
   std::vector<int32_t> sorted = markers;
   std::sort(sorted.begin(), sorted.end());
-  return encode_segments(text, SpecialScope{&mask, false, &sorted});
+  std::vector<int32_t> ids;
+  encode_segments(text, SpecialScope{&mask, false, &sorted}, max_ids, ids);
+  return ids;
+}
+
+// The global argument: the normalizer and pre-tokenizer only lengthen the text between added
+// tokens (a replacement no shorter than its pattern, a prepended or prefix space, Metaspace's
+// replacement for a space, GPT-2's one or two bytes per byte), split it without removing any, and
+// every byte of the result ends in a token that stands for at most the longest token text's bytes
+// (or one unknown character's 4); added tokens stand for their content.
+size_t BpeTokenizer::bytes_per_token_bound() const {
+  for (const AddedToken& t : spec_.added)
+    if (t.lstrip || t.rstrip) return 0;
+  for (const NormalizeStep& step : spec_.normalizer)
+    if (step.kind == NormalizeStep::Kind::replace && step.replacement.size() < step.text.size()) return 0;
+  for (const PreTokenizeStep& step : spec_.pre_tokenizer) {
+    if (step.kind == PreTokenizeStep::Kind::split && step.behavior == SplitBehavior::removed) return 0;
+    if (step.kind == PreTokenizeStep::Kind::metaspace && step.replacement.empty()) return 0;
+  }
+  size_t longest = 0;
+  for (const std::string& t : spec_.tokens) longest = std::max(longest, t.size());
+  for (const std::string& t : added_normalized_content_) longest = std::max(longest, t.size());
+  for (const AddedToken& t : spec_.added) longest = std::max(longest, t.content.size());
+  longest = std::max<size_t>(longest, 1);
+  auto all_bytes = [](auto has) {
+    for (int b = 0; b < 256; ++b)
+      if (!has(b)) return false;
+    return true;
+  };
+  const bool every_char_known =
+      (spec_.byte_level && all_bytes([&](int b) { return lookup(byte_level_table().text[b]) >= 0; })) ||
+      (spec_.byte_fallback && all_bytes([&](int b) { return byte_piece_[b] >= 0; }));
+  if (every_char_known) return longest;
+  switch (spec_.unknown) {
+    case UnknownChars::unk_or_drop:  // one unknown character is one token, unless it is dropped or fused
+      return spec_.unk_id >= 0 && !spec_.fuse_unk ? std::max<size_t>(longest, 4) : 0;
+    case UnknownChars::spm_bytes:  // each byte a token, or the encoding fails
+      return longest;
+    case UnknownChars::raw_bytes:  // each byte a token where one exists, else dropped
+      return all_bytes([&](int b) { return lookup(std::string(1, static_cast<char>(b))) >= 0; }) ? longest : 0;
+  }
+  return 0;
 }
 
 std::string BpeTokenizer::run_decoder(std::vector<std::string> tokens, bool first, bool lossy) const {

@@ -68,11 +68,12 @@ ChatFormat::ChatFormat(const TextTokenizer& tokenizer, const std::string& name)
   for (int32_t id : tokenizer_.eos_ids()) markers_.push_back(id);
 }
 
-std::vector<int32_t> ChatFormat::encode(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::vector<int32_t> ChatFormat::encode(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                        size_t max_ids) const {
   std::vector<TextSpan> spans;
   for (ChatPiece& piece : template_.render(messages, add_generation_prompt))
     spans.push_back({std::move(piece.text), piece.special});
-  return tokenizer_.encode_spans(spans, markers_);
+  return tokenizer_.encode_spans(spans, markers_, max_ids);
 }
 
 }  // namespace minfer

@@ -84,11 +84,10 @@ Regex::Regex(const std::string& pattern, const std::string& source) : pattern_(p
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
+void Regex::for_each_match(const std::string& text, const std::function<void(size_t, size_t)>& on_match) const {
   auto* code = static_cast<pcre2_code*>(code_);
   thread_local MatchResources r;
   MINFER_CHECK(r.data && r.context && r.jit_stack, source_, ": out of memory for a regular expression match");
-  std::vector<std::pair<size_t, size_t>> matches;
   size_t start = 0;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   while (start < text.size()) {
@@ -100,10 +99,11 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) 
       fail(source_, ": regular expression /", pattern_, "/ failed on a text of ", text.size(),
            " bytes: ", reinterpret_cast<const char*>(message));
     }
+    // (Read before on_match, whose own matches overwrite the thread's match data.)
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(r.data);
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      matches.emplace_back(begin, end);
+      on_match(begin, end);
       start = end;
     } else {
       // An empty match: step over one character (one byte where the text is not valid UTF-8).
@@ -111,7 +111,6 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) 
       start = begin + (length > 0 ? length : 1);
     }
   }
-  return matches;
 }
 
 }  // namespace minfer

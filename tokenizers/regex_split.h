@@ -5,10 +5,8 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
+#include <functional>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace minfer {
 
@@ -20,9 +18,11 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // The [begin, end) byte ranges of the successive non-overlapping leftmost matches in `text`,
-  // as the tokenizers library's find_iter yields them; empty matches are skipped.
-  std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
+  // Calls on_match(begin, end) with the [begin, end) byte ranges of the successive
+  // non-overlapping leftmost matches in `text`, as the tokenizers library's find_iter yields
+  // them, one at a time as they are found (nothing is kept of the ones before); empty matches are
+  // skipped. on_match may run other matches (of this or another Regex) on the same thread.
+  void for_each_match(const std::string& text, const std::function<void(size_t, size_t)>& on_match) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

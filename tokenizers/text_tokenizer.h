@@ -11,12 +11,32 @@
 // O(n log n) in the text's length (tokenizers/bpe.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace minfer {
+
+constexpr size_t kNoTokenLimit = std::numeric_limits<size_t>::max();  // encode's max_ids when none is given
+
+// What encode and encode_spans throw, given max_ids, for a text of more than max_ids tokens: known
+// from its length alone, before any encoding (more than max_ids x max_bytes_per_token() bytes), or
+// found as the ids passed max_ids, where the encoding stopped.
+class TooManyTokens : public Error {
+ public:
+  TooManyTokens(size_t max_ids, size_t text_bytes, size_t bytes_per_token);
+  size_t max_ids;
+  size_t text_bytes;
+  size_t bytes_per_token;  // the bound that refused the text by its length; 0 when the encoding found it
+};
+// Throws TooManyTokens when a text of `text_bytes` has more than `max_ids` tokens for certain, each
+// standing for at most `bytes_per_token` bytes (0: no bound). Overflow-safe.
+void check_text_bytes(size_t text_bytes, size_t max_ids, size_t bytes_per_token);
 
 // A piece of a text that says whether special tokens written in it are recognised.
 struct TextSpan {
@@ -31,7 +51,12 @@ class TextTokenizer {
   // The ids of `text`. With add_special, the special tokens the tokenizer's own configuration
   // puts around a text: BOS for Llama 2 and Llama 3 (a tokenizer.json's TemplateProcessing
   // post-processor, GGUF's tokenizer.ggml.add_bos_token).
-  virtual std::vector<int32_t> encode(const std::string& text, bool add_special) const = 0;
+  // With max_ids, a text of more than max_ids ids (those of add_special included) throws
+  // TooManyTokens, before it is encoded when its length tells, else as soon as its ids pass
+  // max_ids. Memory: the ids, plus the text's copies and one piece's work (never a list of every
+  // piece of the text), so that a long text costs little more than its bytes.
+  virtual std::vector<int32_t> encode(const std::string& text, bool add_special,
+                                      size_t max_ids = kNoTokenLimit) const = 0;
   // The ids of the spans' text, one text, as encode(text, false) gives them, except that special
   // tokens are recognised only inside spans marked special: in the others "<|im_end|>" is the
   // ordinary tokens of its characters (llama.cpp's parse_special = false). A chat's messages are
@@ -39,8 +64,15 @@ class TextTokenizer {
   // a turn or forge another role. Added tokens that are not special are still matched anywhere,
   // but for `markers`, which are held to the spans as special ones are (a template's markers that
   // a fine-tune added as ordinary tokens).
-  virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans,
-                                            const std::vector<int32_t>& markers) const;
+  // max_ids as for encode.
+  virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans, const std::vector<int32_t>& markers,
+                                            size_t max_ids = kNoTokenLimit) const;
+  // The most bytes of text one token stands for, so that a text of more than n times this many
+  // bytes has more than n tokens (for llama2.c's tokenizer, counting the bytes before the first
+  // NUL, where its encoding stops). 0 when no bound holds: a tokenizer that drops characters it
+  // lacks or fuses a run of them into one unknown token, an added token that swallows the white
+  // space beside it, a pre-tokenizer that removes text, or a normalizer that shortens it.
+  virtual size_t max_bytes_per_token() const = 0;
   // The model's chat template (Jinja text: GGUF's tokenizer.chat_template, tokenizer_config.json's
   // chat_template or chat_template.jinja beside it); "" when the files carry none. Throws Error
   // with one line when they carry a malformed one (the tokenizer itself still loads).
