@@ -167,11 +167,12 @@ ServeHttpOptions http_options(const Args& args) {
   http.chat_template = args.get("--chat-template", "");
   MINFER_CHECK(!(args.has("--api-key") && args.has("--api-key-file")),
                "--api-key and --api-key-file: one or the other");
-  const std::string api_key =
-      args.has("--api-key-file") ? read_api_key_file(args.get("--api-key-file")) : args.get("--api-key", "");
-  MINFER_CHECK(!args.has("--api-key") || !api_key.empty(), "--api-key: empty key");
-  http.access =
-      make_access_options(http.host, api_key, args.get("--allowed-hosts", ""), args.get("--allowed-origins", ""));
+  std::vector<std::string> api_keys;
+  if (args.has("--api-key-file")) api_keys = read_api_key_file(args.get("--api-key-file"));
+  if (args.has("--api-key")) api_keys = {args.get("--api-key")};
+  MINFER_CHECK(!args.has("--api-key") || !api_keys[0].empty(), "--api-key: empty key");
+  http.access = make_access_options(http.host, std::move(api_keys), args.get("--allowed-hosts", ""),
+                                    args.get("--allowed-origins", ""));
   return http;
 }
 
@@ -190,6 +191,13 @@ ServeConfig serve_config(const Args& args) {
   // full would answer 503 where a request could have waited (and 429 is the answer when it is full).
   config.http.max_connections =
       args.get_int("--max-connections", scheduler.slots + scheduler.max_queue + kSpareConnections, 1, 1 << 16);
+  // One client (a peer address) may hold all but a quarter of them, and at most kSpareConnections
+  // fewer: with the default, every slot and the whole queue, and the spare connections are kept
+  // for the others.
+  const int64_t max_connections = config.http.max_connections;
+  config.http.max_connections_per_client =
+      args.get_int("--max-connections-per-client",
+                   max_connections - std::min<int64_t>(kSpareConnections, max_connections / 4), 1, max_connections);
   scheduler.kv_dtype = kv_dtype_option(args);
   scheduler.prompt_cache = !args.has("--no-prompt-cache");
   config.grace = args.get_double("--shutdown-grace", 5.0, 0.0, 3600.0);
@@ -347,9 +355,16 @@ int cmd_serve(int argc, char** argv) {
       {"--max-body-bytes", "N", "the largest request body (default 1048576)"},
       {"--max-prompt-tokens", "N", "the longest prompt (default: the context)"},
       {"--max-tokens-limit", "N", "the largest max_tokens a request may ask for (default: the context)"},
-      {"--max-connections", "N", "open connections at most; more are answered 503 (default: slots + max-queue + 32)"},
+      {"--max-connections", "N", "open connections at most (default: slots + max-queue + 32); when all are open, a\n"
+                                 "                              new one takes the place of the oldest that has sent no whole request head or\n"
+                                 "                              is idle, else it is answered 503"},
+      {"--max-connections-per-client", "N",
+       "open connections from one address at most: one more takes the place of its oldest\n"
+       "                              that has sent no whole request head or is idle, else is answered 503\n"
+       "                              (default: max-connections less a quarter of it, at most 32 less)"},
       {"--api-key", "KEY", "every route but /health wants Authorization: Bearer KEY, else 401 (default: none)"},
-      {"--api-key-file", "PATH", "the key from the first line of PATH (kept out of the process list)"},
+      {"--api-key-file", "PATH", "keys, one a line ('#' lines and blank ones skipped), each accepted as --api-key's\n"
+                                 "                              (kept out of the process list)"},
       {"--allowed-hosts", "LIST", "Host names served, comma-separated, * any (default: on a loopback address only\n"
                                   "                              localhost, 127.0.0.1 and [::1], else any); others get 403"},
       {"--allowed-origins", "LIST", "browser origins served, with CORS headers (e.g. http://localhost:3000), * any\n"

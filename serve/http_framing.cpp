@@ -60,16 +60,38 @@ std::vector<std::string_view> list_elements(std::string_view value) {
   return out;
 }
 
-// Host's value (RFC 9110, 7.2: uri-host [":" port]): the characters of a reg-name, an IP literal
-// or a port, but for '%' (no client names a host in percent-encoding); empty is allowed.
+// A reg-name's characters (RFC 3986, 3.2.2: unreserved and sub-delims) but for '%': no client
+// names a host in percent-encoding. An IPv4 address is a reg-name too.
+bool is_name_char(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+         std::string_view("-._~!$&'()*+,;=").find(c) != std::string_view::npos;
+}
+
+// Host's value (RFC 9110, 7.2: uri-host [":" port]): a reg-name, or an IPv6 literal in brackets
+// (hex digits, ':' and '.'), then nothing, or ':' and a port of at most 5 digits up to 65535
+// (empty too: RFC 3986's port is *DIGIT). Empty is allowed (RFC 9112, 3.2); a port without a name
+// is not, nor anything after the name or the literal's ']' but the port.
 bool valid_host(std::string_view host) {
-  for (char c : host) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    const bool ok = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-                    std::string_view("-._~!$&'()*+,;=:[]").find(c) != std::string_view::npos;
-    if (!ok) return false;
+  if (host.empty()) return true;
+  size_t name_end = 0;
+  if (host.front() == '[') {
+    name_end = host.find(']');
+    if (name_end == std::string_view::npos) return false;
+    const std::string_view literal = host.substr(1, name_end - 1);
+    if (literal.find(':') == std::string_view::npos) return false;
+    for (char c : literal)
+      if (!is_hex(c) && c != ':' && c != '.') return false;
+    ++name_end;
+  } else {
+    while (name_end < host.size() && is_name_char(host[name_end])) ++name_end;
+    if (name_end == 0) return false;
   }
-  return true;
+  if (name_end == host.size()) return true;
+  const std::string_view port = host.substr(name_end + 1);
+  if (host[name_end] != ':' || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  return port.empty() || std::stoul(std::string(port)) <= 65535;
 }
 
 // A header value as httplib is to read it: httplib 0.11 percent-decodes header values, so '%'
@@ -87,21 +109,20 @@ struct Parse {
   RequestHead& out;
   Refusal& refusal;
 
-  bool refuse(int status, std::string message) {
-    refusal = {status, std::move(message)};
+  bool refuse(int status, std::string message, std::string headers = "") {
+    refusal = {status, std::move(message), "", std::move(headers)};
     return false;
   }
 
   // The fields that frame the request or that the front door answers itself, gathered while the
   // rest are copied into the canonical head.
-  std::string host;            // the Host field's value, or the absolute-form target's authority
-  bool host_from_target = false;
+  bool host_from_target = false;  // out.host is the absolute-form target's authority
   int hosts = 0;               // Host fields
+  int authorizations = 0;      // Authorization fields
   std::string content_length;
   int content_lengths = 0;
   std::vector<std::string_view> transfer_codings;
   bool close_asked = false, keep_alive_asked = false;
-  std::string target;  // origin form
 
   bool request_line(std::string_view line) {
     if (line.size() + 2 > limits.max_line_bytes)
@@ -133,7 +154,7 @@ struct Parse {
       if (u <= 0x20 || u >= 0x7f) return refuse(400, "the request target has a byte that is not visible ASCII");
     }
     if (t.front() == '/' || (t == "*" && out.method == "OPTIONS")) {
-      target = std::string(t);
+      out.target = std::string(t);
       return true;
     }
     const size_t scheme_end = t.find("://");
@@ -145,8 +166,8 @@ struct Parse {
     const std::string_view authority = rest.substr(0, path);
     if (authority.empty() || authority.find('@') != std::string_view::npos || !valid_host(authority))
       return refuse(400, "the request target's authority '" + shown(authority) + "' is not a host");
-    target = path == std::string_view::npos ? "/" : (rest[path] == '?' ? "/" : "") + std::string(rest.substr(path));
-    host = std::string(authority);  // in place of the Host field's (RFC 9112, 3.2.2)
+    out.target = path == std::string_view::npos ? "/" : (rest[path] == '?' ? "/" : "") + std::string(rest.substr(path));
+    out.host = std::string(authority);  // in place of the Host field's (RFC 9112, 3.2.2)
     host_from_target = true;
     return true;
   }
@@ -173,7 +194,13 @@ struct Parse {
     if (iequals(name, "Host")) {
       if (!valid_host(value)) return refuse(400, "Host: '" + shown(value) + "' is not a host");
       if (value.size() + 8 > limits.max_line_bytes) return line_too_long(name);
-      if (++hosts == 1 && !host_from_target) host = std::string(value);
+      if (++hosts == 1 && !host_from_target) out.host = std::string(value);
+    } else if (iequals(name, "Content-Encoding")) {
+      // (A body is read as sent: no coding is undone here or by httplib; RFC 9110, 15.5.16.)
+      for (std::string_view coding : list_elements(value))
+        if (!iequals(coding, "identity"))
+          return refuse(415, "Content-Encoding: '" + shown(coding) + "' is not supported (bodies are read as sent: "
+                             "only identity)", "Accept-Encoding: identity\r\n");
     } else if (iequals(name, "Content-Length")) {
       if (value.empty() || value.find_first_not_of("0123456789") != std::string_view::npos)
         return refuse(400, "Content-Length: '" + shown(value) + "' is not a number of bytes");
@@ -193,6 +220,9 @@ struct Parse {
         return refuse(417, "Expect: '" + shown(value) + "' is not supported (only 100-continue)");
       out.expects_continue = out.version == "HTTP/1.1";
     } else if (!iequals(name, "Range") && !iequals(name, "If-Range") && !iequals(name, "Keep-Alive")) {
+      if (iequals(name, "Authorization") && ++authorizations > 1) return refuse(400, "more than one Authorization header");
+      if (iequals(name, "Authorization")) out.authorization = std::string(value);
+      if (iequals(name, "Origin") && out.origin.empty()) out.origin = std::string(value);
       // (Range and If-Range: no answer of this server is served in ranges; RFC 9110, 14.2 lets a
       // server ignore them.)
       std::string line(name);
@@ -242,8 +272,8 @@ struct Parse {
   }
 
   void finish() {
-    std::string head = out.method + " " + target + " " + out.version + "\r\n";
-    if (hosts > 0 || host_from_target) head += "Host: " + host + "\r\n";
+    std::string head = out.method + " " + out.target + " " + out.version + "\r\n";
+    if (hosts > 0 || host_from_target) head += "Host: " + out.host + "\r\n";
     if (out.close) head += "Connection: close\r\n";
     else if (out.version == "HTTP/1.0") head += "Connection: Keep-Alive\r\n";
     out.canonical = head + out.canonical;
@@ -255,9 +285,12 @@ struct Parse {
 const char* reason_phrase(int status) {
   switch (status) {
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 408: return "Request Timeout";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
@@ -300,7 +333,7 @@ std::string canonical_request(const RequestHead& head, std::string_view body) {
 }
 
 ChunkedDecoder::State ChunkedDecoder::refuse(int status, std::string message) {
-  refusal_ = {status, std::move(message)};
+  refusal_ = {status, std::move(message), "", ""};
   return State::refused;
 }
 

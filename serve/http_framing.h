@@ -15,9 +15,21 @@
 //   - the client's header lines, each checked, with every '%' written as "%25" (so that httplib's
 //     decoding gives back the bytes the client sent);
 //   - Host once, "Connection: close" when the connection ends after this request ("Keep-Alive"
-//     for an HTTP/1.0 client that asked for it), no Range, If-Range, Expect or Transfer-Encoding;
+//     for an HTTP/1.0 client that asked for it), no Range, If-Range, Expect, Transfer-Encoding or
+//     Content-Encoding;
 //   - "Content-Length: N" and the body, de-chunked, that the front door read.
 // httplib then parses a request with one meaning, and an answer never reads past its request.
+//
+// What else the head alone decides:
+//   - Host (or an absolute-form target's authority) is read strictly: a name or IPv4 address, or
+//     an IPv6 literal in brackets, then nothing or ':' and a port of at most 5 digits up to 65535
+//     (empty too, as RFC 3986 allows: "localhost:" is "localhost"); anything else is 400.
+//   - Authorization may come once (two are 400: which one is the key?).
+//   - A body is taken as sent: a Content-Encoding other than identity is 415 (httplib, built with
+//     zlib and brotli, would unpack a gzip body without bound: 1 MB into 1 GB). Answers are not
+//     compressed either (serve/http_server.cpp).
+//   - The head's Host, Origin, Authorization, method and target are kept (RequestHead), so that
+//     the connection can check who asks before it reads a body (ConnectionServer's head check).
 //
 // Nothing here touches a socket: the fuzzer (tests/fuzz/fuzz_http_head.cpp) and the unit tests
 // drive these functions with bytes.
@@ -42,6 +54,8 @@ struct FramingLimits {
 struct Refusal {
   int status = 0;
   std::string message;
+  std::string code;     // the error object's machine-readable code; "" for the status's own
+  std::string headers;  // header lines the answer adds, each ending in CRLF (WWW-Authenticate, ...)
 };
 
 // The reason phrase of the statuses the front door answers.
@@ -56,6 +70,10 @@ struct RequestHead {
   uint64_t content_length = 0;  // for Body::length
   bool close = false;           // the connection ends after this request's answer
   bool expects_continue = false;  // an HTTP/1.1 client waits for "100 Continue" before its body
+  std::string target;         // in origin form ("/v1/models?x=1"), or "*"
+  std::string host;           // the Host field's value or the absolute-form target's authority ("" when none)
+  std::string origin;         // the first Origin field's value ("" when none)
+  std::string authorization;  // the Authorization field's value ("" when none)
   // The request line and header lines to hand httplib, each ending in CRLF, without the blank line
   // (and without Content-Length, which canonical_request adds).
   std::string canonical;

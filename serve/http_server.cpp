@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -86,9 +87,10 @@ void address_of(int sock, bool peer, std::string& ip, int& port) {
   port = std::atoi(service);
 }
 
-// httplib's task queue, one connection per task: a thread per open connection (made when none is
-// idle, kept for the next), and at most `max_open` of them. The acceptor thread runs a connection
-// over the limit itself, marked, and ConnectionServer answers it 503 without reading it.
+// httplib's task queue, one connection per task: a thread per connection (made when none is idle,
+// kept for the next), and at most `max_open` of them. The acceptor thread runs a connection over
+// the limit itself, marked, and ConnectionServer answers it 503 without reading it. (ConnectionTable
+// decides which connections are served; this bounds the threads, those refusing and evicting too.)
 class ConnectionPool : public httplib::TaskQueue {
  public:
   explicit ConnectionPool(size_t max_open) : max_open_(max_open) {}
@@ -151,30 +153,136 @@ class ConnectionPool : public httplib::TaskQueue {
 
 }  // namespace
 
+// A connection as ConnectionTable knows it; it lives on its thread's stack, in the table from
+// admit() to remove().
+struct OpenConnection {
+  OpenConnection(int s, std::string c) : sock(s), client(std::move(c)) {}
+  const int sock;
+  const std::string client;  // the peer's address
+  bool waiting = true;       // for a whole request head, or idle between requests: may be evicted
+  Clock::time_point since = Clock::now();  // when it began waiting
+  std::atomic<bool> evicted{false};        // another connection took its place: it ends
+};
+
+// The open connections, by client. Every change is made under one lock, so that a connection is
+// evicted only while it waits, and its socket is still open when it is shut.
+class ConnectionTable {
+ public:
+  ConnectionTable(size_t max_open, size_t max_per_client) : max_open_(max_open), max_per_client_(max_per_client) {}
+
+  // Takes `c` in, evicting the oldest waiting connection of its client when the client is at its
+  // share, or of any client when every connection is open; the refusal when there is none.
+  std::optional<Refusal> admit(OpenConnection& c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // (A share of the whole pool is the pool's limit, and named so.)
+    const bool at_share = count_of(c.client) >= max_per_client_ && max_per_client_ < max_open_;
+    if (at_share || open_ >= max_open_) {
+      OpenConnection* victim = oldest_waiting(at_share ? &c.client : nullptr);
+      if (victim == nullptr)
+        return Refusal{503,
+                       at_share ? "too many open connections from " + c.client + " (--max-connections-per-client " +
+                                      std::to_string(max_per_client_) + ")"
+                                : "too many open connections (--max-connections " + std::to_string(max_open_) + ")",
+                       "too_many_connections", ""};
+      evict(*victim);
+    }
+    ++per_client_[c.client];
+    ++open_;
+    connections_.push_back(&c);
+    pressure_ = open_ * 4 > max_open_ * 3;
+    return std::nullopt;
+  }
+
+  // Before its socket is closed.
+  void remove(OpenConnection& c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    connections_.erase(std::find(connections_.begin(), connections_.end(), &c));
+    if (!c.evicted) release(c);
+  }
+
+  // Its head is whole and passed: it is busy with a request until finish_request. False when it
+  // was evicted first.
+  bool start_request(OpenConnection& c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    c.waiting = false;
+    return !c.evicted;
+  }
+  void finish_request(OpenConnection& c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    c.waiting = true;
+    c.since = Clock::now();
+  }
+
+  // More than 3/4 of the connections are open: heads have a quarter of their deadline.
+  const std::atomic<bool>& pressure() const { return pressure_; }
+
+ private:
+  size_t count_of(const std::string& client) const {
+    const auto it = per_client_.find(client);
+    return it == per_client_.end() ? 0 : it->second;
+  }
+
+  OpenConnection* oldest_waiting(const std::string* client) const {
+    OpenConnection* oldest = nullptr;
+    for (OpenConnection* c : connections_)
+      if (c->waiting && !c->evicted && (client == nullptr || c->client == *client) &&
+          (oldest == nullptr || c->since < oldest->since))
+        oldest = c;
+    return oldest;
+  }
+
+  // Its thread sees the flag, or wakes from its wait on the socket shut for reading, and ends.
+  void evict(OpenConnection& c) {
+    c.evicted = true;
+    ::shutdown(c.sock, SHUT_RD);
+    release(c);
+  }
+
+  void release(const OpenConnection& c) {
+    const auto it = per_client_.find(c.client);
+    if (--it->second == 0) per_client_.erase(it);
+    --open_;
+    pressure_ = open_ * 4 > max_open_ * 3;
+  }
+
+  const size_t max_open_, max_per_client_;
+  std::mutex mutex_;
+  std::vector<OpenConnection*> connections_;
+  std::unordered_map<std::string, size_t> per_client_;  // connections not evicted, by client
+  size_t open_ = 0;                                      // the same, all clients
+  std::atomic<bool> pressure_{false};
+};
+
 // A connection's socket as httplib's Stream. The front door reads each request's head and body
 // from the socket through a buffer, each wait not past the request's deadline (read_head,
 // read_body); httplib then reads the canonical request made of them (replay), and nothing else.
 // Writes wait at most the server's write timeout. Every wait is cut into 0.1 s slices that give up
-// once `aborting` is set (reads also once `reads_stopped` is).
+// once `aborting` is set (reads also once `reads_stopped` or `evicted` is).
 class SocketStream final : public httplib::Stream {
  public:
-  SocketStream(int sock, int write_timeout_ms, size_t max_head_bytes, const std::atomic<bool>& reads_stopped,
-               const std::atomic<bool>& aborting)
-      : sock_(sock),
-        write_timeout_ms_(write_timeout_ms),
-        buffer_(max_head_bytes + kChunk),
-        reads_stopped_(reads_stopped),
-        aborting_(aborting) {}
+  struct Flags {
+    const std::atomic<bool>& reads_stopped;
+    const std::atomic<bool>& aborting;
+    const std::atomic<bool>& evicted;
+    const std::atomic<bool>& pressure;  // reads have their shorter deadline while it is set
+  };
+  SocketStream(int sock, int write_timeout_ms, size_t max_head_bytes, Flags flags)
+      : sock_(sock), write_timeout_ms_(write_timeout_ms), buffer_(max_head_bytes + kChunk), flags_(flags) {}
 
   bool buffered() const { return begin_ < end_; }
   bool is_readable() const override { return replay_left(); }
   bool is_writable() const override { return wait(POLLOUT, write_timeout_ms_); }
-  bool aborted() const { return aborting_ || reads_stopped_; }
+  bool aborted() const { return flags_.aborting || flags_.reads_stopped || flags_.evicted; }
+  bool evicted() const { return flags_.evicted; }
   // httplib did not read the whole request it was handed (an answer made before its body was read).
   bool replay_left() const { return replayed_ < replay_.size(); }
 
-  // Reads fail from `deadline` on (Clock::time_point::max(): none); writes only wait their timeout.
-  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+  // Reads fail from `deadline` on (Clock::time_point::max(): none), and from `pressed` on while
+  // the server is under pressure; writes only wait their timeout.
+  void set_deadline(Clock::time_point deadline, Clock::time_point pressed = Clock::time_point::max()) {
+    deadline_ = deadline;
+    pressed_deadline_ = pressed;
+  }
 
   enum class Read { whole, closed, late, too_large };
   // Receives until the buffer holds a whole head (up to the blank line that ends the headers, or a
@@ -280,9 +388,9 @@ class SocketStream final : public httplib::Stream {
     const auto limit = events == POLLIN ? deadline_ : Clock::time_point::max();
     const auto end = std::min(limit, Clock::now() + std::chrono::milliseconds(timeout_ms));
     for (;;) {
-      if (aborting_ || (events == POLLIN && reads_stopped_)) return false;
+      if (flags_.aborting || (events == POLLIN && aborted())) return false;
       const auto now = Clock::now();
-      if (now >= end) return false;
+      if (now >= end || (events == POLLIN && flags_.pressure && now >= pressed_deadline_)) return false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now).count() + 1;
       if (wait_socket(sock_, events, static_cast<int>(std::min<int64_t>(left, 100)))) return true;
     }
@@ -294,9 +402,9 @@ class SocketStream final : public httplib::Stream {
   size_t begin_ = 0, end_ = 0, head_end_ = 0;
   std::string replay_;
   size_t replayed_ = 0;
-  const std::atomic<bool>& reads_stopped_;
-  const std::atomic<bool>& aborting_;
+  Flags flags_;
   Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point pressed_deadline_ = Clock::time_point::max();
 };
 
 // Closes refused connections in the background, each lingering up to 100 ms (close_lingering), so
@@ -376,8 +484,11 @@ class Closer {
 };
 
 ConnectionServer::ConnectionServer(ConnectionLimits limits, ErrorBody error_body)
-    : limits_(limits), error_body_(std::move(error_body)), closer_(std::make_unique<Closer>()) {
-  new_task_queue = [this] { return new ConnectionPool(limits_.max_connections); };
+    : limits_(limits),
+      error_body_(std::move(error_body)),
+      table_(std::make_unique<ConnectionTable>(limits.max_connections, limits.max_per_client)),
+      closer_(std::make_unique<Closer>()) {
+  new_task_queue = [this] { return new ConnectionPool(2 * limits_.max_connections); };
   // note: httplib's default sets SO_REUSEPORT, with which a second server binds the same port and
   // the two share its connections; SO_REUSEADDR alone still lets a restart reuse the port at once.
   set_socket_options([](int sock) {
@@ -439,42 +550,62 @@ void ConnectionServer::close_after_response(httplib::Response& res) {
 
 // An answer the server makes without httplib, on a connection that then closes in the background
 // (its send buffer takes the whole answer at once: nothing has been written to it before).
-void ConnectionServer::answer_and_close(int sock, int status, const std::string& message) {
-  const std::string body = error_body_(status, message);
-  const std::string answer = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+void ConnectionServer::answer_and_close(int sock, const Refusal& refusal) {
+  const std::string body = error_body_(refusal);
+  const std::string answer = "HTTP/1.1 " + std::to_string(refusal.status) + " " + reason_phrase(refusal.status) +
                              "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                             "\r\nConnection: close\r\n\r\n" + body;
+                             "\r\n" + refusal.headers + "Connection: close\r\n\r\n" + body;
   (void)::send(sock, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   closer_->add(sock);
 }
 
+// Reads a request's head within the head deadline (a quarter of it while the server is under
+// pressure) and size; the refusal when it does not come whole (status 0: none, to a peer that
+// left or a server that is aborting).
+std::optional<Refusal> ConnectionServer::read_head(SocketStream& stream, Clock::time_point since) {
+  const auto deadline = since + std::chrono::milliseconds(limits_.head_timeout_ms);
+  stream.set_deadline(deadline, since + std::chrono::milliseconds(limits_.head_timeout_ms / 4));
+  const SocketStream::Read read = stream.read_head();
+  if (read == SocketStream::Read::whole) return std::nullopt;
+  if (stream.evicted())
+    return Refusal{503, "every connection is open, and this one had not sent a whole request head: another took its place",
+                   "too_many_connections", ""};
+  if (read == SocketStream::Read::too_large)
+    return Refusal{431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes",
+                   "", ""};
+  if (read == SocketStream::Read::closed) return Refusal{};
+  if (Clock::now() < deadline)
+    return Refusal{408, "the request line and headers did not arrive within " +
+                            seconds_text(limits_.head_timeout_ms / 4) +
+                            " s (a quarter of --header-timeout while most connections are open)", "", ""};
+  return Refusal{408, "the request line and headers did not arrive within " + seconds_text(limits_.head_timeout_ms) +
+                          " s (--header-timeout)", "", ""};
+}
+
 // Reads the next request, its head within the head deadline and size and its body within the body
-// deadline and size, checks its framing (serve/http_framing.h), and hands the stream its
-// canonical form for httplib to read: nothing is returned then. Else the refusal to answer
-// (status 0: none, to a peer that left or a server that is aborting).
-std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, int sock, Clock::time_point since) {
-  stream.set_deadline(since + std::chrono::milliseconds(limits_.head_timeout_ms));
-  switch (stream.read_head()) {
-    case SocketStream::Read::too_large:
-      return Refusal{431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes"};
-    case SocketStream::Read::late:
-      return Refusal{408, "the request line and headers did not arrive within " +
-                              seconds_text(limits_.head_timeout_ms) + " s (--header-timeout)"};
-    case SocketStream::Read::closed: return Refusal{};
-    case SocketStream::Read::whole: break;
-  }
+// deadline and size, checks its framing (serve/http_framing.h) and its head (set_head_check), and
+// hands the stream its canonical form for httplib to read: nothing is returned then. Else the
+// refusal to answer (status 0: none).
+std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, OpenConnection& connection,
+                                                      Clock::time_point since) {
+  if (std::optional<Refusal> refusal = read_head(stream, since)) return refusal;
   const FramingLimits framing{FramingLimits{}.max_line_bytes, limits_.max_body_bytes};
   RequestHead head;
   Refusal refusal;
   if (!parse_request_head(stream.head(), framing, head, refusal)) return refusal;
+  if (head_check_)
+    if (std::optional<Refusal> refused = head_check_(head)) return refused;
+  if (!table_->start_request(connection))
+    return Refusal{503, "every connection is open, and this one had not sent a whole request head: another took its place",
+                   "too_many_connections", ""};
   stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
-  if (head.expects_continue) (void)probe_with_interim(sock);  // the client waits for it to send its body
+  if (head.expects_continue) (void)probe_with_interim(connection.sock);  // the client waits for it to send its body
   std::string body;
   switch (stream.read_body(head, framing, body, refusal)) {
     case SocketStream::Read::too_large: return refusal;
     case SocketStream::Read::late:
       return Refusal{408, "the request body did not arrive within " + seconds_text(limits_.body_timeout_ms) +
-                              " s (--body-timeout)"};
+                              " s (--body-timeout)", "", ""};
     case SocketStream::Read::closed: return Refusal{};
     case SocketStream::Read::whole: break;
   }
@@ -484,26 +615,21 @@ std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, int 
 }
 
 // Waits for the first bytes of the next request: false when the connection is idle past the
-// keep-alive timeout, closed, or (after its first request) the server is closing.
+// keep-alive timeout, closed, or (after its first request) the server is closing or has evicted it
+// (an evicted connection that never sent a request is answered 503 by read_head).
 bool ConnectionServer::wait_for_request(const SocketStream& stream, bool first) const {
   if (stream.buffered()) return true;
   const auto deadline = Clock::now() + std::chrono::seconds(first ? read_timeout_sec_ : keep_alive_timeout_sec_);
   while (Clock::now() < deadline) {
+    if (stream.evicted()) return first;
     if ((!first && closing_) || stream.aborted()) return false;
-    if (wait_socket(stream.socket(), POLLIN, 100)) return true;
+    if (wait_socket(stream.socket(), POLLIN, 100)) return first || !stream.evicted();
   }
   return false;
 }
 
-bool ConnectionServer::process_and_close_socket(int sock) {
-  if (t_over_limit) {
-    answer_and_close(sock, 503,
-                     "too many open connections (--max-connections " + std::to_string(limits_.max_connections) + ")");
-    return true;
-  }
-  t_socket = sock;
-  SocketStream stream(sock, to_ms(write_timeout_sec_, write_timeout_usec_), limits_.max_head_bytes, reads_stopped_,
-                      aborting_);
+// Serves requests on the connection until it ends; the refusal to answer before it closes.
+std::optional<Refusal> ConnectionServer::serve_connection(SocketStream& stream, OpenConnection& connection) {
   // Compression would hold back a stream of events until the end: answers go uncompressed.
   auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
   bool first = true;
@@ -511,22 +637,41 @@ bool ConnectionServer::process_and_close_socket(int sock) {
   for (size_t left = keep_alive_max_count_; left > 0 && wait_for_request(stream, first); --left, first = false) {
     // The first request's head is due head_timeout after the connection came (an idle wait does
     // not extend it); a kept-alive one's after its first byte.
-    const std::optional<Refusal> refusal = take_request(stream, sock, first ? accepted : Clock::now());
-    if (refusal) {
-      if (refusal->status != 0) answer_and_close(sock, refusal->status, refusal->message);
-      else close_lingering(sock, stream.aborted() ? 0 : 1000);
-      t_socket = -1;
-      return true;
-    }
+    if (std::optional<Refusal> refusal = take_request(stream, connection, first ? accepted : Clock::now()))
+      return refusal;
     t_close_after = false;
     bool connection_closed = false;
     const bool last = left == 1 || closing_;
     const bool ok = process_request(stream, last, connection_closed, no_compression);
     if (!ok || connection_closed || last || t_close_after || stream.aborted() || stream.replay_left()) break;
+    table_->finish_request(connection);
   }
+  return std::nullopt;
+}
+
+bool ConnectionServer::process_and_close_socket(int sock) {
+  if (t_over_limit) {
+    answer_and_close(sock, {503, "too many open connections (--max-connections " + std::to_string(limits_.max_connections) + ")",
+                            "too_many_connections", ""});
+    return true;
+  }
+  std::string client;
+  int port = 0;
+  address_of(sock, true, client, port);
+  OpenConnection connection(sock, client);
+  if (std::optional<Refusal> refusal = table_->admit(connection)) {
+    answer_and_close(sock, *refusal);
+    return true;
+  }
+  t_socket = sock;
+  SocketStream stream(sock, to_ms(write_timeout_sec_, write_timeout_usec_), limits_.max_head_bytes,
+                      {reads_stopped_, aborting_, connection.evicted, table_->pressure()});
+  const std::optional<Refusal> refusal = serve_connection(stream, connection);
   t_socket = -1;
   t_close_after = false;
-  close_lingering(sock, stream.aborted() ? 0 : 1000);
+  table_->remove(connection);  // before its socket closes: an eviction shuts only open sockets
+  if (refusal && refusal->status != 0) answer_and_close(sock, *refusal);
+  else close_lingering(sock, stream.aborted() ? 0 : 1000);
   return true;
 }
 

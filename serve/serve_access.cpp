@@ -58,10 +58,10 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-AccessOptions make_access_options(const std::string& listen_host, const std::string& api_key,
+AccessOptions make_access_options(const std::string& listen_host, std::vector<std::string> api_keys,
                                   const std::string& hosts, const std::string& origins) {
   AccessOptions access;
-  access.api_key = api_key;
+  access.api_keys = std::move(api_keys);
   for (const std::string& h : split_list(hosts)) access.allowed_hosts.push_back(host_name(h));
   if (hosts.empty()) {
     if (loopback(listen_host)) access.allowed_hosts = {"localhost", "127.0.0.1", "[::1]"};
@@ -71,14 +71,16 @@ AccessOptions make_access_options(const std::string& listen_host, const std::str
   return access;
 }
 
-std::string read_api_key_file(const std::string& path) {
+std::vector<std::string> read_api_key_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("--api-key-file: cannot read ", path);
-  std::string line;
-  std::getline(in, line);
-  const std::string key = trimmed(line);
-  if (key.empty()) fail("--api-key-file: ", path, " holds no key on its first line");
-  return key;
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    const std::string key = trimmed(line);
+    if (!key.empty() && key.front() != '#') keys.push_back(key);
+  }
+  if (keys.empty()) fail("--api-key-file: ", path, " holds no key (one a line; blank lines and '#' lines are skipped)");
+  return keys;
 }
 
 std::optional<ApiError> check_access(const AccessOptions& access, const std::string& host, const std::string& origin,
@@ -88,11 +90,15 @@ std::optional<ApiError> check_access(const AccessOptions& access, const std::str
   if (!origin.empty() && !listed(access.allowed_origins, lowercase(origin)))
     return ApiError{403, "Origin '" + one_line(origin, 100) + "' is not allowed (--allowed-origins)", "",
                     "origin_not_allowed"};
-  if (needs_key && !access.api_key.empty()) {
+  if (needs_key && !access.api_keys.empty()) {
     // (The scheme's name is case-insensitive: RFC 9110, 11.1.)
     const std::string prefix = "bearer ";
     const bool bearer = authorization.size() > prefix.size() && lowercase(authorization.substr(0, prefix.size())) == prefix;
-    if (!bearer || !same_secret(authorization.substr(prefix.size()), access.api_key))
+    // Every key is compared, whichever matches: the time taken does not say which.
+    bool known = false;
+    for (const std::string& key : access.api_keys)
+      known = (bearer && same_secret(authorization.substr(prefix.size()), key)) || known;
+    if (!known)
       return ApiError{401, bearer ? "the API key is not this server's" : "an API key is required: Authorization: Bearer KEY",
                       "", "invalid_api_key"};
   }

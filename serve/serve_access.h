@@ -5,8 +5,8 @@
 // so the request runs even though the page cannot read the answer), and a page on a name that the
 // attacker's DNS later points at 127.0.0.1 (DNS rebinding) can read answers too. Three checks, as
 // llama-server and vLLM make the first:
-//   - the key (--api-key, --api-key-file): every route but /health wants `Authorization: Bearer
-//     KEY`, else 401;
+//   - the key (--api-key, or --api-key-file with one key a line): every route but /health wants
+//     `Authorization: Bearer KEY` with one of the keys, else 401;
 //   - Host: on a loopback address only loopback names (localhost, 127.0.0.1, [::1]) are served,
 //     else 403 (a rebound name arrives with the attacker's Host); --allowed-hosts replaces those
 //     names with its own, and `*` takes any. On another address any Host is served unless
@@ -14,6 +14,9 @@
 //   - Origin: a browser names the page's origin; a request that carries one is served only when
 //     --allowed-origins lists it (or is `*`), else 403, and an allowed origin gets CORS headers
 //     and answers to its preflight (OPTIONS) requests.
+// The connection runs check_access on a request's head (serve/http_server.h's head check), before
+// it sends "100 Continue" or reads a body: a refused client cannot make the server read or hold
+// its body, and its connection closes after the 401 or 403.
 #pragma once
 
 #include <optional>
@@ -25,18 +28,18 @@
 namespace minfer::serve {
 
 struct AccessOptions {
-  std::string api_key;                        // empty: no key
+  std::vector<std::string> api_keys;          // none: no key; else any one of them opens
   std::vector<std::string> allowed_hosts;     // lowercase names without ports; "*" any
   std::vector<std::string> allowed_origins;   // "scheme://host[:port]"; "*" any
 };
 
 // The options for a server listening on `listen_host`: `hosts` and `origins` are the options'
 // comma-separated lists (empty: the defaults above).
-AccessOptions make_access_options(const std::string& listen_host, const std::string& api_key,
+AccessOptions make_access_options(const std::string& listen_host, std::vector<std::string> api_keys,
                                   const std::string& hosts, const std::string& origins);
-// The key in a key file: its first line without surrounding blanks; throws Error naming the file
-// when it cannot be read or holds no key.
-std::string read_api_key_file(const std::string& path);
+// The keys in a key file: one a line, without surrounding blanks; blank lines and lines starting
+// with '#' are skipped. Throws Error naming the file when it cannot be read or holds no key.
+std::vector<std::string> read_api_key_file(const std::string& path);
 
 // The refusal of a request with these headers ("" where absent), or none. `needs_key`: the route
 // is not /health.

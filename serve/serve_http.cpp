@@ -102,12 +102,14 @@ const char* default_message(int status) {
 struct ServeHttp::Impl {
   Impl(Scheduler& s, const ModelInfo& i, const TextTokenizer* t, ServeHttpOptions o)
       : scheduler(s), info(i), tokenizer(t), options(std::move(o)),
-        server(ConnectionLimits{static_cast<size_t>(options.max_connections), options.head_timeout_ms,
+        server(ConnectionLimits{static_cast<size_t>(options.max_connections),
+                                static_cast<size_t>(options.max_connections_per_client), options.head_timeout_ms,
                                 options.body_timeout_ms, static_cast<size_t>(options.max_head_bytes),
                                 static_cast<uint64_t>(options.max_body_bytes)},
-               [](int status, const std::string& message) {
-                 return error_body({status, message, "",
-                                    status == 503 ? "too_many_connections" : status == 413 ? "body_too_large" : ""});
+               [](const Refusal& r) {
+                 return error_body({r.status, r.message, "",
+                                    !r.code.empty() ? r.code : r.status == 413 ? "body_too_large"
+                                                              : r.status == 415 ? "unsupported_media_type" : ""});
                }),
         started(static_cast<int64_t>(std::time(nullptr))) {
     if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
@@ -458,17 +460,16 @@ bool refuse(Response& res, const ApiError& error) {
   return true;
 }
 
-// The key, Host and Origin (serve/serve_access.h): a preflight carries no key; every route but
-// /health (and any unknown one) wants it. An allowed origin's answers carry CORS headers.
-bool refuse_access(const AccessOptions& access, const Request& req, Response& res, const Route* route) {
-  const std::string origin = req.get_header_value("Origin");
-  const bool needs_key = req.method != "OPTIONS" && (route == nullptr || std::string(route->path) != "/health");
-  if (cors_allowed(access, origin)) set_cors_headers(res, origin);
-  const auto refusal = check_access(access, req.get_header_value("Host"), origin, req.get_header_value("Authorization"),
-                                    needs_key);
-  if (!refusal) return false;
-  if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
-  return refuse(res, *refusal);
+// The key, Host and Origin (serve/serve_access.h), checked by the connection on a request's head
+// before its body is read: a preflight carries no key; every route but /health (and any unknown
+// one) wants it. An allowed origin may read the refusal too.
+std::optional<Refusal> refused_head(const AccessOptions& access, const RequestHead& head) {
+  const bool needs_key = head.method != "OPTIONS" && head.target.substr(0, head.target.find('?')) != "/health";
+  const auto refusal = check_access(access, head.host, head.origin, head.authorization, needs_key);
+  if (!refusal) return std::nullopt;
+  std::string headers = refusal->status == 401 ? "WWW-Authenticate: Bearer\r\n" : "";
+  if (cors_allowed(access, head.origin)) headers += "Access-Control-Allow-Origin: " + head.origin + "\r\nVary: Origin\r\n";
+  return Refusal{refusal->status, refusal->message, refusal->code, headers};
 }
 
 // OPTIONS on a route: the methods it takes, and for an allowed origin what its requests may carry.
@@ -509,10 +510,13 @@ bool refuse_content_type(const Request& req, Response& res) {
 }  // namespace
 
 void ServeHttp::Impl::routes() {
+  server.set_head_check([this](const RequestHead& head) { return refused_head(options.access, head); });
   server.set_pre_routing_handler([this](const Request& req, Response& res) {
     const Route* route = find_route(req.path);
-    const bool answered = refuse_access(options.access, req, res, route) ||
-                          answer_preflight(options.access, req, res, route) || refuse_route(req, res, route) ||
+    // (The key, Host and Origin were checked on the head: refused_head.)
+    const std::string origin = req.get_header_value("Origin");
+    if (cors_allowed(options.access, origin)) set_cors_headers(res, origin);
+    const bool answered = answer_preflight(options.access, req, res, route) || refuse_route(req, res, route) ||
                           refuse_content_type(req, res);
     return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });

@@ -31,6 +31,7 @@ struct ServeHttpOptions {
   int port = 8080;                  // 0: a free port
   int64_t max_body_bytes = 1 << 20;
   int64_t max_connections = 64;
+  int64_t max_connections_per_client = 64;  // from one peer address
   int head_timeout_ms = 10000;      // a request's line and headers arrive whole within this, or 408
   int body_timeout_ms = 30000;      // and its body within this after them
   int64_t max_head_bytes = 64 * 1024;  // the request line and headers at most, or 431

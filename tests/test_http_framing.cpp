@@ -111,6 +111,74 @@ TEST(HttpFraming, TheRequestLineIsReadStrictly) {
   expect_refused("GET /" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "request line is over 8192");
 }
 
+TEST(HttpFraming, TheRequestLineLimitCountsItsCrlf) {
+  // "GET " + target + " HTTP/1.1" + CRLF: 8192 bytes in all pass, 8193 do not.
+  const std::string at_limit = "GET /" + std::string(8176, 'a') + " HTTP/1.1\r\n";
+  ASSERT_EQ(at_limit.size(), FramingLimits{}.max_line_bytes);
+  const Parsed p = parse(at_limit + "Host: a\r\n\r\n");
+  EXPECT_TRUE(p.ok) << p.refusal.message;
+  expect_refused("GET /" + std::string(8177, 'a') + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "request line is over 8192");
+}
+
+TEST(HttpFraming, AHeaderLineLimitCountsItsCrlf) {
+  // "X-Big: " + value + CRLF, as httplib is handed it: 8192 bytes pass, 8193 do not.
+  const std::string at_limit = "X-Big: " + std::string(8183, 'v') + "\r\n";
+  ASSERT_EQ(at_limit.size(), FramingLimits{}.max_line_bytes);
+  const Parsed p = parse("GET / HTTP/1.1\r\nHost: a\r\n" + at_limit + "\r\n");
+  EXPECT_TRUE(p.ok) << p.refusal.message;
+  expect_refused("GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(8184, 'v') + "\r\n\r\n", 431,
+                 "the limit of one header line");
+  // Host, which the front door writes itself as "Host: " + value + CRLF, likewise.
+  EXPECT_TRUE(parse("GET / HTTP/1.1\r\nHost: " + std::string(8184, 'h') + "\r\n\r\n").ok);
+  expect_refused("GET / HTTP/1.1\r\nHost: " + std::string(8185, 'h') + "\r\n\r\n", 431, "the limit of one header line");
+}
+
+TEST(HttpFraming, HostIsANameOrAnAddressAndAPortOnly) {
+  for (const std::string host : {"[::1]evil.com", "localhost:evil.com", "localhost:80evil", "[::1]:80:80",
+                                 "localhost:8080:", "localhost:65536", "localhost:123456", "localhost:-1", ":8080",
+                                 "[::1", "[]", "[1.2.3.4]", "[::1%25lo]", "[::g]", "user@localhost", "a/b", "a]",
+                                 "local[host]"})
+    expect_refused("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n", 400, "is not a host");
+  expect_refused("GET http://localhost:evil.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, "is not a host");
+  expect_refused("GET http://[::1]evil.com/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, "is not a host");
+  // An empty port is RFC 3986's (port = *DIGIT): "localhost:" is "localhost".
+  for (const std::string host : {"localhost", "localhost:8080", "localhost:", "127.0.0.1:65535", "[::1]", "[::1]:0",
+                                 "[::1]:", "[::ffff:127.0.0.1]:80", "LocalHost", "my-host.example_1~!$&'()*+,;="}) {
+    const Parsed p = parse("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+    EXPECT_TRUE(p.ok) << host << ": " << p.refusal.message;
+    EXPECT_EQ(p.head.host, host);
+  }
+}
+
+TEST(HttpFraming, AuthorizationComesOnceAndIsKeptForTheHandler) {
+  expect_refused("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k1\r\nauthorization: Bearer k2\r\n\r\n", 400,
+                 "more than one Authorization header");
+  const Parsed p = parse("GET /v1/models?x=1 HTTP/1.1\r\nHost: a:1\r\nAuthorization: Bearer k1\r\n"
+                         "Origin: http://o\r\nOrigin: http://p\r\n\r\n");
+  ASSERT_TRUE(p.ok) << p.refusal.message;
+  EXPECT_EQ(p.head.authorization, "Bearer k1");
+  EXPECT_EQ(p.head.origin, "http://o");
+  EXPECT_EQ(p.head.host, "a:1");
+  EXPECT_EQ(p.head.target, "/v1/models?x=1");
+  EXPECT_NE(p.head.canonical.find("Authorization: Bearer k1\r\n"), std::string::npos) << p.head.canonical;
+}
+
+TEST(HttpFraming, ABodyIsTakenAsSentContentEncodingIsRefused) {
+  for (const std::string coding : {"gzip", "deflate", "br", "GZIP", "x-gzip", "identity, gzip", "compress"}) {
+    const Parsed p = parse(kPost + "Content-Encoding: " + coding + "\r\nContent-Length: 20\r\n\r\n");
+    EXPECT_FALSE(p.ok) << coding;
+    EXPECT_EQ(p.refusal.status, 415) << coding << ": " << p.refusal.message;
+    EXPECT_NE(p.refusal.message.find("is not supported (bodies are read as sent: only identity)"), std::string::npos)
+        << p.refusal.message;
+    EXPECT_EQ(p.refusal.headers, "Accept-Encoding: identity\r\n");
+  }
+  // identity is no coding: it passes, and httplib is never handed a Content-Encoding.
+  const Parsed p = parse(kPost + "Content-Encoding: Identity\r\nContent-Encoding: identity, identity\r\n"
+                                 "Content-Length: 20\r\n\r\n");
+  ASSERT_TRUE(p.ok) << p.refusal.message;
+  EXPECT_EQ(p.head.canonical.find("Content-Encoding"), std::string::npos) << p.head.canonical;
+}
+
 TEST(HttpFraming, HostIsThereOnceInHttp11) {
   expect_refused("GET /health HTTP/1.1\r\n\r\n", 400, "without a Host");
   expect_refused("GET /health HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400, "more than one Host");

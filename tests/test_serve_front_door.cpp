@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "tests/serve_http_support.h"
@@ -239,6 +240,49 @@ TEST_F(ServeFrontDoor, OddValuesGetA4xxThatSaysWhy) {
   // A model name is echoed in every event of a stream: it is bounded.
   expect_api_error(post(port(), json{{"prompt", {1}}, {"model", std::string(257, 'm')}}.dump()), 400,
                    "model is over 256 bytes");
+}
+
+// `n` zero bytes in gzip (httplib's own compressor, as a client's would make them): 1 KiB holds
+// about 1 MiB.
+std::string gzip_of_zeros(size_t n) {
+  httplib::detail::gzip_compressor gzip;
+  const std::string zeros(1 << 20, '\0');
+  std::string out;
+  for (size_t done = 0; done < n; done += zeros.size())
+    if (!gzip.compress(zeros.data(), std::min(zeros.size(), n - done), done + zeros.size() >= n,
+                       [&](const char* data, size_t size) {
+                         out.append(data, size);
+                         return true;
+                       }))
+      return "";
+  return out;
+}
+
+TEST_F(ServeFrontDoor, ACompressedBodyIsRefused415WithoutBeingUnpacked) {
+  // 256 MiB of zeros in a body under --max-body-bytes: httplib unpacked such a body whole, and the
+  // server's memory grew by all of it.
+  const std::string bomb = gzip_of_zeros(size_t(256) << 20);
+  ASSERT_FALSE(bomb.empty());
+  ASSERT_LT(bomb.size(), size_t(1) << 20);
+  const int64_t before = server_->rss_kib();
+  ASSERT_GT(before, 0);
+  for (const std::string coding : {"gzip", "x-gzip", "deflate", "br", "gzip, identity"}) {
+    const Exchange e =
+        exchange(port(), post_bytes("/v1/completions", bomb, "Content-Type: application/json\r\nContent-Encoding: " +
+                                                                 coding + "\r\n"));
+    EXPECT_EQ(status_of(e.answer), 415) << coding << ": " << e.answer.substr(0, 300);
+    EXPECT_NE(e.answer.find("Content-Encoding: '"), std::string::npos) << e.answer;
+    EXPECT_NE(e.answer.find("Accept-Encoding: identity\r\n"), std::string::npos) << e.answer;
+    EXPECT_TRUE(e.closed) << coding;
+    EXPECT_LT(e.seconds, 1.5) << coding;
+  }
+  const int64_t after = server_->rss_kib();
+  EXPECT_LT(after - before, 50 * 1024) << before << " KiB -> " << after << " KiB";
+  // identity is no coding: the body is read as sent.
+  const Exchange plain = exchange(port(), post_bytes("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 2})",
+                                                     "Content-Encoding: identity\r\n"));
+  EXPECT_EQ(status_of(plain.answer), 200) << plain.answer;
+  EXPECT_EQ(plain.answer.find("Content-Encoding"), std::string::npos) << plain.answer;  // answers go uncompressed
 }
 
 // The hostile client's load, several times over: memory stays where it was.

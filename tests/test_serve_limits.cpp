@@ -19,8 +19,9 @@ namespace {
 class ServeSlow : public SharedServer<ServeSlow> {
  public:
   static std::vector<std::string> server_args() {
+    // (Every client here is 127.0.0.1: its share is the whole limit.)
     return {"-m", "preset:stories15M", "--device", "ref", "--slots", "2", "--max-queue", "1", "--max-connections", "8",
-            "--ctx", "256"};
+            "--max-connections-per-client", "8", "--ctx", "256"};
   }
 
  protected:
@@ -107,8 +108,12 @@ TEST_F(ServeSlow, ClientClosingMidStreamCancelsItsRequest) {
   EXPECT_EQ(get(port(), "/health").status, 200);
 }
 
+// A request whose body never comes: its connection is busy, not waiting (an idle connection, or
+// one without a whole head, would give its place to a new one: serve/http_server.h).
+const std::string kBodyNeverSent = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n";
+
 TEST_F(ServeSlow, ConnectionsOverTheLimitAreAnswered503) {
-  // Idle connections, one at a time, until one is refused: the server answers 503 at once, without
+  // Busy connections, one at a time, until one is refused: the server answers 503 at once, without
   // waiting for a request. (A connection of the test before may still be closing: fewer than 8 of
   // these may fit, never more.)
   std::vector<int> idle;
@@ -116,6 +121,7 @@ TEST_F(ServeSlow, ConnectionsOverTheLimitAreAnswered503) {
   while (refusal.empty() && idle.size() < 12) {
     const int fd = connect_local(port());
     ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, kBodyNeverSent));
     if (!read_until(fd, "}", 0.3, &refusal)) {
       refusal.clear();
       idle.push_back(fd);
@@ -138,11 +144,12 @@ TEST_F(ServeSlow, ConnectionsOverTheLimitAreAnswered503) {
 TEST_F(ServeSlow, RefusalsOverTheLimitDoNotHoldTheAcceptor) {
   // The connections of the tests before have closed (each lingers up to 1 s) ...
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  // ... and 12 idle ones at once meet the limit of 8: those over it are refused at once.
+  // ... and 12 busy ones at once meet the limit of 8: those over it are refused at once.
   std::vector<int> fds;
   for (int i = 0; i < 12; ++i) {
     const int fd = connect_local(port());
     ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, kBodyNeverSent));
     fds.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
