@@ -24,6 +24,12 @@ constexpr size_t kMaxJsonDepth = 64;    // arrays and objects inside each other,
 constexpr size_t kMaxModelBytes = 256;  // the model's name a request gives, echoed in every answer
 constexpr size_t kMaxStopStrings = 4;
 constexpr size_t kMaxStopBytes = 1024;  // per stop string: the engine's thread searches for each per token
+constexpr size_t kMaxUserBytes = 256;   // `user`, which changes nothing, is still held to a string of a sane size
+constexpr size_t kMaxFieldNameBytes = 64;  // an unknown field's name, echoed in the error
+// What error_body echoes at most, whatever a refusal holds: a client's text inside a message is
+// cut shorter where it is put in (one_line), and this bounds whatever a caller forgot to cut.
+constexpr size_t kMaxErrorMessageBytes = 1024;
+constexpr size_t kMaxErrorParamBytes = 128;
 
 [[noreturn]] void refuse(const std::string& param, const std::string& message) {
   throw ApiError{400, message, param, ""};
@@ -37,6 +43,12 @@ std::string type_of(const json& v) {
   if (v.is_array()) return "an array";
   if (v.is_object()) return "an object";
   return "null";
+}
+
+// The field's name is the client's: the error echoes at most kMaxFieldNameBytes of it.
+[[noreturn]] void refuse_unknown_field(const std::string& key) {
+  const std::string name = one_line(key, kMaxFieldNameBytes);
+  refuse(name, "unknown field '" + name + "'");
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* wanted, const json& v) {
@@ -62,6 +74,20 @@ std::string format_number(double v) {
   char text[32];
   const auto end = std::to_chars(text, text + sizeof(text), v).ptr;
   return std::string(text, end);
+}
+
+// A number field as the float the sampler takes: in [lo, hi] (above lo when `above_lo`; `range`
+// says which, for the message), judged as the JSON number and again as the float it rounds to, so
+// that 1e-300 for (0, 1] is refused here rather than passed on as 0.
+float float_field(const std::string& name, const json& v, double lo, double hi, bool above_lo, const char* range) {
+  auto inside = [&](double x) { return (above_lo ? x > lo : x >= lo) && x <= hi; };
+  const double d = number(name, v);
+  if (!inside(d)) refuse(name, name + " = " + format_number(d) + " is outside " + range);
+  const float f = static_cast<float>(d);  // in float's range: lo and hi are
+  if (!inside(f))
+    refuse(name, name + " = " + format_number(d) + " is " + format_number(f) + " as a 32-bit float, outside " +
+                     range);
+  return f;
 }
 
 void parse_prompt(const json& v, int64_t vocab_size, bool has_tokenizer, CompletionRequest& r) {
@@ -147,9 +173,10 @@ const char* api_error_type(int status) {
 }
 
 std::string error_body(const ApiError& error) {
-  ordered_json e = {{"message", error.message},
+  ordered_json e = {{"message", one_line(error.message, kMaxErrorMessageBytes)},
             {"type", api_error_type(error.status)},
-            {"param", error.param.empty() ? ordered_json(nullptr) : ordered_json(error.param)},
+            {"param", error.param.empty() ? ordered_json(nullptr)
+                                          : ordered_json(one_line(error.param, kMaxErrorParamBytes))},
             {"code", error.code.empty() ? ordered_json(nullptr) : ordered_json(error.code)}};
   return dump_json(ordered_json{{"error", e}});
 }
@@ -167,7 +194,8 @@ void parse_stream_options(const json& v, CompletionRequest& r) {
     throw ApiError{400, "stream_options must be an object, not " + type_of(v), "stream_options", ""};
   for (const auto& [key, value] : v.items()) {
     if (key != "include_usage")
-      throw ApiError{400, "stream_options: unknown field '" + one_line(key, 64) + "' (only include_usage)",
+      throw ApiError{400,
+                     "stream_options: unknown field '" + one_line(key, kMaxFieldNameBytes) + "' (only include_usage)",
                      "stream_options", ""};
     if (!value.is_null() && !value.is_boolean())
       throw ApiError{400, "stream_options.include_usage must be a boolean, not " + type_of(value),
@@ -239,15 +267,10 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
     if (!v.is_null()) r.max_tokens = parse_max_tokens(key, v, limits);
     r.max_tokens_given = r.max_tokens_given || !v.is_null();
   } else if (key == "temperature") {
-    if (v.is_null()) return true;
-    const double t = number("temperature", v);
-    if (!(t >= 0.0 && t <= 1e6)) refuse("temperature", "temperature = " + format_number(t) + " is outside [0, 1e6]");
-    r.temperature = static_cast<float>(t);
+    // (A temperature that rounds to 0 is greedy: the limit that sampling tends to.)
+    if (!v.is_null()) r.temperature = float_field(key, v, 0.0, 1e6, false, "[0, 1e6]");
   } else if (key == "top_p") {
-    if (v.is_null()) return true;
-    const double p = number("top_p", v);
-    if (!(p > 0.0 && p <= 1.0)) refuse("top_p", "top_p = " + format_number(p) + " is outside (0, 1]");
-    r.top_p = static_cast<float>(p);
+    if (!v.is_null()) r.top_p = float_field(key, v, 0.0, 1.0, true, "(0, 1]");
   } else if (key == "seed") {
     if (v.is_null()) return true;
     if (!v.is_number_integer()) wrong_type("seed", "a 64-bit integer", v);
@@ -272,7 +295,11 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
       refuse("cache_salt", "cache_salt has " + std::to_string(n) + " bytes; it must have 1 to " +
                                std::to_string(kMaxCacheSaltBytes));
     r.cache_salt = v.get<std::string>();
-  } else if (key != "user") {  // `user` identifies the caller to OpenAI and changes nothing
+  } else if (key == "user") {  // `user` identifies the caller to OpenAI and changes nothing
+    if (!v.is_null() && !v.is_string()) wrong_type("user", "a string", v);
+    if (v.is_string() && v.get_ref<const std::string&>().size() > kMaxUserBytes)
+      refuse("user", "user is over " + std::to_string(kMaxUserBytes) + " bytes");
+  } else {
     return false;
   }
   return true;
@@ -298,6 +325,10 @@ std::string message_content(const json& v, const std::string& name) {
                              "' is not supported (only text)");
     const auto t = v[i].find("text");
     if (t == v[i].end() || !t->is_string()) refuse("messages", part + ".text must be a string");
+    for (const auto& field : v[i].items())
+      if (field.key() != "type" && field.key() != "text")
+        refuse("messages",
+               part + ": unknown field '" + one_line(field.key(), kMaxFieldNameBytes) + "' (only type and text)");
     text += t->get<std::string>();
   }
   return text;
@@ -330,7 +361,7 @@ std::vector<ChatMessage> parse_messages(const json& v) {
         if (!field.is_null() && !(field.is_array() && field.empty()))
           refuse("messages", name + "." + key + " is not supported (only null)");
       } else {
-        refuse("messages", name + ": unknown field '" + one_line(key, 64) + "'");
+        refuse("messages", name + ": unknown field '" + one_line(key, kMaxFieldNameBytes) + "'");
       }
     }
     if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system message
@@ -377,7 +408,7 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     } else if (key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix") {
       check_unimplemented(key, v);
     } else {
-      refuse(key, "unknown field '" + one_line(key, 64) + "'");
+      refuse_unknown_field(key);
     }
   }
   if (!has_prompt) refuse("prompt", "prompt is required");
@@ -406,7 +437,7 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
                key == "reasoning_effort" || key == "web_search_options") {
       check_chat_unimplemented(key, v);
     } else {
-      refuse(key, "unknown field '" + one_line(key, 64) + "'");
+      refuse_unknown_field(key);
     }
   }
   if (!has_messages) refuse("messages", "messages is required");
@@ -429,6 +460,16 @@ void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits) {
   if (prompt_tokens > limits.max_prompt_tokens)
     refuse("prompt", "the prompt of " + std::to_string(prompt_tokens) + " tokens is over this server's limit of " +
                          std::to_string(limits.max_prompt_tokens) + " tokens (--max-prompt-tokens)");
+}
+
+ApiError prompt_over_limit(const TooManyTokens& e, const std::string& param, const ApiLimits& limits) {
+  const std::string limit =
+      "this server's limit of " + std::to_string(limits.max_prompt_tokens) + " tokens (--max-prompt-tokens)";
+  if (e.bytes_per_token == 0) return {400, "the prompt is over " + limit, param, ""};
+  return {400,
+          "the prompt of " + std::to_string(e.text_bytes) + " bytes is over " + limit +
+              ": no token of this model stands for more than " + std::to_string(e.bytes_per_token) + " bytes",
+          param, ""};
 }
 
 namespace {

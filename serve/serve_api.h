@@ -38,8 +38,8 @@ struct ApiLimits {
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
 // implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix,
 // penalties, logit_bias; for chats tools, response formats other than text, audio, ...) is
-// refused rather than ignored; `user` (and a chat's metadata and service_tier), which change
-// nothing, are accepted.
+// refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
+// 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
 struct CompletionRequest {
   std::optional<std::string> model;    // echoed in the answer
   std::optional<std::string> text;     // the prompt as text ...
@@ -74,6 +74,10 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
 // its turn, so as far as the context (n_ctx positions) and the server's --max-tokens-limit allow.
 int64_t chat_max_tokens(int64_t prompt_tokens, int64_t n_ctx, const ApiLimits& limits);
 void check_prompt_length(int64_t prompt_tokens, const ApiLimits& limits);
+// The refusal of a text prompt (`param` "prompt") or a chat's messages ("messages") that the
+// tokenizer found over --max-prompt-tokens (TextTokenizer::encode with max_ids): by its bytes,
+// before encoding, or as its ids passed the limit.
+ApiError prompt_over_limit(const TooManyTokens& e, const std::string& param, const ApiLimits& limits);
 
 // Prefix caching's tenants (ServeRequest::cache_scope). A request finds only cached blocks of its
 // own scope: that of its API key (the bearer token of `authorization`, "" when none; the server

@@ -131,12 +131,24 @@ struct ServeHttp::Impl {
       chat_refusal = e.what();
     }
   }
-  // Its prompt: the messages in the template, ending in the assistant's header.
+  // Its prompt: the ids, the text encoded, or the messages in the template, ending in the
+  // assistant's header. A text or a conversation is refused past --max-prompt-tokens (at most the
+  // context) as its length or its ids show it (TextTokenizer::encode's max_ids), never encoded whole.
   std::vector<int32_t> prompt_of(const CompletionRequest& request) const {
-    if (!request.chat) return request.text ? tokenizer->encode(*request.text, true) : request.prompt_ids;
+    const auto max_ids = static_cast<size_t>(options.limits.max_prompt_tokens);
+    if (!request.chat) {
+      if (!request.text) return request.prompt_ids;
+      try {
+        return tokenizer->encode(*request.text, true, max_ids);
+      } catch (const TooManyTokens& e) {
+        throw prompt_over_limit(e, "prompt", options.limits);
+      }
+    }
     if (!chat) throw ApiError{400, chat_refusal, "messages", "no_chat_template"};
     try {
-      return chat->encode(request.messages, true);
+      return chat->encode(request.messages, true, max_ids);
+    } catch (const TooManyTokens& e) {
+      throw prompt_over_limit(e, "messages", options.limits);
     } catch (const Error& e) {
       throw ApiError{400, one_line(e.what(), 400), "messages", ""};  // a conversation the template refuses
     }

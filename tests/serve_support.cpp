@@ -78,11 +78,17 @@ std::string ServerProcess::log() const { return read_file(log_path_); }
 
 bool ServerProcess::signal(int sig) { return pid_ > 0 && !exited_ && kill(pid_, sig) == 0; }
 
-int64_t ServerProcess::rss_kib() const {
-  const std::string status = read_file("/proc/" + std::to_string(pid_) + "/status");
-  const size_t at = status.find("VmRSS:");
-  return at == std::string::npos ? -1 : std::atoll(status.c_str() + at + 6);
+namespace {
+// A "Name:   N kB" line of /proc/PID/status, in KiB; -1 when absent.
+int64_t status_kib(pid_t pid, const std::string& name) {
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find(name + ":");
+  return at == std::string::npos ? -1 : std::atoll(status.c_str() + at + name.size() + 1);
 }
+}  // namespace
+
+int64_t ServerProcess::rss_kib() const { return status_kib(pid_, "VmRSS"); }
+int64_t ServerProcess::peak_rss_kib() const { return status_kib(pid_, "VmHWM"); }
 
 int ServerProcess::signal_and_wait(int sig, double timeout_s) {
   if (pid_ <= 0 || exited_) return -1;

@@ -35,6 +35,8 @@ class ServerProcess {
   bool signal(int sig);
   // Its resident memory now (VmRSS), in KiB; -1 when it cannot be read.
   int64_t rss_kib() const;
+  // The most resident memory it has had since it started (VmHWM), in KiB; -1 when it cannot be read.
+  int64_t peak_rss_kib() const;
 
  private:
   ScratchDir dir_;

@@ -2,6 +2,7 @@
 // mistake is refused (status, field, one line), seeds, stop strings, and the error object.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "serve/serve_api.h"
@@ -129,6 +130,95 @@ TEST(ServeApiStop, MatcherFindsStopsAcrossTokens) {
   EXPECT_TRUE(matcher.push("d> more"));
   serve::StopMatcher none;
   EXPECT_TRUE(none.empty());
+}
+
+// One more stop string than the limit is refused, the limit itself is not; likewise a stop
+// string's bytes.
+TEST(ServeApiParse, StopStringsAtTheirLimits) {
+  EXPECT_EQ(parse(R"({"prompt": [1], "stop": ["a", "b", "c", "d"]})").stop.size(), 4u);
+  EXPECT_EQ(refusal(R"({"prompt": [1], "stop": ["a", "b", "c", "d", "e"]})").param, "stop");
+  EXPECT_TRUE(parse(R"({"prompt": [1], "stop": []})").stop.empty());
+  EXPECT_TRUE(parse(R"({"prompt": [1], "stop": null})").stop.empty());
+  const std::string longest(1024, 'x');
+  EXPECT_EQ(parse(nlohmann::json{{"prompt", {1}}, {"stop", {longest}}}.dump()).stop.at(0), longest);
+  const ApiError e = refusal(nlohmann::json{{"prompt", {1}}, {"stop", longest + "x"}}.dump());
+  EXPECT_EQ(e.param, "stop");
+  EXPECT_NE(e.message.find("1025 bytes is over the limit of 1024"), std::string::npos) << e.message;
+}
+
+// top_p and temperature are judged as the floats the sampler gets: a positive top_p that rounds
+// to 0 is refused naming top_p (not passed on to the scheduler's check, whose error names no
+// field); the smallest positive float passes as itself.
+TEST(ServeApiParse, SamplingNumbersAreCheckedAsTheFloatsTheyBecome) {
+  const float smallest = std::numeric_limits<float>::denorm_min();
+  const double survives = static_cast<double>(smallest);
+  EXPECT_EQ(parse(nlohmann::json{{"prompt", {1}}, {"top_p", survives}}.dump()).top_p, smallest);
+  EXPECT_EQ(parse(R"({"prompt": [1], "top_p": 1})").top_p, 1.0f);
+  for (const char* top_p : {"1e-300", "1e-46", "0", "1.0000000000000002", "-1e-300"}) {
+    const ApiError e = refusal(std::string(R"({"prompt": [1], "top_p": )") + top_p + "}");
+    EXPECT_EQ(e.param, "top_p") << top_p;
+    EXPECT_NE(e.message.find("outside (0, 1]"), std::string::npos) << e.message;
+  }
+  EXPECT_NE(refusal(R"({"prompt": [1], "top_p": 1e-300})").message.find("is 0 as a 32-bit float"), std::string::npos);
+  // A temperature that rounds to 0 is greedy, the limit sampling tends to; [0, 1e6] holds as floats.
+  EXPECT_EQ(parse(R"({"prompt": [1], "temperature": 1e-300})").temperature, 0.0f);
+  EXPECT_EQ(parse(R"({"prompt": [1], "temperature": 1e6})").temperature, 1e6f);
+  EXPECT_EQ(refusal(R"({"prompt": [1], "temperature": 1000000.0001})").param, "temperature");
+}
+
+// Whatever a client sends is echoed bounded: a field named by 100 KB gets an answer of a few
+// hundred bytes, its name cut in the message and in `param`.
+TEST(ServeApiErrors, UnknownFieldNamesAreEchoedBounded) {
+  const std::string name(100 << 10, 'k');
+  for (bool chat : {false, true}) {
+    const std::string body = nlohmann::json{{"prompt", {1}}, {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                            {name, 1}}.dump();
+    ApiError e;
+    try {
+      chat ? serve::parse_chat_request(body, kLimits) : parse(body);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& refused) {
+      e = refused;
+    }
+    EXPECT_LE(e.param.size(), 67u);  // 64 bytes and "..."
+    EXPECT_EQ(e.param.compare(0, 64, name, 0, 64), 0);
+    EXPECT_LT(e.message.size(), 100u) << e.message;
+    EXPECT_LT(serve::error_body(e).size(), 300u);
+  }
+  // And whatever a refusal holds, the error object is bounded.
+  const std::string huge(1 << 20, 'h');
+  EXPECT_LT(serve::error_body({400, huge, huge, ""}).size(), 1400u);
+}
+
+// `user` changes nothing but is still held to its type and a size; a content part may have only
+// the fields minfer knows.
+TEST(ServeApiParse, UserAndContentPartsAreCheckedToo) {
+  EXPECT_NO_THROW(parse(nlohmann::json{{"prompt", {1}}, {"user", std::string(256, 'u')}}.dump()));
+  EXPECT_NO_THROW(parse(R"({"prompt": [1], "user": null})"));
+  const std::string long_user = nlohmann::json(std::string(257, 'u')).dump();
+  for (const std::string& user : {std::string(R"({"id": 1})"), std::string("7"), long_user}) {
+    const ApiError e = refusal(R"({"prompt": [1], "user": )" + user + "}");
+    EXPECT_EQ(e.param, "user") << user;
+  }
+  auto chat_refusal = [](const std::string& body) {
+    try {
+      serve::parse_chat_request(body, kLimits);
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "accepted: " << body;
+    return ApiError{};
+  };
+  const std::string part = R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", )";
+  const ApiError e = chat_refusal(part + R"("cache_control": {"type": "ephemeral"}}]}]})");
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("messages[0].content[0]: unknown field 'cache_control'"), std::string::npos) << e.message;
+  EXPECT_EQ(chat_refusal(R"({"messages": [{"role": "user", "content": "x"}], "user": {"id": 1}})").param, "user");
+  EXPECT_EQ(serve::parse_chat_request(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})",
+                                      kLimits)
+                .messages.at(0)
+                .content,
+            "hi");
 }
 
 TEST(ServeApiErrors, TheErrorObjectIsOpenAIs) {

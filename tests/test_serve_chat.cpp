@@ -161,6 +161,12 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   refused([](json& b) { b["max_completion_tokens"] = 5; }, "disagree");
   refused([](json& b) { b["prompt"] = "x"; }, "unknown field 'prompt'");
   refused([](json& b) { b["max_completion_tokens"] = 1000; }, "over this server's limit");
+  refused([](json& b) { b["user"] = {{"id", 7}}; }, "user must be a string");
+  refused([](json& b) { b["messages"][0]["content"] = json::array({{{"type", "text"}, {"text", "hi"}, {"x", 1}}}); },
+          "messages[0].content[0]: unknown field 'x'");
+  // 100 KB of message cannot fit in 256 tokens of at most 50 bytes: refused before it is encoded.
+  refused([](json& b) { b["messages"][0]["content"] = std::string(100 << 10, 'a'); },
+          "bytes is over this server's limit of 256 tokens (--max-prompt-tokens): no token of this model stands for");
   EXPECT_EQ(post(port(), chat_body({{"user", "still here?"}}, 2).dump(), route).status, 200);
 }
 
