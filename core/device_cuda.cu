@@ -117,6 +117,15 @@ Release release_status(cudaError_t status, const char* call, size_t bytes) noexc
   return Release::failed;
 }
 
+// A failed cudaMalloc or cudaMallocHost: nullptr when the memory is exhausted (that error is
+// cleared), else Error naming the status. A sticky error (an earlier kernel's fault) fails every
+// later call, and reporting it as "out of memory" would hide the fault.
+void* allocation_failed(cudaError_t status, const char* call, size_t bytes) {
+  const bool out_of_memory = status == cudaErrorMemoryAllocation;
+  if (out_of_memory) (void)cudaGetLastError();
+  return refused_allocation(out_of_memory, call, bytes, cudaGetErrorName(status), cudaGetErrorString(status));
+}
+
 class DeviceUpstream final : public Upstream {
  public:
   void* allocate(size_t bytes) override {
@@ -126,11 +135,8 @@ class DeviceUpstream final : public Upstream {
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && bytes > free_bytes)
       return nullptr;
     void* ptr = nullptr;
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return ptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    return status == cudaSuccess ? ptr : allocation_failed(status, "cudaMalloc", bytes);
   }
   Release deallocate(void* ptr, size_t bytes) noexcept override {
     return release_status(cudaFree(ptr), "cudaFree", bytes);
@@ -145,11 +151,8 @@ class PinnedUpstream final : public Upstream {
  public:
   void* allocate(size_t bytes) override {
     void* ptr = nullptr;
-    if (cudaMallocHost(&ptr, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return ptr;  // page-aligned
+    const cudaError_t status = cudaMallocHost(&ptr, bytes);
+    return status == cudaSuccess ? ptr : allocation_failed(status, "cudaMallocHost", bytes);  // page-aligned
   }
   Release deallocate(void* ptr, size_t bytes) noexcept override {
     return release_status(cudaFreeHost(ptr), "cudaFreeHost", bytes);

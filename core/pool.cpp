@@ -64,6 +64,12 @@ bool HostUpstream::memory_info(size_t* free_bytes, size_t* total_bytes) const {
   return true;
 }
 
+void* refused_allocation(bool out_of_memory, const char* call, size_t bytes, const char* error_name,
+                         const char* error_text) {
+  if (out_of_memory) return nullptr;
+  fail(call, " of ", bytes, " bytes failed: ", error_name, " (", error_text, "), not out of memory");
+}
+
 Release HostUpstream::deallocate(void* ptr, size_t) noexcept {
   std::free(ptr);
   return Release::freed;
@@ -161,7 +167,13 @@ CachingPool::Block* CachingPool::take_from_cache(size_t bytes) {
 
 CachingPool::Block* CachingPool::new_segment(size_t bytes) {
   size_t segment = std::max(bytes, min_segment_);
-  void* ptr = upstream_->allocate(segment);
+  void* ptr = nullptr;
+  try {
+    ptr = upstream_->allocate(segment);
+  } catch (...) {  // not out of memory: the upstream's own error, passed on without a retry
+    ++stats_.upstream_failures;
+    throw;
+  }
   if (ptr == nullptr) {
     ++stats_.upstream_failures;
     return nullptr;

@@ -10,9 +10,10 @@
 //     max(request, min_segment) bytes, so many small requests share one upstream allocation.
 //   - Freed neighbours inside a segment are merged, so a segment that is entirely free again is one
 //     block, and release_cached() hands such segments back to the upstream.
-//   - When the upstream fails, the pool releases its cache and retries once; if that fails too the
-//     error states the request and the pool's allocated and reserved bytes (and, where the upstream
-//     can tell, the free and total bytes of the device).
+//   - When the upstream is out of memory, the pool releases its cache and retries once; if that
+//     fails too the error states the request and the pool's allocated and reserved bytes (and,
+//     where the upstream can tell, the free and total bytes of the device). An upstream that fails
+//     otherwise throws its own error, which the pool passes on unchanged.
 // Memory is only handed out through PoolBlock, a move-only RAII handle: a block goes back to the
 // pool when its handle dies. The pool must outlive its blocks.
 #pragma once
@@ -38,7 +39,10 @@ enum class Release {
 class Upstream {
  public:
   virtual ~Upstream() = default;
-  // Returns a 256-byte aligned region of `bytes` bytes, or nullptr when none is available.
+  // Returns a 256-byte aligned region of `bytes` bytes, or nullptr when the memory is exhausted
+  // (the pool then releases its cache and retries once). Any other failure, such as a device left
+  // in an error state by an earlier fault, throws Error naming it (refused_allocation): no retry
+  // helps, and "out of memory" would send the reader the wrong way.
   virtual void* allocate(size_t bytes) = 0;
   // Gives a segment back. Never throws: it runs in destructors, and a pool that lives in a static
   // object is destroyed after main() returns, when the CUDA runtime may already be unloading.
@@ -51,6 +55,13 @@ class Upstream {
     return false;
   }
 };
+
+// What an upstream returns when the driver refused `bytes` with the error `error_name`
+// (`error_text` its description): nullptr when `out_of_memory`; any other error throws Error
+// ("cudaMalloc of 1048576 bytes failed: cudaErrorIllegalAddress (...), not out of memory"). The
+// CUDA upstreams classify cudaMalloc's and cudaMallocHost's status with it.
+void* refused_allocation(bool out_of_memory, const char* call, size_t bytes, const char* error_name,
+                         const char* error_text);
 
 // Ordinary host memory (aligned_alloc). A request larger than the machine's physical memory is
 // refused without asking the allocator, so an absurd size fails cleanly instead of exhausting

@@ -1,5 +1,6 @@
 // The caching pool's logic, on the CPU, with a fake upstream that records every segment and can
-// be told to fail its k-th allocation (in the manner of llama.cpp's test-alloc).
+// be told to fail its k-th allocation (in the manner of llama.cpp's test-alloc), out of memory or
+// with a device error (tests/fake_upstream.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,63 +11,10 @@
 
 #include "core/error.h"
 #include "core/pool.h"
+#include "tests/fake_upstream.h"
 
-namespace minfer {
+namespace minfer::test {
 namespace {
-
-class FakeUpstream final : public Upstream {
- public:
-  struct Counters {
-    int allocs = 0, frees = 0, failures = 0;
-    size_t live_bytes = 0;
-  };
-  static constexpr size_t kDefaultCapacity = size_t(1) << 30;
-  FakeUpstream(Counters* counters, int fail_at = -1, size_t capacity = kDefaultCapacity)
-      : counters_(counters), fail_at_(fail_at), capacity_(capacity) {}
-  ~FakeUpstream() override { EXPECT_EQ(counters_->live_bytes, 0u) << "segments leaked"; }
-
-  void* allocate(size_t bytes) override {
-    ++attempts_;
-    if (attempts_ == fail_at_ || counters_->live_bytes + bytes > capacity_) {
-      ++counters_->failures;
-      return nullptr;
-    }
-    void* p = std::aligned_alloc(256, bytes);
-    if (p == nullptr) {
-      ++counters_->failures;
-      return nullptr;
-    }
-    ++counters_->allocs;
-    counters_->live_bytes += bytes;
-    return p;
-  }
-  Release deallocate(void* p, size_t bytes) noexcept override {
-    ++counters_->frees;
-    counters_->live_bytes -= bytes;
-    std::free(p);
-    return release_;
-  }
-  // What deallocate() reports from now on (the memory is freed either way, so nothing leaks).
-  void report(Release r) { release_ = r; }
-  std::string name() const override { return "fake"; }
-  bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
-    *total_bytes = capacity_;
-    *free_bytes = capacity_ - counters_->live_bytes;
-    return true;
-  }
-
- private:
-  Counters* counters_;
-  int attempts_ = 0;
-  int fail_at_;
-  size_t capacity_;
-  Release release_ = Release::freed;
-};
-
-std::unique_ptr<Upstream> fake(FakeUpstream::Counters* c, int fail_at = -1,
-                               size_t capacity = FakeUpstream::kDefaultCapacity) {
-  return std::make_unique<FakeUpstream>(c, fail_at, capacity);
-}
 
 TEST(Pool, RoundsAndAligns) {
   FakeUpstream::Counters c;
@@ -244,6 +192,45 @@ TEST(Pool, KthUpstreamFailureIsReportedWithNumbers) {
   pool.check_invariants();
 }
 
+// The CUDA upstreams' rule (core/device_cuda.cu): cudaErrorMemoryAllocation is out of memory, and
+// the pool may free its cache and retry; any other status (a sticky error after a kernel's fault)
+// is reported by its name and text, never as out of memory.
+TEST(Pool, OnlyOutOfMemoryIsReportedAsOutOfMemory) {
+  EXPECT_EQ(refused_allocation(true, "cudaMalloc", 4096, "cudaErrorMemoryAllocation", "out of memory"), nullptr);
+  try {
+    refused_allocation(false, "cudaMalloc", 4096, "cudaErrorIllegalAddress", "an illegal memory access was encountered");
+    FAIL() << "expected the device error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "cudaMalloc of 4096 bytes failed: cudaErrorIllegalAddress (an illegal memory access was "
+                           "encountered), not out of memory");
+  }
+}
+
+// A device error from the upstream reaches the caller as it is: no retry (it cannot help), no
+// "out of memory", the failure counted and the pool intact for the next request.
+TEST(Pool, AnUpstreamDeviceErrorIsPassedOnWithoutARetry) {
+  FakeUpstream::Counters c;
+  auto upstream = std::make_unique<FakeUpstream>(&c);
+  upstream->device_error_at(3);
+  CachingPool pool(std::move(upstream), 256);
+  PoolBlock a = pool.allocate(1000);
+  { PoolBlock cached = pool.allocate(512); }  // a cached block the retry would have released
+  try {
+    PoolBlock b = pool.allocate(100000);
+    FAIL() << "expected the device error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("fakeMalloc of 100096 bytes failed: fakeErrorIllegalAddress"), std::string::npos) << m;
+    EXPECT_EQ(m.find("out of memory in the"), std::string::npos) << m;
+  }
+  EXPECT_EQ(c.failures, 1) << "no retry after a device error";
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.upstream_failures, 1u);
+  EXPECT_EQ(s.upstream_frees, 0u) << "the cache was not released for a retry";
+  pool.check_invariants();
+  EXPECT_TRUE(pool.allocate(100000)) << "the third attempt is served";
+}
+
 TEST(Pool, AbsurdRequestIsRefused) {
   FakeUpstream::Counters c;
   CachingPool pool(fake(&c), 256);
@@ -317,4 +304,4 @@ TEST(Pool, RandomOperationsKeepInvariants) {
 }
 
 }  // namespace
-}  // namespace minfer
+}  // namespace minfer::test
