@@ -5,8 +5,8 @@
 // Scratch buffers (f16 copies of activations, attention scores and partial states) grow on first
 // use and are then reused; the first run of a recorded step is a normal run precisely so that
 // this growth, and cuBLASLt's algorithm queries, happen before anything is captured. A scratch
-// buffer that grows later (a larger request) moves, and every recording that used it is
-// invalidated (engine/recordings.h).
+// buffer that grows later (a larger request) moves, and every recording is invalidated before the
+// old buffer is freed (RecordingCache::grow in engine/recordings.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -261,11 +261,7 @@ class CudaBackend final : public Backend, private Recorder {
   // A device buffer of at least `floats` floats.
   float* scratch(Scratch which, int64_t floats) {
     Tensor& t = scratch_[static_cast<int>(which)];
-    if (!t.defined() || t.numel() < floats) {
-      t = Tensor();  // back to the pool before the larger request
-      t = empty({floats}, DType::f32);
-      recordings_.buffers_moved();
-    }
+    recordings_.grow(&t, floats, DType::f32, kCuda, pool_);
     return f32(t);
   }
 
@@ -279,11 +275,7 @@ class CudaBackend final : public Backend, private Recorder {
     const int64_t slab_rows = std::max<int64_t>(256, kDequantSlab / K / 256 * 256);
     const int64_t rows = std::min(N, slab_rows);
     Tensor& slab = scratch_dequant_;
-    if (!slab.defined() || slab.numel() < rows * K) {
-      slab = Tensor();
-      slab = empty({rows * K}, DType::f16);
-      recordings_.buffers_moved();
-    }
+    recordings_.grow(&slab, rows * K, DType::f16, kCuda, pool_);
     const Tensor& x16 = half_activations(x, DType::f16);
     const int64_t row_bytes = K / dtype_block(w.dtype()) * dtype_block_bytes(w.dtype());
     const auto* weights = static_cast<const char*>(w.data());
@@ -298,11 +290,7 @@ class CudaBackend final : public Backend, private Recorder {
   const Tensor& half_activations(const Tensor& x, DType dtype) {
     const int64_t M = x.size(0), K = x.size(1);
     Tensor& t = scratch_half_[dtype == DType::bf16 ? 1 : 0];
-    if (!t.defined() || t.numel() < M * K) {
-      t = Tensor();
-      t = empty({M * K}, dtype);
-      recordings_.buffers_moved();
-    }
+    recordings_.grow(&t, M * K, dtype, kCuda, pool_);
     cuda::cast_rows(stream_, t.data(), dtype, f32(x), ld(x), M, K);
     return t;
   }

@@ -34,6 +34,13 @@ void RecordingCache::run(const std::string& key, FunctionRef<void()> body) {
   recorder_.launch(recording);
 }
 
+void RecordingCache::grow(Tensor* buffer, int64_t numel, DType dtype, DeviceKind device, CachingPool& pool) {
+  if (buffer->defined() && buffer->numel() >= numel) return;
+  buffers_moved();  // first: if the allocation below throws, the old buffer is already gone
+  *buffer = Tensor();
+  *buffer = Tensor::empty({numel}, dtype, device, pool);
+}
+
 void RecordingCache::forget(const std::string& prefix) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->first.compare(0, prefix.size(), prefix) == 0) {

@@ -3,16 +3,22 @@
 //
 // A recording replays exactly the kernels and addresses it captured. The model's graph epoch (in
 // the key) covers its own buffers; the backend's buffers are covered here by a buffer epoch: a
-// backend bumps it (buffers_moved()) whenever it reallocates a buffer that recorded work may use,
-// such as a scratch buffer that grew for a larger request. A recording made in an older epoch is
-// never replayed: it is destroyed, and the work runs plainly once in the new epoch (buffers grow
+// backend's scratch buffers, which recorded work may use, grow through grow(), which bumps it
+// (buffers_moved()) before the old buffer is freed, so that even an allocation that throws leaves
+// no recording that would replay into freed memory. A recording made in an older epoch is never
+// replayed: it is destroyed, and the work runs plainly once in the new epoch (buffers grow
 // outside of any capture, where allocating is allowed) before it is captured again.
+//
+// A recording replays the device work it captured, never the host's decisions: host work (checking
+// a step's rows) and work done only sometimes (copying a block table that changed) stay outside
+// the recorded body and run at every step (Decoder::run_rows).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 
+#include "core/tensor.h"
 #include "core/threads.h"
 
 namespace minfer {
@@ -39,6 +45,10 @@ class RecordingCache {
   void run(const std::string& key, FunctionRef<void()> body);
   // A buffer that recorded work may use was reallocated: no recording made so far is replayed.
   void buffers_moved() { ++epoch_; }
+  // Makes `buffer`, which recorded work may use, hold at least `numel` elements of `dtype` (from
+  // `pool`, on `device`). Growing invalidates every recording first, then frees the old buffer
+  // (back to the pool before the larger request), then allocates.
+  void grow(Tensor* buffer, int64_t numel, DType dtype, DeviceKind device, CachingPool& pool);
   // Destroys the recordings whose key starts with `prefix` ("" for all).
   void forget(const std::string& prefix);
 

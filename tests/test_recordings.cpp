@@ -1,13 +1,15 @@
 // The bookkeeping of recorded work (engine/recordings.h) with a fake recorder: a "recording"
 // remembers the buffer the work wrote to when it was captured and writes there on every replay,
 // as a CUDA Graph replays the addresses it captured. After a buffer moves, replaying an old
-// recording would write into freed memory; the cache must never do that.
+// recording would write into freed memory; the cache must never do that, not even when the move
+// fails half way (a pool over tests/fake_upstream.h that runs out of memory).
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "core/error.h"
 #include "engine/recordings.h"
+#include "tests/fake_upstream.h"
 
 namespace minfer {
 namespace {
@@ -119,6 +121,42 @@ TEST(Recordings, AReallocationDuringACaptureIsAnError) {
   cache.run("k", work);
   EXPECT_THROW(cache.run("k", work), Error);
   EXPECT_EQ(recorder.live(), 0) << "the half-made recording is destroyed";
+}
+
+// A recorder that only counts its launches.
+class CountingRecorder final : public Recorder {
+ public:
+  void* capture(FunctionRef<void()> body) override {
+    body();
+    return new int(0);
+  }
+  void launch(void*) override { ++launches; }
+  void destroy(void* r) noexcept override { delete static_cast<int*>(r); }
+  int launches = 0;
+};
+
+// A scratch buffer grows through the cache (RecordingCache::grow, as the CUDA backend's do): the
+// old buffer is freed before the larger one is allocated. When that allocation fails, the
+// recording made with the old buffer must never be replayed: it would write into freed memory.
+TEST(Recordings, AGrowthThatFailsLeavesNoRecordingToReplay) {
+  test::FakeUpstream::Counters c;
+  CachingPool pool(test::fake(&c, -1, 64 << 10), 256);  // 64 KiB of "device" memory
+  Tensor scratch;
+  CountingRecorder recorder;
+  RecordingCache cache(recorder);
+  auto step = [&] { cache.grow(&scratch, 1024, DType::f32, DeviceKind::cpu, pool); };
+  cache.run("step", step);  // plain: the buffer grows to 4 KiB
+  cache.run("step", step);  // captured with it, and launched
+  EXPECT_EQ(recorder.launches, 1);
+  cache.grow(&scratch, 1024, DType::f32, DeviceKind::cpu, pool);  // room enough: nothing moves
+  cache.run("step", step);
+  EXPECT_EQ(recorder.launches, 2);
+  EXPECT_THROW(cache.grow(&scratch, 32 << 10, DType::f32, DeviceKind::cpu, pool), Error);  // 128 KiB
+  EXPECT_FALSE(scratch.defined()) << "the old buffer is freed";
+  cache.run("step", step);
+  EXPECT_EQ(recorder.launches, 2) << "the recording made with the freed buffer was replayed";
+  EXPECT_EQ(cache.stale(), 1u);
+  EXPECT_TRUE(scratch.defined()) << "the plain run in the new epoch grew it again";
 }
 
 TEST(Recordings, ForgetDropsByPrefix) {
