@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 
 #include "core/checked.h"
 #include "core/clock.h"
@@ -99,7 +100,14 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
 }
 
 Decoder::~Decoder() {
-  backend_.synchronize();
+  // note: after a device error synchronize() throws again here, and a throwing destructor is
+  // std::terminate (one faulting test would end the whole run, a server would abort): report it
+  // and go on.
+  try {
+    backend_.synchronize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "minfer: warning: a decoder was destroyed after a device error: %s\n", e.what());
+  }
   backend_.forget_recordings(recording_prefix_);
 }
 
@@ -120,21 +128,29 @@ void Decoder::check_token(int32_t token) const {
 // note: the staging buffer holds a batch packed end to end, tokens (n_rows), sequences (n_rows),
 // positions (n_rows), logit rows: one copy moves everything a forward pass needs to the device.
 // Runs such a packed batch; its logit rows go to rows first_logit_row, +1, ... of the logits.
-// Everything here is device work (it may be recorded and replayed); the host fills the staging
-// buffer before, and must not touch it again until the device has copied it: every writer of
-// the staging buffer first waits for the device (synchronize()), so a copy still in flight is
-// never overwritten.
-void Decoder::run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows) {
-  // note: only a paged cache's tables change, and the scheduler that sets them runs its passes
-  // through forward_chunks, which is never recorded; a recorded decode step finds nothing to upload.
+// First the host's part, at every step: the rows are checked against the host's block table
+// (before any op: CUDA's kernels cannot check) and a table that changed is copied. Then the
+// device work, which may be recorded and replayed; the host fills the staging buffer before, and
+// must not touch it again until the device has copied it: every writer of the staging buffer
+// first waits for the device (synchronize()), so a copy still in flight is never overwritten.
+void Decoder::run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows,
+                       const std::string* recording_key) {
+  const int32_t* staged = staging_.data_as<int32_t>();
+  cache_.check_rows("forward pass", staged + n_rows, staged + 2 * n_rows, n_rows);
   cache_.upload(backend_);
-  backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
-  ForwardBatch batch;
-  batch.tokens = batch_.slice(0, 0, n_rows);
-  batch.seq = batch_.slice(0, n_rows, 2 * n_rows);
-  batch.pos = batch_.slice(0, 2 * n_rows, 3 * n_rows);
-  batch.logit_rows = batch_.slice(0, 3 * n_rows, 3 * n_rows + n_logit_rows);
-  model_.forward(batch, cache_, logits_.slice(0, first_logit_row, first_logit_row + n_logit_rows));
+  auto device_work = [&] {
+    backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
+    ForwardBatch batch;
+    batch.tokens = batch_.slice(0, 0, n_rows);
+    batch.seq = batch_.slice(0, n_rows, 2 * n_rows);
+    batch.pos = batch_.slice(0, 2 * n_rows, 3 * n_rows);
+    batch.logit_rows = batch_.slice(0, 3 * n_rows, 3 * n_rows + n_logit_rows);
+    model_.forward(batch, cache_, logits_.slice(0, first_logit_row, first_logit_row + n_logit_rows));
+  };
+  if (recording_key != nullptr)
+    backend_.run_recorded(*recording_key, device_work);
+  else
+    device_work();
 }
 
 void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts) {
@@ -233,9 +249,9 @@ void Decoder::forward_chunks(const std::vector<Chunk>& chunks) {
       for (int64_t i = c.n; i > 0; --i) staged.logit_row(l++, r - i);
     else if (c.logits)
       staged.logit_row(l++, r - 1);
-    n_past_[c.seq] += c.n;
   }
   run_rows(rows, 0, logit_rows);
+  for (const Chunk& c : chunks) n_past_[c.seq] += c.n;
   host_logits_valid_ = false;
   rows_are_sequences_ = false;
 }
@@ -296,14 +312,15 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
   for (int64_t s = 0; s < n_seqs_; ++s) {  // packed directly: n_seqs rows, logits for every one
     check_token(tokens[s]);
     MINFER_CHECK(n_past_[s] < room(s), "decode: sequence ", s, " is full (", room(s), " positions)");
-    staged.put(s, tokens[s], s, n_past_[s]++);
+    staged.put(s, tokens[s], s, n_past_[s]);
     staged.logit_row(s, s);
   }
   if (decode_key_epoch_ != model_.graph_epoch()) {  // not per step: no allocation in the loop
     decode_key_epoch_ = model_.graph_epoch();
     decode_key_ = recording_prefix_ + "decode@" + std::to_string(decode_key_epoch_);
   }
-  backend_.run_recorded(decode_key_, [&] { run_rows(n_seqs_, 0, n_seqs_); });
+  run_rows(n_seqs_, 0, n_seqs_, &decode_key_);
+  for (int64_t& n_past : n_past_) ++n_past;
   host_logits_valid_ = false;
   rows_are_sequences_ = true;
 }

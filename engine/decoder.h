@@ -10,6 +10,12 @@
 // the largest batch, the logits, and the host/device buffers for token ids and positions. A
 // decode step allocates nothing, from the pool or the heap (tests/test_decoder.cpp and, for the
 // heap on the CPU, tests/heap/test_decode_heap.cpp).
+//
+// Before every pass, on every backend, the host checks each row's position against the block
+// table (a -1 entry or a position past the table is refused with one line before any op runs) and
+// copies a table that changed to the device; neither is ever part of recorded work, so a recorded
+// decode step sees a table set after it was recorded (tests/test_gpu_error_paths.cpp). A decoder
+// destroyed after a device error reports it on stderr and does not throw.
 #pragma once
 
 #include <cstdint>
@@ -139,8 +145,8 @@ class Decoder {
   void rewind(int64_t seq, int64_t n_past);
   // Paged caches (kv_blocks > 0): sequence `seq`'s block table becomes blocks[0..n) and it holds
   // n_past positions, the first n_past rows of those blocks (at most n * block size). A pass may
-  // then write its positions up to n * block size. Run a paged cache through forward_chunks: a
-  // recorded decode() step replays without uploading a table changed since it was recorded.
+  // then write its positions up to n * block size; the next pass, recorded or not, copies the
+  // table to the device first and refuses a position whose blocks include a -1.
   void set_blocks(int64_t seq, const int32_t* blocks, int64_t n, int64_t n_past);
   // Copies block src's keys and values into block dst, before the next pass (copy on write).
   void copy_block(int32_t dst, int32_t src);
@@ -163,7 +169,9 @@ class Decoder {
                           const std::function<void(int64_t, int32_t)>& on_token = nullptr);
 
  private:
-  void run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows);
+  // Runs the batch staged for n_rows rows (recorded under *recording_key when one is given).
+  void run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows,
+                const std::string* recording_key = nullptr);
   void check_token(int32_t token) const;
   // The positions sequence `seq` may reach: the context, or fewer when its blocks hold fewer.
   int64_t room(int64_t seq) const;
@@ -171,7 +179,8 @@ class Decoder {
 
   // note: a decode step's work is the same at every position (positions live on the device), so
   // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches
-  // become one graph launch. Keys carry this decoder's id and the model's graph epoch.
+  // become one graph launch. Keys carry this decoder's id and the model's graph epoch. The host's
+  // part of a step (run_rows: the rows' check, the table's copy) runs outside the recording.
   std::string recording_prefix_;
   std::string decode_key_;  // recording_prefix_ + "decode@" + epoch, rebuilt when it changes
   uint64_t decode_key_epoch_ = ~uint64_t(0);

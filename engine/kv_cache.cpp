@@ -4,6 +4,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "engine/op_checks.h"
 
 namespace minfer {
 
@@ -64,6 +65,12 @@ void KvCache::set_row(int64_t seq, const int32_t* blocks, int64_t n) {
   }
   held_[size_t(seq)] = n;
   table_changed_ = true;
+}
+
+void KvCache::check_rows(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows) const {
+  const op_checks::CacheShape shape{n_blocks_, n_kv_heads_,     block_size_, head_dim_,
+                                    n_seqs_,   blocks_per_seq(), host_table_.data_as<int32_t>()};
+  op_checks::positions(op, seq, pos, rows, shape, /*keys=*/true);
 }
 
 void KvCache::upload(Backend& backend) {

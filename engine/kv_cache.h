@@ -17,6 +17,11 @@
 // positions 0..p: a block holds them as one run of block_size rows (position-major, as run.c keeps
 // it, would read a head_dim slice out of every kv_dim-wide row). A decode step writes one head_dim
 // row per head. The per-layer tensors are (blocks, kv_heads, block_size, head_dim).
+//
+// note: the kernels trust the table. On the device a -1 entry addresses the block before the
+// layer's first: in layer l > 0 the last block of layer l - 1, which a write corrupts. So the
+// decoder checks every pass's rows against the host's copy of the table (check_rows) before any
+// op runs, whatever the backend; ref and cpu check again in their ops, CUDA's kernels cannot.
 #pragma once
 
 #include <cstdint>
@@ -62,8 +67,14 @@ class KvCache {
   // brings the table to the device). blocks_held(seq) is the n of its row.
   void set_row(int64_t seq, const int32_t* blocks, int64_t n);
   int64_t blocks_held(int64_t seq) const { return held_[size_t(seq)]; }
+  // Throws Error (one line, naming `op`) unless every row (seq[m], pos[m]) of a pass, m < rows,
+  // is a sequence of the table at a position it holds, whose blocks from position 0 to pos[m]
+  // (every key attention may read) are blocks of the pool, by the host's copy of the table.
+  void check_rows(const char* op, const int32_t* seq, const int32_t* pos, int64_t rows) const;
   // Copies the table to the device if a row changed since the last upload (asynchronously, on
-  // the backend's stream: call it only while no pass reads the table).
+  // the backend's stream: call it only while no pass reads the table, and never inside recorded
+  // work, whose copy would run only when a recording is launched, if ever). The change is
+  // forgotten only once the copy is enqueued.
   void upload(Backend& backend);
   // Copies block `src`'s keys and values, in every layer, into block `dst` (a partly filled
   // shared block copied before it is written), on the backend's stream.

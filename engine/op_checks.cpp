@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -231,6 +232,9 @@ void sum(const Tensor& out, const Tensor& x, DeviceKind device) {
   on_device("sum", "x", x, device);
   on_device("sum", "out", out, device);
   MINFER_CHECK(x.dtype() == DType::f32 && x.is_contiguous(), "sum: x must be contiguous f32, got ", x.str());
+  MINFER_CHECK(reinterpret_cast<uintptr_t>(x.data()) % kSumAlignment == 0, "sum: x ", x.str(), " starts ",
+               reinterpret_cast<uintptr_t>(x.data()) % kSumAlignment, " bytes past a ", kSumAlignment,
+               "-byte boundary");
   MINFER_CHECK(out.dtype() == DType::f32 && out.numel() == 1, "sum: out must be f32[1], got ", out.str());
 }
 

@@ -80,6 +80,8 @@ inline float* f32(const Tensor& t) { return t.data_as<float>(); }
 inline const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
 // The row stride of a 2-D activation (its width when there is a single row).
 inline int64_t ld(const Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
+// x must start on a kSumAlignment boundary: CUDA's kernel reads it as float4 (kernels/cuda/sum.cu).
+constexpr size_t kSumAlignment = 16;
 void sum(const Tensor& out, const Tensor& x, DeviceKind device);
 
 }  // namespace minfer::op_checks

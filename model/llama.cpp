@@ -370,6 +370,9 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
     put(dst.w2.tensor(), src.w2);
   }
   backend_.synchronize();
+  // The staging buffers of the conversions (pinned memory on CUDA, up to the largest matrix in
+  // f32) go back to the system instead of staying cached for the life of the process.
+  backend_.host_pool().release_cached();
 }
 
 LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::string& name,

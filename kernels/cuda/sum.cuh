@@ -14,7 +14,7 @@ int64_t sum_partials_needed();
 
 void sum(cudaStream_t stream,
          float* out,       // (1)
-         const float* x,   // (n), 16-byte aligned
+         const float* x,   // (n), 16-byte aligned: read as float4 (op_checks::sum refuses other x)
          int64_t n,
          float* partials);  // (sum_partials_needed())
 
