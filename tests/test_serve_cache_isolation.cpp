@@ -190,6 +190,26 @@ TEST_F(ServeCacheIsolation, ASaltOutOfBoundsIs400AndTheServerGoesOn) {
   EXPECT_EQ(post(port(), R"({"prompt": [1, 2], "max_tokens": 1, "cache_salt": "ok"})").status, 200);
 }
 
+// A server with two keys (--api-key-file, one a line): each key is a scope of its own, and a salt
+// under a key another.
+class ServeCacheKeys : public SharedServer<ServeCacheKeys> {
+ public:
+  static std::vector<std::string> server_args() {
+    static ScratchDir dir("serve-cache-keys");
+    const std::string key_file = dir.path() + "/keys";
+    std::ofstream(key_file) << "key-of-alice\nkey-of-bob\n";
+    return {"-m", "preset:tiny", "--ctx", "128", "--slots", "2", "--kv-cache-mib", "8", "--api-key-file", key_file};
+  }
+};
+
+TEST_F(ServeCacheKeys, AnotherKeyLearnsNothingFromGuessesThatMatch) {
+  expect_guesses_learn_nothing(port(), {"key-of-alice", std::nullopt}, {"key-of-bob", std::nullopt});
+}
+
+TEST_F(ServeCacheKeys, TheSameKeyWithAnotherSaltLearnsNothing) {
+  expect_guesses_learn_nothing(port(), {"key-of-alice", "alice's salt"}, {"key-of-alice", "another salt"});
+}
+
 #endif  // MINFER_HAVE_HTTPLIB
 
 }  // namespace
