@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The GPU proof's plumbing, tested here before any lease: tools/gpu-check.sh --dry-run runs the
-same steps on the CPU build (CUDA tests skipped, small benches, quick demos) and must bring back
-exactly one archive and a summary, as the device tool needs (at most 8 files).
+same steps on the CPU build (CUDA tests skipped, the compute-sanitizer pass reduced to checking
+that its cases exist, small benches, quick demos) and must bring back exactly one archive and a
+summary, as the device tool needs (at most 8 files).
 
 Usage: check_gpu_check.py SOURCE_DIR BUILD_DIR
 """
 import pathlib
+import re
 import subprocess
 import sys
 import tarfile
@@ -32,7 +34,7 @@ def main() -> int:
                 names = set(n.lstrip("./") for n in tar.getnames())
             for needed in ["tests.json", "tests.log", "bench-decode.json", "bench-decode.md", "bench-prefill.json",
                            "progress.log", "summary.txt", "devices.txt", "demos.md", "demos/batching.json",
-                           "speculative.md", "demos/speculative.json", "serving.md"]:
+                           "speculative.md", "demos/speculative.json", "serving.md", "sanitizer.md"]:
                 if needed not in names:
                     problems.append(f"the archive lacks {needed}")
         for needed in ["== minfer gpu-check: dry run", "build: ", " failed, ", "bench:", "| preset:stories15M",
@@ -44,6 +46,12 @@ def main() -> int:
             problems.append("a serving trace failed")
         if "FAIL: ids differ" in summary or "FAIL: generate failed" in summary:
             problems.append("speculative decoding failed or changed the greedy ids")
+        # The sanitizer pass cannot run here, but every case it names must exist in this build.
+        if not re.search(r"sanitizer:\n  memcheck: skipped: dry run \(no GPU\); [1-9]\d* CUDA cases found\n"
+                         r"  racecheck: skipped: dry run \(no GPU\); [1-9]\d* CUDA cases found\n", summary):
+            problems.append("the summary lacks the sanitizer's memcheck and racecheck lines")
+        if "cases: FAIL" in summary:
+            problems.append("a compute-sanitizer case named in tools/gpu-check.sh does not exist")
         if " 0 failed" not in summary:
             problems.append("the dry run reports failed tests")
     for p in problems:

@@ -18,8 +18,9 @@
 #       skipped, small benches, quick demos), the same archive and summary. `make test` runs it.
 #
 # The order puts the most valuable results first: the build, the CUDA op and end-to-end tests
-# (golden agreement included), decode and prefill with the roofline, graphs and fusion ratios,
-# the PyTorch peer, then demos. Each step gets a time limit from what is left of the budget
+# (golden agreement included), a short compute-sanitizer pass (memcheck and racecheck over a
+# dozen op cases), decode and prefill with the roofline, graphs and fusion ratios, the PyTorch
+# peer, then demos. Each step gets a time limit from what is left of the budget
 # (GPU_CHECK_SECONDS, default 330), so the archive and the summary always come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -129,6 +130,58 @@ MINFER_GOLDEN_DIR=$golden timeout $(( $(left) - 150 > 30 ? $(left) - 150 : 30 ))
 test_status=$?
 [ $test_status -eq 0 ] || status=1
 say "CUDA tests: exit $test_status"
+
+# --- compute-sanitizer: memcheck and racecheck over paged attention, Tensor Core prefill and the ---
+# quantized matvec, a few op-harness cases each (tests/test_backend_ops.cpp), every one of which
+# must exist; sanitizer.md has a line per tool: its error count, the tests passed, the seconds.
+sanitizer_cases=(
+  cuda_KV_STORE_M3_4x2x10_f16_strided_scattered                    # paged: writes through a scattered table
+  cuda_ATTENTION_THREE_PASS_M3_6x3x64_f16_window100_scattered      # paged decode, three passes, a window
+  cuda_ATTENTION_ONLINE_SOFTMAX_M3_6x3x64_f16_window100_scattered  # paged decode, flash-decoding, a window
+  cuda_ATTENTION_ONLINE_SOFTMAX_M8_8x2x64_f16_strided_scattered
+  cuda_ATTENTION_PREFILL_M130_8x2x64_f16_scattered                 # Tensor Core tiles, a partial last tile
+  cuda_ATTENTION_PREFILL_M130_4x2x64_f16_window100_shared
+  cuda_ATTENTION_PREFILL_M130_4x2x128_bf16_window100
+  cuda_MUL_MAT_M1_100x288_q8_0_strided                             # the quantized matvec (M <= 8)
+  cuda_MUL_MAT_M3_33x96_q4_0_strided
+  cuda_MUL_MAT_M1_33x512_q4_k
+  cuda_MUL_MAT_M3_33x512_q6_k_strided
+  cuda_MUL_MAT_M8_33x512_q5_k
+)
+sanitize() {
+  local filter="" c tool cs listed
+  for c in "${sanitizer_cases[@]}"; do filter+="${filter:+:}All/BackendOps.MatchesReference/$c"; done
+  listed=$("$tests" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
+  if [ "$listed" -ne ${#sanitizer_cases[@]} ]; then
+    echo "cases: FAIL: ${#sanitizer_cases[@]} named, $listed found (renamed in tests/test_backend_ops.cpp?)" >> "$work/sanitizer.md"
+    status=1
+  fi
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  for tool in memcheck racecheck; do
+    local limit=$(( $(left) - 200 )); [ "$limit" -gt 60 ] && limit=60
+    if [ $dry -eq 1 ]; then echo "$tool: skipped: dry run (no GPU); $listed CUDA cases found" >> "$work/sanitizer.md"; continue; fi
+    if [ -z "$cs" ]; then echo "$tool: skipped: compute-sanitizer not found" >> "$work/sanitizer.md"; continue; fi
+    if [ "$limit" -lt 20 ]; then echo "$tool: skipped: out of time" >> "$work/sanitizer.md"; continue; fi
+    local log=$work/sanitizer-$tool.log t0 rc errors passed skipped
+    t0=$(date +%s)
+    timeout "$limit" "$cs" --tool "$tool" --error-exitcode 86 --print-limit 10 "$tests" --gtest_filter="$filter" > "$log" 2>&1
+    rc=$?
+    errors=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$log" | tail -1)
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    local result="${errors:-?} errors, ${passed:-0} of $listed tests passed, ${skipped:-0} skipped ($(( $(date +%s) - t0 )) s)"
+    if [ $rc -eq 124 ] && [ "${errors:-0}" = 0 ]; then  # slow, not wrong: said, not failed
+      echo "$tool: stopped at its time limit of $limit s: $result" >> "$work/sanitizer.md"
+    elif [ $rc -ne 0 ] || [ "${errors:-?}" != 0 ] || [ "${passed:-0}" != "$listed" ]; then
+      echo "$tool: FAIL (exit $rc): $result; first: $(grep -m1 -E '^========= +(Invalid|Error|Race|Program hit|Barrier)' "$log" | cut -c1-160)" >> "$work/sanitizer.md"
+      status=1
+    else
+      echo "$tool: $result" >> "$work/sanitizer.md"
+    fi
+  done
+  say "sanitizer done"
+}
+sanitize
 
 # --- benches: decode and prefill against the roofline first ---
 bench() {  # NAME, then the bench arguments; each gets what is left minus a reserve

@@ -7,6 +7,8 @@ Sections, in order:
   build     CMake's CUDA line and `minfer devices`' build line
   tests     passed / failed / skipped counts of the CUDA tests, every failed test with its first
             failure line, and the skipped tests (by family when there are many)
+  sanitizer compute-sanitizer's memcheck and racecheck over a dozen CUDA op cases: errors, tests
+            passed, seconds (a FAIL names the first report)
   bench     every row of every bench table, with the measured roofline lines
   peer      PyTorch's tok/s beside minfer's for the same shapes, and their ratio
   demos     each demo's conclusion
@@ -142,6 +144,7 @@ def main() -> int:
         out += ["(stopped after the build)"]
     else:
         out += tests_section(work)
+        out += ["sanitizer:"] + ["  " + l for l in (read(work / "sanitizer.md").strip().splitlines() or ["did not run"])]
         out += bench_section(work)
         out += ["speculative:"] + ["  " + l for l in (read(work / "speculative.md").strip().splitlines() or ["did not run"])]
         out += ["serving:"] + ["  " + l for l in (read(work / "serving.md").strip().splitlines() or ["did not run"])]
