@@ -257,6 +257,42 @@ TEST_F(ServeConnectionShares, HeadsHaveAQuarterOfTheirDeadlineWhileMostConnectio
   for (int fd : busy) close(fd);
 }
 
+TEST(ServeConnectionDefaults, ThePoolIsSlotsQueueAnd32AndAClientsShareAllButAQuarter) {
+  // --slots 1 --max-queue 3: a pool of 1 + 3 + 32 = 36 connections, of which one address may hold
+  // 36 - 36 / 4 = 27 (the spare connections, at most 32, are a quarter of the pool here).
+  ServerProcess server({"-m", "preset:tiny", "--slots", "1", "--max-queue", "3"});
+  ASSERT_TRUE(server.listening()) << server.log();
+  auto busy_from = [&](const std::string& source) {
+    const int fd = connect_from(source, server.port());
+    pollfd p{fd, POLLOUT, 0};
+    if (fd < 0 || poll(&p, 1, 1000) != 1) return -1;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return send_all(fd, kBodyNeverSent) ? fd : -1;
+  };
+  auto refusal_to = [&](const std::string& source) {
+    const int fd = busy_from(source);
+    std::string answer;
+    read_until(fd, "}}", 1, &answer);
+    close(fd);
+    return answer;
+  };
+  std::vector<int> fds;
+  for (int i = 0; i < 27; ++i) fds.push_back(busy_from("127.0.0.2"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string over_share = refusal_to("127.0.0.2");
+  EXPECT_NE(over_share.find("too many open connections from 127.0.0.2 (--max-connections-per-client 27)"),
+            std::string::npos) << over_share;
+  for (int i = 0; i < 9; ++i) fds.push_back(busy_from("127.0.0.3"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string over_pool = refusal_to("127.0.0.4");
+  EXPECT_NE(over_pool.find("too many open connections (--max-connections 36)"), std::string::npos) << over_pool;
+  for (int fd : fds) {
+    EXPECT_GE(fd, 0);
+    close(fd);
+  }
+  expect_clean_exit(server);
+}
+
 // The defaults of --max-connections (slots + max-queue + 32 = 296 here) and of the share
 // (264: all but 32 of them), as the run had them.
 std::vector<std::string> slowloris_server_args() { return {"-m", "preset:tiny", "--api-key", kKey}; }
