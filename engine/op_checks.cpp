@@ -81,8 +81,12 @@ void positions(const char* op, const int32_t* seq, const int32_t* pos, int64_t r
                  " of a block table for ", cache.n_seqs);
     MINFER_CHECK(pos[m] >= 0 && pos[m] < cache.n_ctx(), op, ": row ", m, " is at position ", pos[m],
                  " of a cache for ", cache.n_ctx());
-    const int64_t first = keys ? attention_first_key(pos[m], window) : pos[m];
-    for (int64_t p = first - first % cache.block_size; p <= pos[m]; p += cache.block_size)
+    int64_t first = keys ? attention_first_key(pos[m], window) : pos[m];
+    // A row after one of the same sequence at a position no later than its own needs only the
+    // blocks past that row's position (the first key never moves back as the position grows):
+    // a chunk of a prompt costs its keys' blocks once, not once per row.
+    if (m > 0 && seq[m - 1] == seq[m] && pos[m - 1] <= pos[m]) first = std::max<int64_t>(first, pos[m - 1] + 1);
+    for (int64_t p = first - first % cache.block_size; first <= pos[m] && p <= pos[m]; p += cache.block_size)
       block_in_pool(op, cache, m, seq[m], std::max<int64_t>(p, first));
   }
 }

@@ -138,6 +138,9 @@ TEST(GpuErrorPaths, ATableHoleIsRefusedBeforeAnyOpRuns) {
     refused([&] { decoder.decode({6}); }, "forward pass: row 0's position 32 is in block -1 of a pool of 4");
     const int32_t token = 6;
     refused([&] { decoder.forward_chunks({{0, &token, 1, true}}); }, "position 32 is in block -1");
+    const int32_t chunk[] = {7, 8, 9};  // positions 30 and 31 in block 1, then 32 in the hole
+    decoder.set_blocks(0, hole_at_end, 3, 30);
+    refused([&] { decoder.forward_chunks({{0, chunk, 3, true}}); }, "row 2's position 32 is in block -1");
     const int32_t hole_before[] = {0, -1, 2};
     decoder.set_blocks(0, hole_before, 3, 40);
     refused([&] { decoder.decode({6}); }, "position 16 is in block -1");  // a key attention reads
