@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.h"
@@ -304,6 +305,88 @@ TEST(ModelFixtures, KQuantMixesTypeEveryMatrixAsLlamaQuantize) {
       }
     }
     EXPECT_EQ(q6_k, 2);  // so that the rule above was put to the test
+  }
+}
+
+// --batch-invariant on whole quantized models, a shape apart from the kernel's own test
+// (BatchInvariant.EveryRowEqualsTheRowAlone: one product of 45 outputs): the kq- fixtures' hidden
+// 256, 4/2 heads and untied classifier, in a legacy type and a K-quant mix (Q5_K, Q6_K). Their
+// three reference prompts one after the other make 41 rows, past every type's quant_gemm_min_rows
+// on either build (33 at most), read in one pass, a row per pass and 7 rows per pass: the logits
+// after the prompt, and after each of 4 greedy steps, are equal bit for bit. Without the option
+// the one-pass logits are not the row-by-row ones, so that this shape does take GEMMs that round
+// apart (on the Zen 4 so do Q3_K_M's and Q6_K's; Q4_0's, Q5_0's, Q5_1's, Q2_K's and Q4_K_M's
+// agreed with the dot products bit for bit, and would not show a product that ignored the option).
+TEST(ModelFixtures, BatchInvariantQuantizedModelsGiveTheLogitsOfARowAlone) {
+  for (const char* name : {"kq-q4_1", "kq-q5_k_m"}) {
+    const std::string path = kModels + "/" + name + ".gguf";
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing (make_quant_model_fixtures.py)";
+    const nlohmann::json ref = nlohmann::json::parse(read_file(kModels + "/" + name + ".reference.json"));
+    std::vector<int32_t> ids;
+    for (const auto& prompt : ref["prompts"]) {
+      const std::vector<int32_t> more = prompt["ids"].get<std::vector<int32_t>>();
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
+    ASSERT_EQ(ids.size(), 41u) << name;
+    for (bool invariant : {true, false}) {
+      BackendOptions options;
+      options.batch_invariant = invariant;
+      auto cpu = make_backend(BackendKind::cpu, options);
+      auto model = load_model(path, *cpu, LlamaOptions{});
+      const int64_t vocab = model->info().vocab_size;
+      std::vector<std::vector<float>> logits;  // after the prompt, then after each greedy step
+      for (int64_t rows_per_pass : {2048, 1, 7}) {
+        DecoderOptions dec;
+        dec.n_ctx = int64_t(ids.size()) + 4;
+        dec.pass_rows = rows_per_pass;
+        Decoder decoder(*model, dec);
+        decoder.prefill({ids});
+        std::vector<float> all(decoder.logits(0), decoder.logits(0) + vocab);
+        std::vector<int32_t> next;
+        for (int step = 0; step < 4; ++step) {
+          decoder.argmax(&next);
+          decoder.decode({next[0]});
+          all.insert(all.end(), decoder.logits(0), decoder.logits(0) + vocab);
+        }
+        logits.push_back(all);
+      }
+      const bool one_pass_is_row_by_row = std::equal(logits[1].begin(), logits[1].begin() + vocab, logits[0].begin());
+      if (invariant) {
+        EXPECT_TRUE(one_pass_is_row_by_row) << name;
+        EXPECT_TRUE(logits[1] == logits[0] && logits[2] == logits[0]) << name;
+      } else {
+        EXPECT_FALSE(one_pass_is_row_by_row) << name << ": the one pass rounded as a row alone without the option";
+      }
+    }
+  }
+}
+
+// The fixtures whose shapes make a split or a scale visible are what they claim, so that a
+// bug there cannot pass LogitsAndGreedyIdsMatchTransformers for want of a shape: phi3-gqa's fused
+// q | k | v has fewer K and V rows than q rows (V read from the K rows, or after q + q rows,
+// changes every logit); qwen2-mqa's one KV head has head_dim 32, not 64 / 4 (a bias added in the
+// other RoPE order, or split by dim / heads, shows); gemma3-w48's sqrt(48) = 6.928203 is not exact
+// in 16 bits, and transformers multiplies by its rounding to the table's type: 6.9375 in bf16,
+// 6.9296875 in f16 (the existing gemma3-f32's sqrt(64) = 8 is exact in either).
+TEST(ModelFixtures, SplitsAndScalesHaveShapesThatShowThem) {
+  for (const char* name : {"phi3-gqa-f16", "phi3-gqa-f16.gguf", "qwen2-mqa-bf16", "qwen2-mqa-f16.gguf"}) {
+    const std::string path = kModels + "/" + name;
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing (make_model_fixtures.py)";
+    const LlamaConfig c = load_model_weights(path).config;
+    EXPECT_LT(c.n_kv_heads, c.n_heads) << name;
+    if (std::string(name).rfind("qwen2", 0) == 0) {
+      EXPECT_NE(c.head_dim() * c.n_heads, c.dim) << name;
+    }
+  }
+  for (const auto& [name, dtype, scale] : {std::tuple{"gemma3-w48-bf16", DType::bf16, 6.9375f},
+                                           std::tuple{"gemma3-w48-f16", DType::f16, 6.9296875f}}) {
+    const std::string path = kModels + "/" + name;
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing (make_model_fixtures.py)";
+    const LlamaHostWeights w = load_model_weights(path);
+    EXPECT_EQ(w.token_embedding.dtype(), dtype) << name;
+    EXPECT_EQ(w.config.dim, 48) << name;
+    EXPECT_NE(scale, std::sqrt(48.0f));
+    EXPECT_EQ(w.config.embedding_scale, scale) << name;
   }
 }
 

@@ -7,7 +7,11 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
-converter made. Seven tiny models (hidden 64, two layers; Gemma 3 six), with the tokenizers of
+converter made. torch 2.15.0, transformers 5.25.0 and llama-cpp-python 0.3.36's source, from PyPI
+(pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36), rewrite phi3's
+files byte for byte; gemma3-f32's logits came out different in float32's last digits.
+
+Ten tiny models (hidden 64 but one, two layers; Gemma 3 six), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
 
   llama2    SentencePiece BPE tokenizer, grouped-query attention 4/2, untied classifier,
@@ -41,6 +45,16 @@ tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
             global by 1e6, 4/2 heads of 32 (query_pre_attn_scalar 32: GGUF does not store it, and
             llama.cpp scales by the head width), tied embeddings, the byte-level BPE tokenizer: a
             folder in f32, GGUF F32 by the converter (gemma3, which stores the norms as 1 + w).
+
+Three more give each split and scale a shape that shows it, in the 16-bit types:
+
+  qwen2-mqa   qwen2 with one KV head of 32 (not 64 / 4): a folder in bf16, GGUF F16 by the converter.
+  phi3-gqa    phi3 with 4/2 heads, so that q | k | v are 64, 32 and 32 rows: a folder in f16, GGUF
+              F16 by the converter.
+  gemma3-w48  gemma3 of hidden 48, 4/2 heads of 16 (not 48 / 4; query_pre_attn_scalar 16),
+              intermediate 96: folders in bf16 and f16. sqrt(48) = 6.9282 is not exact in 16 bits,
+              and transformers multiplies the embeddings by it rounded to the table's type (6.9375
+              in bf16, 6.9296875 in f16); its references run in float32 with that rounded scale.
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -172,8 +186,27 @@ def convert(llama_cpp, folder, outfile, outtype):
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
 
 
+def stored_model(Model, config, model, dtype, prepare):
+    """`model` as its folder stores it in `dtype`, computing in float32; prepare(stored, dtype), if
+    given, sets what transformers derives from the stored type (Gemma 3's embedding scale)."""
+    stored = Model(config).eval()
+    stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
+    if prepare is not None:
+        prepare(stored, dtype)
+    return stored
+
+
+def gemma_scale_in(stored, dtype):
+    """Gemma 3's embeddings are multiplied by sqrt(hidden) rounded to the weights' type
+    (Gemma3TextScaledWordEmbedding: embed_scale.to(weight.dtype)): in a model run in float32 on the
+    stored weights that rounding would be lost, so it is put back."""
+    embed = stored.model.embed_tokens
+    with torch.no_grad():
+        embed.embed_scale.fill_(float(embed.embed_scale.to(dtype).float()))
+
+
 def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, ggufs, q8_from,
-          classes=(LlamaConfig, LlamaForCausalLM), tokenizer_class=None):
+          classes=(LlamaConfig, LlamaForCausalLM), tokenizer_class=None, prepare=None):
     Config, Model = classes
     tokenizer_dir = os.path.join(TOKENIZERS, tokenizer_name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -184,8 +217,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
         init_weights(model, seed, gain=2.0)
         ok = True
         for dtype_name, dtype in variants:
-            stored = Model(config).eval()
-            stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
+            stored = stored_model(Model, config, model, dtype, prepare)
             refs = references(stored, tokenizer, vocab)
             if min(min(r["margins"]) for r in refs) < MIN_MARGIN:
                 ok = False
@@ -196,8 +228,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
         raise SystemExit(f"{name}: no seed gives clear greedy margins")
     print(f"{name}: seed {seed}, vocab {vocab}")
     for dtype_name, dtype in variants:
-        stored = Model(config).eval()
-        stored.load_state_dict({k: v.to(dtype).float() for k, v in model.state_dict().items()})
+        stored = stored_model(Model, config, model, dtype, prepare)
         refs = references(stored, tokenizer, vocab)
         folder = os.path.join(OUT, f"{name}-{dtype_name}")
         shutil.rmtree(folder, ignore_errors=True)
@@ -235,7 +266,8 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", required=True, help="a llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
-    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3", "phi3", "gemma3"],
+    ap.add_argument("--only", choices=["llama2", "llama3", "qwen2", "mistral", "qwen3", "phi3", "gemma3", "qwen2-mqa",
+                                       "phi3-gqa", "gemma3-w48"],
                     help="build this model's fixtures only")
     a = ap.parse_args()
     global LLAMA_CPP
@@ -285,6 +317,26 @@ def main():
                              tie_word_embeddings=True),
               "llama3-bpe", [("f32", torch.float32)], 1, a.llama_cpp, [("f32", "f32")], None,
               classes=(Gemma3TextConfig, Gemma3ForCausalLM))
+    # The shapes that make each split and scale visible, in bf16 and f16.
+    if wanted("qwen2-mqa"):
+        build("qwen2-mqa", dict(common, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                                max_position_embeddings=128, rope_theta=1000000.0, tie_word_embeddings=False,
+                                use_sliding_window=False, vocab_size=640),
+              "llama3-bpe", [("bf16", torch.bfloat16)], 1, a.llama_cpp, [("f16", "bf16")], None,
+              classes=(Qwen2Config, Qwen2ForCausalLM))
+    if wanted("phi3-gqa"):
+        build("phi3-gqa", dict(common, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                               original_max_position_embeddings=128, rope_theta=10000.0, tie_word_embeddings=False,
+                               sliding_window=96, pad_token_id=0, vocab_size=640),
+              "llama3-bpe", [("f16", torch.float16)], 1, a.llama_cpp, [("f16", "f16")], None,
+              classes=(Phi3Config, Phi3ForCausalLM), tokenizer_class="GPT2Tokenizer")
+    if wanted("gemma3-w48"):
+        gemma = {k: v for k, v in common.items() if k != "hidden_act"}
+        build("gemma3-w48", dict(gemma, hidden_size=48, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                                 max_position_embeddings=128, tie_word_embeddings=True),
+              "llama3-bpe", [("bf16", torch.bfloat16), ("f16", torch.float16)], 1, a.llama_cpp, [], None,
+              classes=(Gemma3TextConfig, Gemma3ForCausalLM), prepare=gemma_scale_in)
 
 
 if __name__ == "__main__":
