@@ -139,6 +139,38 @@ TEST(Sampler, TemperatureAppliesBeforeTheTopPCut) {
   }
 }
 
+// The top-p boundary through the Sampler the engine runs (softmax, seeded coins, the cut), not
+// sample_topp() alone: four equal logits give probabilities of exactly 1/4 (cumulative 0.25, 0.5,
+// 0.75, 1). A top_p equal to a cumulative sum keeps the next token too (the sum must pass it);
+// a top_p just below it does not. top_p 0.25 also puts every token exactly at run.c's cutoff
+// (1 - 0.25) / 3 = 1/4, where it stays a candidate. Over 400 seeded draws each kept token appears
+// (in more than 400 / (kept + 1) of them) and no other; distribution() writes the same nucleus,
+// renormalized.
+TEST(Sampler, TopPAtACumulativeSumKeepsTheNextTokenInEveryDraw) {
+  struct Case {
+    float top_p;
+    int kept;  // tokens 0 .. kept - 1
+  };
+  for (const Case& c : {Case{0.5f, 3}, Case{0.4999f, 2}, Case{0.75f, 4}, Case{0.7499f, 3}, Case{0.25f, 2}}) {
+    Sampler sampler(4, 1.0f, c.top_p, 7);
+    std::vector<int> seen(4, 0);
+    for (int draw = 0; draw < 400; ++draw) {
+      std::vector<float> logits(4, 0.0f);
+      ++seen[static_cast<size_t>(sampler.sample(logits.data()))];
+    }
+    for (int t = 0; t < 4; ++t) {
+      const int least = t < c.kept ? 400 / (c.kept + 1) + 1 : 0, most = t < c.kept ? 400 : 0;
+      EXPECT_GE(seen[static_cast<size_t>(t)], least) << "top_p " << c.top_p << ", token " << t;
+      EXPECT_LE(seen[static_cast<size_t>(t)], most) << "top_p " << c.top_p << ", token " << t;
+    }
+    std::vector<float> distribution(4, 0.0f);
+    sampler.distribution(distribution.data());
+    for (int t = 0; t < 4; ++t)
+      EXPECT_FLOAT_EQ(distribution[static_cast<size_t>(t)], t < c.kept ? 1.0f / float(c.kept) : 0.0f)
+          << "top_p " << c.top_p << ", token " << t;
+  }
+}
+
 // A sampler restarted with other settings samples as a new one made with them.
 TEST(Sampler, RestartIsANewSampler) {
   Sampler reused(5, 0.0f, 1.0f, 3);
