@@ -54,6 +54,14 @@ std::string seconds_text(int ms) {
   return text;
 }
 
+// The answer to a connection evicted before its request head was whole (ConnectionTable::admit).
+Refusal evicted_refusal() {
+  return {503,
+          "another connection took this one's place before its request head was whole (--max-connections, "
+          "--max-connections-per-client)",
+          "too_many_connections", ""};
+}
+
 // Closes after the peer has had the chance to read the answer: our side is shut for writing, and
 // what the peer still sends (an unread body) is read and dropped until it closes too or
 // `linger_ms` passes. Closing with unread bytes would send a reset that can destroy the answer
@@ -567,9 +575,7 @@ std::optional<Refusal> ConnectionServer::read_head(SocketStream& stream, Clock::
   stream.set_deadline(deadline, since + std::chrono::milliseconds(limits_.head_timeout_ms / 4));
   const SocketStream::Read read = stream.read_head();
   if (read == SocketStream::Read::whole) return std::nullopt;
-  if (stream.evicted())
-    return Refusal{503, "every connection is open, and this one had not sent a whole request head: another took its place",
-                   "too_many_connections", ""};
+  if (stream.evicted()) return evicted_refusal();
   if (read == SocketStream::Read::too_large)
     return Refusal{431, "the request line and headers are over " + std::to_string(limits_.max_head_bytes) + " bytes",
                    "", ""};
@@ -596,8 +602,7 @@ std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, Open
   if (head_check_)
     if (std::optional<Refusal> refused = head_check_(head)) return refused;
   if (!table_->start_request(connection))
-    return Refusal{503, "every connection is open, and this one had not sent a whole request head: another took its place",
-                   "too_many_connections", ""};
+    return evicted_refusal();
   stream.set_deadline(Clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms));
   if (head.expects_continue) (void)probe_with_interim(connection.sock);  // the client waits for it to send its body
   std::string body;

@@ -195,7 +195,7 @@ TEST_F(ServeConnectionShares, AClientAtItsShareGivesUpItsOldestConnectionWithout
   EXPECT_EQ(served.rfind("HTTP/1.1 200", 0), 0u) << served;
   const std::string evicted = answer_on(oldest, 1);
   EXPECT_EQ(evicted.rfind("HTTP/1.1 503", 0), 0u) << evicted;
-  EXPECT_NE(evicted.find("had not sent a whole request head: another took its place"), std::string::npos) << evicted;
+  EXPECT_NE(evicted.find("another connection took this one's place before its request head was whole"), std::string::npos) << evicted;
   EXPECT_TRUE(open(busy));
   EXPECT_TRUE(open(waiting));
   for (int fd : {oldest, busy, waiting, fresh}) close(fd);
