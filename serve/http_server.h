@@ -6,8 +6,8 @@
 //     head (so it has shown no key either) or that is idle between kept-alive requests is
 //     "waiting"; a new connection that finds its client at its share takes the place of that
 //     client's oldest waiting one, and one that finds every connection open takes the place of the
-//     oldest waiting one of any client. The one evicted is closed (answered 503 if part of a head
-//     had come). With none to evict, the new connection is answered 503 at once, instead of waiting
+//     oldest waiting one of any client. The one evicted is answered 503 and closed (an idle one is
+//     closed without an answer). With none to evict, the new connection is answered 503 at once, instead of waiting
 //     in a queue behind streams that can last minutes. Each connection runs on a thread of its own
 //     (ConnectionServer's task queue, at most twice `max_connections` threads: the spare ones
 //     refuse and evict);
