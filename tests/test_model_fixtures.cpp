@@ -367,7 +367,8 @@ TEST(ModelFixtures, BatchInvariantQuantizedModelsGiveTheLogitsOfARowAlone) {
 // changes every logit); qwen2-mqa's one KV head has head_dim 32, not 64 / 4 (a bias added in the
 // other RoPE order, or split by dim / heads, shows); gemma3-w48's sqrt(48) = 6.928203 is not exact
 // in 16 bits, and transformers multiplies by its rounding to the table's type: 6.9375 in bf16,
-// 6.9296875 in f16 (the existing gemma3-f32's sqrt(64) = 8 is exact in either).
+// 6.9296875 in f16 (the existing gemma3-f32's sqrt(64) = 8 is exact in either); llama.cpp by
+// sqrt(48) in f32 whatever the type, so its F16 file by 6.928203.
 TEST(ModelFixtures, SplitsAndScalesHaveShapesThatShowThem) {
   for (const char* name : {"phi3-gqa-f16", "phi3-gqa-f16.gguf", "qwen2-mqa-bf16", "qwen2-mqa-f16.gguf"}) {
     const std::string path = kModels + "/" + name;
@@ -379,15 +380,17 @@ TEST(ModelFixtures, SplitsAndScalesHaveShapesThatShowThem) {
     }
   }
   for (const auto& [name, dtype, scale] : {std::tuple{"gemma3-w48-bf16", DType::bf16, 6.9375f},
-                                           std::tuple{"gemma3-w48-f16", DType::f16, 6.9296875f}}) {
+                                           std::tuple{"gemma3-w48-f16", DType::f16, 6.9296875f},
+                                           std::tuple{"gemma3-w48-f16.gguf", DType::f16, std::sqrt(48.0f)}}) {
     const std::string path = kModels + "/" + name;
     ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing (make_model_fixtures.py)";
     const LlamaHostWeights w = load_model_weights(path);
     EXPECT_EQ(w.token_embedding.dtype(), dtype) << name;
     EXPECT_EQ(w.config.dim, 48) << name;
-    EXPECT_NE(scale, std::sqrt(48.0f));
     EXPECT_EQ(w.config.embedding_scale, scale) << name;
   }
+  EXPECT_NE(6.9375f, std::sqrt(48.0f));
+  EXPECT_NE(6.9296875f, std::sqrt(48.0f));
 }
 
 // The command line end to end: the model's own tokenizer encodes the text, and the greedy ids

@@ -8,8 +8,10 @@ transformers, safetensors, sentencepiece and numpy (never from `make test`):
 PATH/TO/llama.cpp is a llama.cpp source tree (the one inside llama-cpp-python's sdist works):
 its convert_hf_to_gguf.py writes the GGUF fixtures, so that they are files llama.cpp's own
 converter made. torch 2.15.0, transformers 5.25.0 and llama-cpp-python 0.3.36's source, from PyPI
-(pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36), rewrite phi3's
-files byte for byte; gemma3-f32's logits came out different in float32's last digits.
+(pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36), rewrite the
+weights and GGUF files of phi3, llama3 and gemma3 byte for byte, and phi3's references too; llama3's
+and gemma3's logits came out different in float32's last digits (NMSE about 2e-13, the same greedy
+ids).
 
 Ten tiny models (hidden 64 but one, two layers; Gemma 3 six), with the tokenizers of
 tests/data/tokenizers/ (written by make_tokenizer_fixtures.py):
@@ -52,9 +54,12 @@ Three more give each split and scale a shape that shows it, in the 16-bit types:
   phi3-gqa    phi3 with 4/2 heads, so that q | k | v are 64, 32 and 32 rows: a folder in f16, GGUF
               F16 by the converter.
   gemma3-w48  gemma3 of hidden 48, 4/2 heads of 16 (not 48 / 4; query_pre_attn_scalar 16),
-              intermediate 96: folders in bf16 and f16. sqrt(48) = 6.9282 is not exact in 16 bits,
-              and transformers multiplies the embeddings by it rounded to the table's type (6.9375
-              in bf16, 6.9296875 in f16); its references run in float32 with that rounded scale.
+              intermediate 96: folders in bf16 and f16, GGUF F16 by the converter. sqrt(48) =
+              6.9282 is not exact in 16 bits, and transformers multiplies the embeddings by it
+              rounded to the table's type (6.9375 in bf16, 6.9296875 in f16): the folders'
+              references run in float32 with that rounded scale. llama.cpp scales by sqrt(48) in
+              float32 whatever the type, and so does the GGUF file's reference, with the file's own
+              norms (the converter adds Gemma's 1 in f16, rounding w + 1 again).
 
 `--only NAME` builds one of them and leaves the others' files as they are.
 
@@ -148,6 +153,38 @@ def save(folder, model, tokenizer_dir, refs, dtype_name, shards=1, tokenizer_cla
         json.dump(doc, f, indent=1)
 
 
+def copy_references(folder, stem):
+    """A folder's reference.json and prompt logits, as STEM.reference.json and STEM.prompt_logits_N.f32."""
+    shutil.copy(os.path.join(folder, "reference.json"), f"{stem}.reference.json")
+    for i in range(len(PROMPTS)):
+        shutil.copy(os.path.join(folder, f"prompt_logits_{i}.f32"), f"{stem}.prompt_logits_{i}.f32")
+
+
+GEMMA_NORMS = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+               "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+               "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+
+
+def gemma_norms_from_gguf(model, path):
+    """Puts the RMSNorm weights of a Gemma 3 GGUF file into `model`: the converter stores w + 1 and
+    adds the 1 in the checkpoint's type, so that a 16-bit w + 1 is rounded again (by up to half a
+    16-bit step, 0.001 for f16 in [1.5, 2.5])."""
+    sys.path.insert(0, os.path.join(LLAMA_CPP, "gguf-py"))
+    from gguf import GGUFReader  # noqa: E402  (the converter's own gguf package)
+
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for t in GGUFReader(path).tensors:
+            parts = t.name.split(".")
+            if parts[0] == "output_norm":
+                name = "model.norm.weight"
+            elif parts[0] == "blk" and parts[2] in GEMMA_NORMS:
+                name = f"model.layers.{parts[1]}.{GEMMA_NORMS[parts[2]]}.weight"
+            else:
+                continue
+            params[name].copy_(torch.from_numpy(np.array(t.data, dtype=np.float32)) - 1.0)
+
+
 def gguf_weights(path, config):
     """The state dict of a llama GGUF file, dequantized, in Hugging Face's names and row order."""
     sys.path.insert(0, os.path.join(LLAMA_CPP, "gguf-py"))
@@ -235,11 +272,20 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
         save(folder, stored.to(dtype), tokenizer_dir, refs, dtype_name, shards, tokenizer_class)
         for outtype, source in ggufs:
             if source == dtype_name:
-                convert(llama_cpp, folder, os.path.join(OUT, f"{name}-{outtype}.gguf"), outtype)
-                shutil.copy(os.path.join(folder, "reference.json"), os.path.join(OUT, f"{name}-{outtype}.reference.json"))
-                for i in range(len(PROMPTS)):
-                    shutil.copy(os.path.join(folder, f"prompt_logits_{i}.f32"),
-                                os.path.join(OUT, f"{name}-{outtype}.prompt_logits_{i}.f32"))
+                stem = os.path.join(OUT, f"{name}-{outtype}")
+                convert(llama_cpp, folder, stem + ".gguf", outtype)
+                if prepare is None:
+                    copy_references(folder, stem)
+                else:  # llama.cpp derives nothing from the stored type (Gemma 3: sqrt(hidden) in float32)
+                    plain = stored_model(Model, config, model, dtype, None)
+                    gemma_norms_from_gguf(plain, stem + ".gguf")
+                    plain_refs = references(plain, tokenizer, vocab)
+                    margin = min(min(r["margins"]) for r in plain_refs)
+                    if margin < MIN_MARGIN:
+                        raise SystemExit(f"{name}-{outtype}.gguf: greedy margin {margin:.3f} without the stored type's scale")
+                    save(stem + ".tmp", plain, tokenizer_dir, plain_refs, dtype_name)
+                    copy_references(stem + ".tmp", stem)
+                    shutil.rmtree(stem + ".tmp")
         if dtype_name == q8_from:
             gguf = os.path.join(OUT, f"{name}-q8_0.gguf")
             convert(llama_cpp, folder, gguf, "q8_0")
@@ -256,10 +302,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
             tmp = os.path.join(OUT, f"{name}-q8_0.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             save(tmp, dequantized, tokenizer_dir, refs, "q8_0")
-            shutil.copy(os.path.join(tmp, "reference.json"), os.path.join(OUT, f"{name}-q8_0.reference.json"))
-            for i in range(len(PROMPTS)):
-                shutil.copy(os.path.join(tmp, f"prompt_logits_{i}.f32"),
-                            os.path.join(OUT, f"{name}-q8_0.prompt_logits_{i}.f32"))
+            copy_references(tmp, os.path.join(OUT, f"{name}-q8_0"))
             shutil.rmtree(tmp)
 
 
@@ -335,7 +378,7 @@ def main():
         build("gemma3-w48", dict(gemma, hidden_size=48, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
                                  num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
                                  max_position_embeddings=128, tie_word_embeddings=True),
-              "llama3-bpe", [("bf16", torch.bfloat16), ("f16", torch.float16)], 1, a.llama_cpp, [], None,
+              "llama3-bpe", [("bf16", torch.bfloat16), ("f16", torch.float16)], 1, a.llama_cpp, [("f16", "f16")], None,
               classes=(Gemma3TextConfig, Gemma3ForCausalLM), prepare=gemma_scale_in)
 
 
