@@ -291,6 +291,7 @@ class SocketStream final : public httplib::Stream {
     deadline_ = deadline;
     pressed_deadline_ = pressed;
   }
+  bool past_pressed_deadline() const { return flags_.pressure && Clock::now() >= pressed_deadline_; }
 
   enum class Read { whole, closed, late, too_large };
   // Receives until the buffer holds a whole head (up to the blank line that ends the headers, or a
@@ -398,7 +399,7 @@ class SocketStream final : public httplib::Stream {
     for (;;) {
       if (flags_.aborting || (events == POLLIN && aborted())) return false;
       const auto now = Clock::now();
-      if (now >= end || (events == POLLIN && flags_.pressure && now >= pressed_deadline_)) return false;
+      if (now >= end || (events == POLLIN && past_pressed_deadline())) return false;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now).count() + 1;
       if (wait_socket(sock_, events, static_cast<int>(std::min<int64_t>(left, 100)))) return true;
     }
@@ -620,14 +621,15 @@ std::optional<Refusal> ConnectionServer::take_request(SocketStream& stream, Open
 }
 
 // Waits for the first bytes of the next request: false when the connection is idle past the
-// keep-alive timeout, closed, or (after its first request) the server is closing or has evicted it
-// (an evicted connection that never sent a request is answered 503 by read_head).
+// keep-alive timeout or (for its first request, while the server is under pressure) past a quarter
+// of the head deadline, closed, or (after its first request) the server is closing or has evicted
+// it (an evicted connection that never sent a request is answered 503 by read_head).
 bool ConnectionServer::wait_for_request(const SocketStream& stream, bool first) const {
   if (stream.buffered()) return true;
   const auto deadline = Clock::now() + std::chrono::seconds(first ? read_timeout_sec_ : keep_alive_timeout_sec_);
   while (Clock::now() < deadline) {
     if (stream.evicted()) return first;
-    if ((!first && closing_) || stream.aborted()) return false;
+    if ((!first && closing_) || stream.aborted() || stream.past_pressed_deadline()) return false;
     if (wait_socket(stream.socket(), POLLIN, 100)) return first || !stream.evicted();
   }
   return false;
@@ -639,6 +641,7 @@ std::optional<Refusal> ConnectionServer::serve_connection(SocketStream& stream, 
   auto no_compression = [](httplib::Request& req) { req.headers.erase("Accept-Encoding"); };
   bool first = true;
   const Clock::time_point accepted = Clock::now();
+  stream.set_deadline(Clock::time_point::max(), accepted + std::chrono::milliseconds(limits_.head_timeout_ms / 4));
   for (size_t left = keep_alive_max_count_; left > 0 && wait_for_request(stream, first); --left, first = false) {
     // The first request's head is due head_timeout after the connection came (an idle wait does
     // not extend it); a kept-alive one's after its first byte.

@@ -129,33 +129,42 @@ int answered_during_slowloris(ServerProcess& server, const std::string& attacker
 
 // --- The connection table's rules one at a time, on a pool of 8 with a share of 3 ---
 
+// Connected from `source` to 127.0.0.1:port (blocking from now on), and sent `bytes`; -1 when that
+// failed.
+int open_from(const std::string& source, int port, const std::string& bytes = "") {
+  const int fd = connect_from(source, port);
+  pollfd p{fd, POLLOUT, 0};
+  if (fd < 0 || poll(&p, 1, 1000) != 1) return -1;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return bytes.empty() || send_all(fd, bytes) ? fd : -1;
+}
+
+// What the server sent on `fd` within `timeout_s`, until it closed ("" : nothing).
+std::string answer_on(int fd, double timeout_s) {
+  std::string answer;
+  read_until(fd, "\r\n\r\n{never}", timeout_s, &answer);
+  return answer;
+}
+
+bool still_open(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 0;
+}
+
+// Until the server has taken every connection sent so far (and read what they sent).
+void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+
+const std::vector<std::string> kSharesArgs = {"-m", "preset:tiny", "--max-connections", "8",
+                                              "--max-connections-per-client", "3"};
+
 class ServeConnectionShares : public SharedServer<ServeConnectionShares> {
  public:
-  static std::vector<std::string> server_args() {
-    return {"-m", "preset:tiny", "--max-connections", "8", "--max-connections-per-client", "3", "--header-timeout", "2"};
-  }
+  static std::vector<std::string> server_args() { return kSharesArgs; }
 
  protected:
-  // Connected from `source` (blocking from now on), and sent `bytes`; -1 when that failed.
   static int open_from(const std::string& source, const std::string& bytes = "") {
-    const int fd = connect_from(source, port());
-    pollfd p{fd, POLLOUT, 0};
-    if (fd < 0 || poll(&p, 1, 1000) != 1) return -1;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return bytes.empty() || send_all(fd, bytes) ? fd : -1;
+    return test::open_from(source, port(), bytes);
   }
-  // What the server sent on `fd` within `timeout_s`, until it closed ("" : nothing).
-  static std::string answer_on(int fd, double timeout_s) {
-    std::string answer;
-    read_until(fd, "\r\n\r\n{never}", timeout_s, &answer);
-    return answer;
-  }
-  static bool open(int fd) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    return poll(&p, 1, 0) == 0;
-  }
-  // Until the server has taken every connection sent so far (and read what they sent).
-  static void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
 };
 
 // A request whose body never comes: its connection is busy, not waiting.
@@ -179,7 +188,7 @@ TEST_F(ServeConnectionShares, AClientOverItsShareOfBusyConnectionsIsRefusedAndOt
   EXPECT_EQ(answer_on(other, 2).rfind("HTTP/1.1 200", 0), 0u);
   close(other);
   for (int fd : busy) {
-    EXPECT_TRUE(open(fd));
+    EXPECT_TRUE(still_open(fd));
     close(fd);
   }
 }
@@ -196,8 +205,8 @@ TEST_F(ServeConnectionShares, AClientAtItsShareGivesUpItsOldestConnectionWithout
   const std::string evicted = answer_on(oldest, 1);
   EXPECT_EQ(evicted.rfind("HTTP/1.1 503", 0), 0u) << evicted;
   EXPECT_NE(evicted.find("another connection took this one's place before its request head was whole"), std::string::npos) << evicted;
-  EXPECT_TRUE(open(busy));
-  EXPECT_TRUE(open(waiting));
+  EXPECT_TRUE(still_open(busy));
+  EXPECT_TRUE(still_open(waiting));
   for (int fd : {oldest, busy, waiting, fresh}) close(fd);
 }
 
@@ -219,7 +228,7 @@ TEST_F(ServeConnectionShares, AFullPoolEvictsItsOldestIdleOrHeadlessConnectionFo
   close(fresh);
   const std::string after_idle = answer_on(idle, 1);
   EXPECT_EQ(after_idle, "") << "an idle connection closes without an answer: " << after_idle;
-  EXPECT_FALSE(open(idle));
+  EXPECT_FALSE(still_open(idle));
   // Full again, the next takes the oldest waiting one's place, answered 503.
   const int filler = open_from("127.0.0.5");
   settle();
@@ -227,13 +236,20 @@ TEST_F(ServeConnectionShares, AFullPoolEvictsItsOldestIdleOrHeadlessConnectionFo
   EXPECT_EQ(answer_on(next, 2).rfind("HTTP/1.1 200", 0), 0u);
   close(next);
   EXPECT_EQ(answer_on(waiting[0], 1).rfind("HTTP/1.1 503", 0), 0u);
-  for (size_t i = 1; i < waiting.size(); ++i) EXPECT_TRUE(open(waiting[i])) << i;
+  for (size_t i = 1; i < waiting.size(); ++i) EXPECT_TRUE(still_open(waiting[i])) << i;
   for (int fd : waiting) close(fd);
   close(idle);
   close(filler);
 }
 
-TEST_F(ServeConnectionShares, HeadsHaveAQuarterOfTheirDeadlineWhileMostConnectionsAreOpen) {
+TEST(ServeConnectionPressure, HeadsHaveAQuarterOfTheirDeadlineWhileMostConnectionsAreOpen) {
+  std::vector<std::string> args = kSharesArgs;
+  args.insert(args.end(), {"--header-timeout", "2"});
+  ServerProcess server(args);
+  ASSERT_TRUE(server.listening()) << server.log();
+  auto open_from = [&](const std::string& source, const std::string& bytes = "") {
+    return test::open_from(source, server.port(), bytes);
+  };
   auto head_deadline = [&](std::string* answer) {
     const int fd = open_from("127.0.0.6", "GET /health HTTP/1.1\r\n");
     const auto start = Clock::now();
@@ -254,7 +270,14 @@ TEST_F(ServeConnectionShares, HeadsHaveAQuarterOfTheirDeadlineWhileMostConnectio
   EXPECT_NE(answer.find("did not arrive within 0.5 s (a quarter of --header-timeout while most connections are open)"),
             std::string::npos) << answer;
   EXPECT_LT(pressed, 1.2);
+  // One that sends nothing at all is closed as soon (else: after the 5 s the first byte may take).
+  const int silent = open_from("127.0.0.7");
+  const auto start = Clock::now();
+  EXPECT_EQ(answer_on(silent, 4), "");
+  EXPECT_LT(since(start), 1.2);
+  close(silent);
   for (int fd : busy) close(fd);
+  expect_clean_exit(server);
 }
 
 TEST(ServeConnectionDefaults, ThePoolIsSlotsQueueAnd32AndAClientsShareAllButAQuarter) {
@@ -262,13 +285,7 @@ TEST(ServeConnectionDefaults, ThePoolIsSlotsQueueAnd32AndAClientsShareAllButAQua
   // 36 - 36 / 4 = 27 (the spare connections, at most 32, are a quarter of the pool here).
   ServerProcess server({"-m", "preset:tiny", "--slots", "1", "--max-queue", "3"});
   ASSERT_TRUE(server.listening()) << server.log();
-  auto busy_from = [&](const std::string& source) {
-    const int fd = connect_from(source, server.port());
-    pollfd p{fd, POLLOUT, 0};
-    if (fd < 0 || poll(&p, 1, 1000) != 1) return -1;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return send_all(fd, kBodyNeverSent) ? fd : -1;
-  };
+  auto busy_from = [&](const std::string& source) { return open_from(source, server.port(), kBodyNeverSent); };
   auto refusal_to = [&](const std::string& source) {
     const int fd = busy_from(source);
     std::string answer;
