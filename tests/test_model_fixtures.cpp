@@ -364,8 +364,8 @@ TEST(ModelFixtures, BatchInvariantQuantizedModelsGiveTheLogitsOfARowAlone) {
 // The fixtures whose shapes make a split or a scale visible are what they claim, so that a
 // bug there cannot pass LogitsAndGreedyIdsMatchTransformers for want of a shape: phi3-gqa's fused
 // q | k | v has fewer K and V rows than q rows (V read from the K rows, or after q + q rows,
-// changes every logit); qwen2-mqa's one KV head has head_dim 32, not 64 / 4 (a bias added in the
-// other RoPE order, or split by dim / heads, shows); gemma3-w48's sqrt(48) = 6.928203 is not exact
+// changes every logit); qwen2-mqa's one KV head has head_dim 32, not 64 / 4 (a K bias reordered
+// for RoPE in heads of dim / heads changes the logits); gemma3-w48's sqrt(48) = 6.928203 is not exact
 // in 16 bits, and transformers multiplies by its rounding to the table's type: 6.9375 in bf16,
 // 6.9296875 in f16 (the existing gemma3-f32's sqrt(64) = 8 is exact in either); llama.cpp by
 // sqrt(48) in f32 whatever the type, so its F16 file by 6.928203.

@@ -146,7 +146,7 @@ TEST(Sampler, TemperatureAppliesBeforeTheTopPCut) {
 // (1 - 0.25) / 3 = 1/4, where it stays a candidate. Over 400 seeded draws each kept token appears
 // (in more than 400 / (kept + 1) of them) and no other; distribution() writes the same nucleus,
 // renormalized.
-TEST(Sampler, TopPAtACumulativeSumKeepsTheNextTokenInEveryDraw) {
+TEST(Sampler, TopPAtACumulativeSumKeepsTheNextTokenThroughTheSampler) {
   struct Case {
     float top_p;
     int kept;  // tokens 0 .. kept - 1

@@ -29,7 +29,8 @@ class ServeKeyBoundaries : public SharedServer<ServeKeyBoundaries> {
   static std::pair<int, int> statuses(const std::string& key) {
     const httplib::Headers headers = {{"Authorization", "Bearer " + key}};
     auto c = client(port());
-    const auto posted = c->Post("/v1/completions", headers, R"({"prompt": [1, 2], "max_tokens": 1})", "application/json");
+    const auto posted =
+        c->Post("/v1/completions", headers, R"({"prompt": [1, 2], "max_tokens": 1})", "application/json");
     const auto got = c->Get("/v1/models", headers);
     return {posted ? posted->status : -1, got ? got->status : -1};
   }

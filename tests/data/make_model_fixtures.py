@@ -282,7 +282,7 @@ def build(name, config_kwargs, tokenizer_name, variants, shards, llama_cpp, gguf
                     plain_refs = references(plain, tokenizer, vocab)
                     margin = min(min(r["margins"]) for r in plain_refs)
                     if margin < MIN_MARGIN:
-                        raise SystemExit(f"{name}-{outtype}.gguf: greedy margin {margin:.3f} without the stored type's scale")
+                        raise SystemExit(f"{name}-{outtype}.gguf: greedy margin {margin:.3f} as llama.cpp computes")
                     save(stem + ".tmp", plain, tokenizer_dir, plain_refs, dtype_name)
                     copy_references(stem + ".tmp", stem)
                     shutil.rmtree(stem + ".tmp")
@@ -375,9 +375,9 @@ def main():
               classes=(Phi3Config, Phi3ForCausalLM), tokenizer_class="GPT2Tokenizer")
     if wanted("gemma3-w48"):
         gemma = {k: v for k, v in common.items() if k != "hidden_act"}
-        build("gemma3-w48", dict(gemma, hidden_size=48, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
-                                 num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
-                                 max_position_embeddings=128, tie_word_embeddings=True),
+        build("gemma3-w48", dict(gemma, hidden_size=48, intermediate_size=96, num_hidden_layers=6,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                                 sliding_window=8, max_position_embeddings=128, tie_word_embeddings=True),
               "llama3-bpe", [("bf16", torch.bfloat16), ("f16", torch.float16)], 1, a.llama_cpp, [("f16", "f16")], None,
               classes=(Gemma3TextConfig, Gemma3ForCausalLM), prepare=gemma_scale_in)
 
