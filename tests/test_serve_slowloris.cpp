@@ -216,10 +216,11 @@ TEST_F(ServeConnectionShares, AFullPoolEvictsItsOldestIdleOrHeadlessConnectionFo
   const int idle = open_from("127.0.0.2", "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   std::string first;
   ASSERT_TRUE(read_until(idle, "{\"status\":\"ok\"}", 2, &first)) << first;
+  settle();  // (its thread marks it idle once the answer is written: the others must come after)
   std::vector<int> waiting;
   for (const char* source : {"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3", "127.0.0.3", "127.0.0.4", "127.0.0.4"}) {
     waiting.push_back(open_from(source));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (admitted in this order)
   }
   settle();
   // The pool is full; the next connection, from an address with none, takes the idle one's place.
