@@ -152,7 +152,7 @@ bool still_open(int fd) {
 }
 
 // Until the server has taken every connection sent so far (and read what they sent).
-void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
 
 const std::vector<std::string> kSharesArgs = {"-m", "preset:tiny", "--max-connections", "8",
                                               "--max-connections-per-client", "3"};
@@ -296,12 +296,12 @@ TEST(ServeConnectionDefaults, ThePoolIsSlotsQueueAnd32AndAClientsShareAllButAQua
   };
   std::vector<int> fds;
   for (int i = 0; i < 27; ++i) fds.push_back(busy_from("127.0.0.2"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  settle();
   const std::string over_share = refusal_to("127.0.0.2");
   EXPECT_NE(over_share.find("too many open connections from 127.0.0.2 (--max-connections-per-client 27)"),
             std::string::npos) << over_share;
   for (int i = 0; i < 9; ++i) fds.push_back(busy_from("127.0.0.3"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  settle();
   const std::string over_pool = refusal_to("127.0.0.4");
   EXPECT_NE(over_pool.find("too many open connections (--max-connections 36)"), std::string::npos) << over_pool;
   for (int fd : fds) {
