@@ -3,18 +3,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/splitmix.h"
 
 namespace minfer {
-
-namespace {
-uint64_t mix(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 BlockPool::BlockPool(int64_t n_blocks, int64_t block_size) : n_blocks_(n_blocks), block_size_(block_size) {
   MINFER_CHECK(n_blocks > 0 && n_blocks <= INT32_MAX && block_size > 0, "block pool: ", n_blocks, " blocks of ",
@@ -36,14 +27,15 @@ BlockPool::BlockPool(int64_t n_blocks, int64_t block_size) : n_blocks_(n_blocks)
 }
 
 uint64_t BlockPool::root(uint64_t scope) {
-  // mix is a bijection of 64-bit words (xor-shifts and odd multipliers are invertible), so
+  // The finalizer is a bijection of 64-bit words (xor-shifts and odd multipliers are invertible), so
   // distinct scopes give distinct roots.
-  return mix(scope ^ 0x6d696e6665722d31ull);
+  return splitmix64_finalize(scope ^ 0x6d696e6665722d31ull);
 }
 
 uint64_t BlockPool::key(uint64_t parent, const int32_t* tokens, int64_t n) {
-  uint64_t h = mix(parent);
-  for (int64_t i = 0; i < n; ++i) h = mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull));
+  uint64_t h = splitmix64_finalize(parent);
+  for (int64_t i = 0; i < n; ++i)
+    h = splitmix64_finalize(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull));
   return h;
 }
 

@@ -91,13 +91,11 @@ std::optional<ApiError> check_access(const AccessOptions& access, const std::str
     return ApiError{403, "Origin '" + one_line(origin, 100) + "' is not allowed (--allowed-origins)", "",
                     "origin_not_allowed"};
   if (needs_key && !access.api_keys.empty()) {
-    // (The scheme's name is case-insensitive: RFC 9110, 11.1.)
-    const std::string prefix = "bearer ";
-    const bool bearer = authorization.size() > prefix.size() && lowercase(authorization.substr(0, prefix.size())) == prefix;
+    const std::string token(bearer_token(authorization));
+    const bool bearer = !token.empty();
     // Every key is compared, whichever matches: the time taken does not say which.
     bool known = false;
-    for (const std::string& key : access.api_keys)
-      known = (bearer && same_secret(authorization.substr(prefix.size()), key)) || known;
+    for (const std::string& key : access.api_keys) known = (bearer && same_secret(token, key)) || known;
     if (!known)
       return ApiError{401, bearer ? "the API key is not this server's" : "an API key is required: Authorization: Bearer KEY",
                       "", "invalid_api_key"};

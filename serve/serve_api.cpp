@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/splitmix.h"
 #include "tokenizers/utf8.h"
 
 namespace minfer::serve {
@@ -474,26 +475,19 @@ ApiError prompt_over_limit(const TooManyTokens& e, const std::string& param, con
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64's finalizer: a bijection of 64-bit words
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // `bytes` hashed 8 at a time into a state that starts at `key`, their count last.
 uint64_t keyed_hash(uint64_t key, std::string_view bytes) {
-  uint64_t h = mix(key);
+  uint64_t h = splitmix64_finalize(key);
   for (size_t i = 0; i < bytes.size(); i += 8) {
     uint64_t word = 0;
     std::memcpy(&word, bytes.data() + i, std::min<size_t>(8, bytes.size() - i));
-    h = mix(h ^ word);
+    h = splitmix64_finalize(h ^ word);
   }
-  return mix(h ^ uint64_t(bytes.size()));
+  return splitmix64_finalize(h ^ uint64_t(bytes.size()));
 }
 
-// The token of `Authorization: Bearer TOKEN` (the scheme in any case), "" for anything else.
+}  // namespace
+
 std::string_view bearer_token(const std::string& authorization) {
   constexpr std::string_view scheme = "bearer ";
   if (authorization.size() <= scheme.size()) return {};
@@ -501,8 +495,6 @@ std::string_view bearer_token(const std::string& authorization) {
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return {};
   return std::string_view(authorization).substr(scheme.size());
 }
-
-}  // namespace
 
 uint64_t cache_scope(uint64_t secret, const std::string& authorization, const std::optional<std::string>& salt) {
   const std::string_view key = bearer_token(authorization);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -87,6 +88,9 @@ ApiError prompt_over_limit(const TooManyTokens& e, const std::string& param, con
 // MAC, but no scope is ever shown to a client, and the only test a client has of one is a cache
 // hit: to reach another tenant's blocks it must send that tenant's key and salt, or find one of
 // 2^64 scopes blind.
+// The token of `Authorization: Bearer TOKEN` (the scheme's name in any case: RFC 9110, 11.1), a view
+// into `authorization`; "" for anything else.
+std::string_view bearer_token(const std::string& authorization);
 constexpr size_t kMaxCacheSaltBytes = 256;
 uint64_t cache_scope(uint64_t secret, const std::string& authorization, const std::optional<std::string>& salt);
 uint64_t draw_cache_secret();  // from std::random_device

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/splitmix.h"
 #include "serve/http_server.h"
 
 namespace minfer::serve {
@@ -65,9 +66,7 @@ uint64_t random_seed() {
   static std::atomic<uint64_t> counter{0};
   uint64_t z = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) +
                (++counter) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  z = splitmix64_finalize(z);
   return z != 0 ? z : 1;
 }
 

@@ -12,15 +12,11 @@
 
 #include "core/dtype.h"
 #include "core/host_device.h"
+#include "core/splitmix.h"
 
 namespace minfer::ref {
 
-MINFER_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+MINFER_HOST_DEVICE inline uint64_t mix64(uint64_t z) { return splitmix64_finalize(z + 0x9e3779b97f4a7c15ull); }
 
 // A float in [lo, hi) for element `index` of the stream `seed`.
 MINFER_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t index, float lo, float hi) {
