@@ -129,8 +129,9 @@ class Backend {
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   // out[m] = argmax x[m, :]        out (M) i32; x (M, N)
   virtual void argmax(const Tensor& out, const Tensor& x) = 0;
-  // out[0] = sum of x                out (1) f32; x (n) f32, contiguous. A pure streaming read,
-  // used to measure the memory bandwidth the roofline compares decode against.
+  // out[0] = sum of x                out (1) f32; x (n) f32, contiguous, starting on 16 bytes (CUDA
+  // reads it as float4). A pure streaming read, used to measure the memory bandwidth the roofline
+  // compares decode against.
   virtual void sum(const Tensor& out, const Tensor& x) = 0;
   // t[i] = uniform value of (seed, i) in [lo, hi), identical on every backend (kernels/ref/fill.h);
   // t contiguous, any type but i32: f32/f16/bf16 as the values, legacy quantized types as those

@@ -21,9 +21,10 @@
 // httplib then parses a request with one meaning, and an answer never reads past its request.
 //
 // What else the head alone decides:
-//   - Host (or an absolute-form target's authority) is read strictly: a name or IPv4 address, or
-//     an IPv6 literal in brackets, then nothing or ':' and a port of at most 5 digits up to 65535
-//     (empty too, as RFC 3986 allows: "localhost:" is "localhost"); anything else is 400.
+//   - Host (or an absolute-form target's authority) is read strictly: empty (RFC 9112, 3.2), or a
+//     name or IPv4 address, or an IPv6 literal in brackets, then nothing or ':' and a port of at
+//     most 5 digits up to 65535 (empty too, as RFC 3986 allows: "localhost:" is "localhost");
+//     anything else is 400.
 //   - Authorization may come once (two are 400: which one is the key?).
 //   - A body is taken as sent: a Content-Encoding other than identity is 415 (httplib, built with
 //     zlib and brotli, would unpack a gzip body without bound: 1 MB into 1 GB). Answers are not

@@ -28,7 +28,8 @@
 //     itself, refuses what RFC 9112 does not allow (a 4xx, and the connection closes), and hands
 //     httplib a canonical request, so that httplib's lenient parser never sees a client's bytes;
 //   - a check of each head before its body (set_head_check: the key, Host and Origin), so that a
-//     refused client is answered before "100 Continue" is sent or a byte of its body is read.
+//     refused client is answered before "100 Continue" is sent and before its body is read past
+//     what came in the head's last read (what it still sends while the answer lingers is dropped).
 // It does so by overriding Server::process_and_close_socket (the hook httplib's own SSLServer
 // overrides) with the same keep-alive loop over its own socket stream.
 #pragma once

@@ -5,8 +5,8 @@
 // so the request runs even though the page cannot read the answer), and a page on a name that the
 // attacker's DNS later points at 127.0.0.1 (DNS rebinding) can read answers too. Three checks, as
 // llama-server and vLLM make the first:
-//   - the key (--api-key, or --api-key-file with one key a line): every route but /health wants
-//     `Authorization: Bearer KEY` with one of the keys, else 401;
+//   - the key (--api-key, or --api-key-file with one key a line): every route but /health (and
+//     a CORS preflight, OPTIONS) wants `Authorization: Bearer KEY` with one of the keys, else 401;
 //   - Host: on a loopback address only loopback names (localhost, 127.0.0.1, [::1]) are served,
 //     else 403 (a rebound name arrives with the attacker's Host); --allowed-hosts replaces those
 //     names with its own, and `*` takes any. On another address any Host is served unless
@@ -15,8 +15,9 @@
 //     --allowed-origins lists it (or is `*`), else 403, and an allowed origin gets CORS headers
 //     and answers to its preflight (OPTIONS) requests.
 // The connection runs check_access on a request's head (serve/http_server.h's head check), before
-// it sends "100 Continue" or reads a body: a refused client cannot make the server read or hold
-// its body, and its connection closes after the 401 or 403.
+// it sends "100 Continue" or reads a body: a refused client cannot make the server hold its body
+// (bytes that came with the head are dropped), and its connection closes after the 401 or 403.
+// An empty Host (RFC 9112 allows one) is not checked against the allowed names.
 #pragma once
 
 #include <optional>
