@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -313,10 +314,11 @@ TEST(ModelFixtures, KQuantMixesTypeEveryMatrixAsLlamaQuantize) {
 // 256, 4/2 heads and untied classifier, in a legacy type and a K-quant mix (Q5_K, Q6_K). Their
 // three reference prompts one after the other make 41 rows, past every type's quant_gemm_min_rows
 // on either build (33 at most), read in one pass, a row per pass and 7 rows per pass: the logits
-// after the prompt, and after each of 4 greedy steps, are equal bit for bit. Without the option
-// the one-pass logits are not the row-by-row ones, so that this shape does take GEMMs that round
-// apart (on the Zen 4 so do Q3_K_M's and Q6_K's; Q4_0's, Q5_0's, Q5_1's, Q2_K's and Q4_K_M's
+// after the prompt, and after each of 4 greedy steps, are equal bit for bit. On the Zen 4, without
+// the option both files' one-pass logits are not the row-by-row ones, so that this shape does take
+// GEMMs that round apart (so do Q3_K_M's and Q6_K's; Q4_0's, Q5_0's, Q5_1's, Q2_K's and Q4_K_M's
 // agreed with the dot products bit for bit, and would not show a product that ignored the option).
+// Another CPU's kernels may agree too: the test then says so instead of failing.
 TEST(ModelFixtures, BatchInvariantQuantizedModelsGiveTheLogitsOfARowAlone) {
   for (const char* name : {"kq-q4_1", "kq-q5_k_m"}) {
     const std::string path = kModels + "/" + name + ".gguf";
@@ -354,8 +356,10 @@ TEST(ModelFixtures, BatchInvariantQuantizedModelsGiveTheLogitsOfARowAlone) {
       if (invariant) {
         EXPECT_TRUE(one_pass_is_row_by_row) << name;
         EXPECT_TRUE(logits[1] == logits[0] && logits[2] == logits[0]) << name;
-      } else {
-        EXPECT_FALSE(one_pass_is_row_by_row) << name << ": the one pass rounded as a row alone without the option";
+      } else if (one_pass_is_row_by_row) {
+        // (On the Zen 4 where this was written both files' one pass rounds apart without the
+        // option; another CPU's kernels may not, and then the check above proves less.)
+        std::cout << "note: " << name << ": on this CPU one pass rounds as a row alone even without --batch-invariant\n";
       }
     }
   }
