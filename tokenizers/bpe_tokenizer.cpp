@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "tokenizers/bpe.h"
+#include "tokenizers/piece_split.h"
 #include "tokenizers/utf8.h"
 
 namespace minfer {
@@ -68,11 +69,6 @@ bool starts_with(const std::string& text, const std::string& prefix) {
   return text.size() >= prefix.size() && text.compare(0, prefix.size(), prefix) == 0;
 }
 
-struct Piece {
-  std::string text;
-  bool at_start;  // begins at offset 0 of the original text (Metaspace's prepend_scheme "first")
-};
-
 struct Segment {
   std::string text;
   int32_t token;  // an added token, or -1 for text
@@ -98,100 +94,6 @@ struct SpecialScope {
     return true;
   }
 };
-
-using PieceSink = std::function<void(const Piece&)>;
-
-// Cuts a piece at the [begin, end) ranges of matches given one at a time, in order, by
-// `behavior`, as the tokenizers library's NormalizedString::split does, and hands each non-empty
-// piece to `emit` as soon as it is known: at most one part waits for the next to say whether it
-// merges with it.
-class PieceSplitter {
- public:
-  PieceSplitter(const Piece& piece, SplitBehavior behavior, const PieceSink& emit)
-      : piece_(piece), behavior_(behavior), emit_(emit) {}
-  void match(size_t begin, size_t end) {
-    if (begin > pos_) part(pos_, begin, false);
-    part(begin, end, true);
-    pos_ = end;
-  }
-  void finish() {  // the text after the last match
-    if (pos_ < piece_.text.size()) part(pos_, piece_.text.size(), false);
-    flush();
-  }
-
- private:
-  struct Part {
-    size_t begin, end;
-    bool match;
-  };
-  void part(size_t begin, size_t end, bool is_match) {
-    const Part p{begin, end, is_match};
-    switch (behavior_) {
-      case SplitBehavior::removed:
-        if (!is_match) emit(p);
-        break;
-      case SplitBehavior::isolated:
-        emit(p);
-        break;
-      case SplitBehavior::merged_with_previous:  // a match joins the text before it
-        if (is_match && !previous_match_ && pending_) {
-          pending_->end = end;
-        } else {
-          flush();
-          pending_ = p;
-        }
-        break;
-      case SplitBehavior::merged_with_next:  // a match joins the text after it
-        if (!is_match && pending_) {
-          emit({pending_->begin, end, false});
-          pending_.reset();
-        } else {
-          flush();
-          if (is_match) pending_ = p;
-          else emit(p);
-        }
-        break;
-      case SplitBehavior::contiguous:  // adjacent parts of one kind join
-        if (is_match == previous_match_ && pending_) {
-          pending_->end = end;
-        } else {
-          flush();
-          pending_ = p;
-        }
-        break;
-    }
-    previous_match_ = is_match;
-  }
-  void flush() {
-    if (pending_) emit(*pending_);
-    pending_.reset();
-  }
-  void emit(const Part& p) const {
-    if (p.end > p.begin) emit_({piece_.text.substr(p.begin, p.end - p.begin), piece_.at_start && p.begin == 0});
-  }
-
-  const Piece& piece_;
-  SplitBehavior behavior_;
-  const PieceSink& emit_;
-  size_t pos_ = 0;  // the end of the last match
-  std::optional<Part> pending_;
-  bool previous_match_ = false;
-};
-
-void for_each_literal(const std::string& text, const std::string& literal,
-                      const std::function<void(size_t, size_t)>& on_match) {
-  if (literal.empty()) return;
-  for (size_t pos = 0, hit; (hit = text.find(literal, pos)) != std::string::npos; pos = hit + literal.size())
-    on_match(hit, hit + literal.size());
-}
-
-// Splits `piece` at the matches of `find` (a function of the text and a match callback).
-template <class Find>
-void split_piece(const Piece& piece, SplitBehavior behavior, Find&& find, const PieceSink& emit) {
-  PieceSplitter splitter(piece, behavior, emit);
-  find(piece.text, [&](size_t begin, size_t end) { splitter.match(begin, end); });
-  splitter.finish();
-}
 
 // Where the white space at the end of text[0, end) begins (char::is_whitespace).
 size_t trailing_space_begin(const std::string& text, size_t end) {
