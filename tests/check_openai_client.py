@@ -4,8 +4,7 @@ streamed and not, and an error it must raise, with the chat fixture (tests/data/
 a real tokenizer and SmolLM2's chat template).
 
 The package is installed from PyPI into a virtualenv outside the repository, made once and then
-reused: $MINFER_CACHE (default ~/.cache/minfer)/openai-venv. Without PyPI the test is skipped
-(exit 77) and says so.
+reused (tests/openai_client_support.py). Without PyPI the test is skipped (exit 77) and says so.
 
   check_openai_client.py MINFER SOURCE_DIR
 """
@@ -13,32 +12,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-OPENAI_VERSION = "1.109.1"
-SKIP = 77
-
-
-def venv_python():
-    cache = os.environ.get("MINFER_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "minfer"))
-    venv = os.path.join(cache, "openai-venv")
-    python = os.path.join(venv, "bin", "python")
-    stamp = os.path.join(venv, f"openai-{OPENAI_VERSION}")
-    if os.path.exists(stamp):
-        return python
-    started = time.time()
-    try:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True, capture_output=True, timeout=300)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        f"openai=={OPENAI_VERSION}"], check=True, capture_output=True, timeout=600)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        detail = getattr(e, "stderr", b"") or b""
-        print(f"skipped: could not install openai=={OPENAI_VERSION} from PyPI into {venv}: "
-              f"{detail.decode(errors='replace').strip().splitlines()[-1:] }")
-        sys.exit(SKIP)
-    open(stamp, "w").close()
-    print(f"installed openai=={OPENAI_VERSION} into {venv} in {time.time() - started:.1f} s")
-    return python
+from openai_client_support import start_server, venv_python
 
 
 # Runs inside the virtualenv: the client's calls, each checked; prints one JSON line of results.
@@ -86,22 +61,6 @@ print(json.dumps(out))
 '''
 
 
-def start_server(minfer, model):
-    server = subprocess.Popen([minfer, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--slots", "2",
-                               "--ctx", "256"], stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    log = ""
-    while time.time() < deadline:
-        line = server.stderr.readline()
-        if not line:
-            break
-        log += line
-        if "listening on http://" in line:
-            return server, int(line.rsplit(":", 1)[1])
-    server.kill()
-    sys.exit(f"FAIL: minfer serve did not start:\n{log}")
-
-
 def check(condition, what, results):
     if not condition:
         sys.exit(f"FAIL: {what}\n{json.dumps(results, indent=2)}")
@@ -111,7 +70,7 @@ def main():
     minfer, source = sys.argv[1], sys.argv[2]
     python = venv_python()
     model = os.path.join(source, "tests", "data", "models", "smollm-chat")
-    server, port = start_server(minfer, model)
+    server, port = start_server(minfer, model, "--slots", "2", "--ctx", "256")
     try:
         run = subprocess.run([python, "-c", CLIENT, f"http://127.0.0.1:{port}/v1"], capture_output=True, text=True,
                              timeout=300)
