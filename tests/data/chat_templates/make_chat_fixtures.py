@@ -18,6 +18,13 @@ formats the current time (here a fixed day, TODAY, so that the file does not cha
 render(messages=..., tools=None, documents=None, add_generation_prompt=..., bos_token=...,
 eos_token=...). A case records the rendered text, or the error's text when the template refuses the
 conversation.
+
+Tool calling (tool_cases): the templates that render tools (TOOL_TEMPLATES) are rendered again with
+render(tools=...) for the conversations of TOOL_CONVERSATIONS, which hold assistant messages with
+tool_calls and tool messages, with each list of TOOLS and with none. transformers replaces jinja2's
+tojson filter by json.dumps(x, ensure_ascii=False, indent=indent, separators=separators,
+sort_keys=False), and so does environment() here. A tool call's arguments are an object here, as
+transformers' templates expect (the API sends them as JSON text, which minfer parses first).
 """
 import datetime
 import json
@@ -146,6 +153,70 @@ EDITS = [
 ]
 
 
+# The templates that render tools, and the tool lists and conversations they are rendered with.
+TOOL_TEMPLATES = ["chatml-qwen2.5.jinja", "llama3.1-instruct.jinja", "llama3.2-instruct.jinja", "mistral-v0.3.jinja"]
+
+
+def function_tool(name, description, parameters, **extra):
+    function = {"name": name, "description": description, "parameters": parameters}
+    function.update(extra)
+    return {"type": "function", "function": function}
+
+
+WEATHER = function_tool("get_weather", "Get the current weather in a city.", {
+    "type": "object",
+    "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"},
+                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    "required": ["city"]})
+# Key order as sent, numbers as Python prints them, escapes, non-ASCII and empty containers.
+ODD = function_tool("odd_one", "Quotes \"x\", a tab\t, \u0001, a backslash \\ and caf\u00e9 \U0001f642", {
+    "type": "object",
+    "properties": {"z": {"type": "number", "minimum": 0.5, "maximum": 1e16, "multipleOf": 1e-05},
+                   "a": {"type": "integer", "minimum": -3, "default": 10},
+                   "nested": {"type": "object", "properties": {}, "required": []},
+                   "flag": {"type": "boolean", "default": False, "examples": [True, None, 0.1, 123456789.0]}},
+    "additionalProperties": False}, strict=True)
+NO_PARAMETERS = {"type": "function", "function": {"name": "now", "description": "The time."}}
+
+TOOLS = {
+    "weather": [WEATHER],
+    "three": [WEATHER, ODD, NO_PARAMETERS],
+}
+
+
+def call(id, name, arguments):
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def calls(content, *tool_calls):
+    return {"role": "assistant", "content": content, "tool_calls": list(tool_calls)}
+
+
+def tool(id, content):
+    return {"role": "tool", "tool_call_id": id, "content": content}
+
+
+PARIS = call("call00001", "get_weather", {"city": "Paris", "unit": "celsius"})
+ROME = call("call00002", "get_weather", {"city": "Rome"})
+TOOL_CONVERSATIONS = {
+    "user": [u("What is the weather in Paris?")],
+    "system-user": [s("  You are a weather bot.  "), u("  Weather in Paris?  ")],
+    "call-and-result": [s("Be brief."), u("Weather in Paris?"), calls(None, PARIS),
+                        tool("call00001", '{"temperature": 21, "sky": "clear"}'), a("It is 21 C and clear.")],
+    "call-with-content": [u("Weather in Paris?"), calls("Let me check.", PARIS),
+                          tool("call00001", "21 C"), u("Thanks. And Rome?")],
+    "parallel-calls": [u("Weather in Paris and Rome?"), calls(None, PARIS, ROME), tool("call00001", "21 C"),
+                       tool("call00002", "Sunny, 25 \"C\"")],
+    "unicode-arguments": [u("Météo?"), calls("", call("call00003", "get_weather", {"city": "Zürich 🙂", "n": 1.5})),
+                          tool("call00003", "Ensoleillé\n")],
+    "same-user-twice": [u("Again?"), a("Yes."), u("Again?")],
+    "system-only": [s("Only a system message.")],
+    "short-call-id": [u("Weather?"), calls(None, call("call_1", "get_weather", {"city": "Oslo"}))],
+    "short-result-id": [u("Weather?"), calls(None, call("call00004", "get_weather", {})), tool("c4", "ok")],
+    "tool-first": [tool("call00005", "orphan result"), u("Hi")],
+}
+
+
 def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
@@ -154,17 +225,22 @@ def strftime_now(format):
     return TODAY.strftime(format)
 
 
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
 
 
-def render(template, messages, add_generation_prompt, bos, eos):
+def render(template, messages, add_generation_prompt, bos, eos, tools=None):
     try:
-        text = template.render(messages=messages, tools=None, documents=None,
+        text = template.render(messages=messages, tools=tools, documents=None,
                                add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
         return {"text": text}
     except jinja2.exceptions.TemplateError as e:
@@ -185,6 +261,19 @@ def main():
                 case = {"template": file, "conversation": name, "add_generation_prompt": add_generation_prompt}
                 case.update(render(template, messages, add_generation_prompt, bos, eos))
                 cases.append(case)
+    tool_cases = []
+    for file, family, variant, bos, eos, models in TEMPLATES:
+        if file not in TOOL_TEMPLATES:
+            continue
+        template = env.from_string(texts[file])
+        for name, messages in TOOL_CONVERSATIONS.items():
+            for tools in [None] + list(TOOLS):
+                for add_generation_prompt in (False, True):
+                    case = {"template": file, "conversation": name, "tools": tools,
+                            "add_generation_prompt": add_generation_prompt}
+                    case.update(render(template, messages, add_generation_prompt, bos, eos,
+                                       TOOLS[tools] if tools else None))
+                    tool_cases.append(case)
     edits = []
     for file, change, old, new in EDITS:
         original = texts[file]
@@ -200,13 +289,18 @@ def main():
              ' "templates": [', ",\n".join("  " + dumps(t) for t in templates), " ],",
              ' "conversations": {', ",\n".join("  %s: %s" % (dumps(k), dumps(v)) for k, v in CONVERSATIONS.items()),
              " },",
+             ' "tools": {', ",\n".join("  %s: %s" % (dumps(k), dumps(v)) for k, v in TOOLS.items()), " },",
+             ' "tool_conversations": {',
+             ",\n".join("  %s: %s" % (dumps(k), dumps(v)) for k, v in TOOL_CONVERSATIONS.items()), " },",
+             ' "tool_cases": [', ",\n".join("  " + dumps(c) for c in tool_cases), " ],",
              ' "edits": [', ",\n".join("  " + dumps(e) for e in edits), " ],",
              ' "cases": [', ",\n".join("  " + dumps(c) for c in cases), " ]}"]
     with open(os.path.join(HERE, "cases.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write("\n".join(lines) + "\n")
     refused = sum("error" in c for c in cases)
-    print("%d templates, %d cases (%d refused), %d edits (%d rendering the same) -> cases.json"
-          % (len(templates), len(cases), refused, len(edits), sum(e["renders_same"] for e in edits)))
+    print("%d templates, %d cases (%d refused), %d tool cases (%d refused), %d edits (%d rendering the same) "
+          "-> cases.json" % (len(templates), len(cases), refused, len(tool_cases), sum("error" in c for c in tool_cases),
+                             len(edits), sum(e["renders_same"] for e in edits)))
 
 
 if __name__ == "__main__":
