@@ -136,6 +136,12 @@ class BpeTokenizer : public TextTokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string token_bytes(int32_t prev, int32_t id) const override;
   bool byte_fallback(int32_t id) const override;
+  std::vector<int32_t> special_token_ids() const override {
+    std::vector<int32_t> ids;
+    for (const AddedToken& t : spec_.added)
+      if (t.special) ids.push_back(t.id);
+    return ids;
+  }
   int32_t bos_id() const override { return spec_.bos; }
   std::vector<int32_t> eos_ids() const override { return spec_.eos; }
   std::string describe() const override { return spec_.description; }

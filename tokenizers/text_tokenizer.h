@@ -89,6 +89,9 @@ class TextTokenizer {
     (void)id;
     return false;
   }
+  // The special (control) tokens: those encode_spans recognises only inside special spans. A
+  // grammar's text is never made of one (serve/structured_output.h).
+  virtual std::vector<int32_t> special_token_ids() const { return {}; }
   virtual int32_t bos_id() const = 0;              // -1 when the vocabulary has none
   virtual std::vector<int32_t> eos_ids() const = 0;  // the tokens that end a generation
   virtual std::string describe() const = 0;        // "byte-level BPE, 49152 tokens, 48900 merges"
