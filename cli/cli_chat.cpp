@@ -30,6 +30,7 @@
 #include "engine/sampler.h"
 #include "tokenizers/chat_format.h"
 #include "cli/cli_common.h"
+#include "cli/cli_sampling.h"
 #include "cli/commands.h"
 
 namespace minfer::cli {
@@ -62,6 +63,10 @@ std::vector<Option> chat_options() {
       {"--temp", "T", "temperature >= 0; 0 is greedy (default 0.8)"},
       {"--top-p", "P", "nucleus sampling threshold in (0, 1] (default 0.95)"},
       {"--seed", "S", "random seed >= 1 (default: from the clock)"},
+  });
+  const std::vector<Option> sampling = sampling_flag_options();
+  options.insert(options.end(), sampling.begin(), sampling.end());
+  options.insert(options.end(), {
       {"--verbose", "", "per turn: tokens prefilled, tokens the cache held, time to the first token"},
   });
   return options;
@@ -91,6 +96,7 @@ bool read_line(std::string* line, bool* interrupted) {
 // The options, read (and checked) before the model loads.
 struct ChatSettings {
   float temperature, top_p;
+  SamplingOptions sampling;  // the penalties count each answer's tokens; repetition's the conversation's too
   uint64_t seed;
   int64_t max_answer;  // 0: until the context is full
   std::optional<int64_t> n_ctx;
@@ -104,6 +110,7 @@ ChatSettings chat_settings(const Args& args) {
   s.top_p = static_cast<float>(args.get_double("--top-p", 0.95, 0.0, 1.0));
   MINFER_CHECK(s.top_p > 0.0f, "--top-p: ", s.top_p, " is outside (0, 1]");
   s.seed = seed_option(args);
+  s.sampling = sampling_flags(args);
   s.max_answer = args.has("-n") ? args.get_int("-n", 0, 1, 1 << 20) : 0;
   if (args.has("--ctx")) s.n_ctx = args.get_int("--ctx", 0, 2, 1 << 20);
   s.verbose = args.has("--verbose");
@@ -117,6 +124,7 @@ class ChatSession {
       : tokenizer_(tokenizer), format_(format), decoder_(model, decoder_options(model.info(), s)),
         sampler_(model.info().vocab_size, s.temperature, s.top_p, s.seed), stop_ids_(model.info().stop_ids),
         max_answer_(s.max_answer), verbose_(s.verbose), system_(s.system) {
+    sampler_.restart(s.temperature, s.top_p, s.seed, s.sampling);
     for (int32_t id : format_.end_of_turn_ids()) stop_ids_.push_back(id);
     history_.reserve(static_cast<size_t>(decoder_.n_ctx()));
     reset();
@@ -165,6 +173,7 @@ class ChatSession {
       std::fflush(stdout);
       return false;
     }
+    sampler_.begin(prompt.data(), static_cast<int64_t>(prompt.size()));
     std::vector<int32_t> answer = generate(room, start, static_cast<int64_t>(prompt.size()) - cached, cached);
     answer.erase(std::remove_if(answer.begin(), answer.end(), [&](int32_t t) { return t >= tokenizer_.vocab_size(); }),
                  answer.end());

@@ -10,6 +10,7 @@
 #include "formats/model_files.h"
 #include "core/error.h"
 #include "cli/cli_common.h"
+#include "cli/cli_sampling.h"
 #include "cli/commands.h"
 
 namespace minfer::cli {
@@ -43,6 +44,10 @@ std::vector<Option> generate_options() {
       {"--top-p", "P", "nucleus sampling threshold in (0, 1]; 1 samples the whole distribution\n"
                        "                              (default 0.9)"},
       {"--seed", "S", "random seed >= 1 (default: from the clock); sequence i uses S + i"},
+  });
+  const std::vector<Option> sampling = sampling_flag_options();
+  options.insert(options.end(), sampling.begin(), sampling.end());
+  options.insert(options.end(), {
       {"--batch", "B", "sequences generated together (default 1)"},
       {"--ctx", "N", "positions per sequence (default: what the request needs)"},
       {"--prefill", "MODE", "batched (default) or one-by-one (a forward pass per prompt token)"},
@@ -80,6 +85,7 @@ GenerateOptions sampling_options(const Args& args) {
   gen.top_p = static_cast<float>(args.get_double("--top-p", 0.9, 0.0, 1.0));
   MINFER_CHECK(gen.top_p > 0.0f, "--top-p: ", gen.top_p, " is outside (0, 1]");
   gen.seed = seed_option(args);
+  gen.sampling = sampling_flags(args);
   const std::string prefill = args.get("--prefill", "batched");
   MINFER_CHECK(prefill == "batched" || prefill == "one-by-one", "--prefill: '", prefill,
                "' is not batched or one-by-one");
@@ -111,6 +117,8 @@ GenerateRequest parse_request(const Args& args) {
   request.draft_dtype = weights_dtype_option(args, "--draft-dtype");
   request.speculative.k = args.get_int("--draft-k", 4, 1, 16);
   request.speculative.ngram = args.get_int("--ngram", 3, 1, 16);
+  MINFER_CHECK(request.draft.empty() || (!request.gen.sampling.cuts() && !request.gen.sampling.processes_logits()),
+               "--draft samples with --temp and --top-p only: not with --top-k, --min-p, penalties or --logit-bias");
   MINFER_CHECK(request.draft.empty() || !request.gen.prefill_one_by_one,
                "--draft prefills the prompt in one pass: not with --prefill one-by-one");
   return request;

@@ -352,9 +352,13 @@ GenerateResult Decoder::generate(const std::vector<std::vector<int32_t>>& prompt
     check_fits_context(static_cast<int64_t>(p.size()), options.n_new, cache_.n_ctx());
   }
   samplers_.clear();
-  for (int64_t s = 0; s < n_seqs_; ++s)
+  for (int64_t s = 0; s < n_seqs_; ++s) {
     samplers_.emplace_back(vocab_, options.temperature, options.top_p, options.seed + uint64_t(s));
-  const bool greedy = options.temperature == 0.0f;
+    samplers_.back().restart(options.temperature, options.top_p, options.seed + uint64_t(s), options.sampling);
+    samplers_.back().begin(prompts[s].data(), static_cast<int64_t>(prompts[s].size()));
+  }
+  // The device's arg-max is the greedy token unless the sampler changes the logits first.
+  const bool greedy = options.temperature == 0.0f && !options.sampling.processes_logits();
 
   GenerateResult result;
   result.tokens.assign(static_cast<size_t>(n_seqs_), {});

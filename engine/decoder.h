@@ -70,6 +70,8 @@ struct GenerateOptions {
   // run.c's default, and `minfer naive` to 0 like this.
   float temperature = 0.0f;
   float top_p = 0.9f;
+  // top_k, min_p, the penalties and logit_bias (engine/sampler.h); not taken by speculative decoding
+  SamplingOptions sampling;
   uint64_t seed = 1;           // sequence i samples with seed + i
   // Stop a sequence when it produces one of the model's stop tokens (ModelInfo::stop_ids: BOS
   // or EOS for a llama2.c model, as run.c stops; the eos_token_id(s) of a Hugging Face model).

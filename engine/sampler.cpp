@@ -42,6 +42,70 @@ void Sampler::restart(float temperature, float top_p, uint64_t seed) {
   temperature_ = temperature;
   top_p_ = top_p;
   state_ = seed;
+  // The defaults, field by field: the bias's capacity is kept for the next request that has one.
+  options_.top_k = 0;
+  options_.min_p = 0.0f;
+  options_.presence_penalty = options_.frequency_penalty = 0.0f;
+  options_.repetition_penalty = 1.0f;
+  options_.logit_bias.clear();
+}
+
+void check_sampling_options(const SamplingOptions& o, int64_t vocab_size) {
+  MINFER_CHECK(o.top_k >= 0, "top-k ", o.top_k, " must be >= 0");
+  MINFER_CHECK(o.min_p >= 0.0f && o.min_p <= 1.0f, "min-p ", o.min_p, " must be in [0, 1]");
+  MINFER_CHECK(std::isfinite(o.presence_penalty) && std::isfinite(o.frequency_penalty),
+               "the presence and frequency penalties must be finite");
+  MINFER_CHECK(o.repetition_penalty > 0.0f && std::isfinite(o.repetition_penalty), "repetition penalty ",
+               o.repetition_penalty, " must be a finite number > 0");
+  MINFER_CHECK(o.logit_bias.size() <= SamplingOptions::kMaxLogitBias, "logit bias: ", o.logit_bias.size(),
+               " entries, at most ", SamplingOptions::kMaxLogitBias);
+  for (const LogitBias& b : o.logit_bias) {
+    MINFER_CHECK(b.token >= 0 && b.token < vocab_size, "logit bias: token ", b.token,
+                 " is outside the vocabulary [0, ", vocab_size, ")");
+    MINFER_CHECK(std::isfinite(b.bias), "logit bias of token ", b.token, " must be finite");
+  }
+}
+
+void Sampler::restart(float temperature, float top_p, uint64_t seed, const SamplingOptions& options) {
+  check_sampling_options(options, vocab_size_);
+  restart(temperature, top_p, seed);
+  options_.top_k = options.top_k;
+  options_.min_p = options.min_p;
+  options_.presence_penalty = options.presence_penalty;
+  options_.frequency_penalty = options.frequency_penalty;
+  options_.repetition_penalty = options.repetition_penalty;
+  options_.logit_bias.assign(options.logit_bias.begin(), options.logit_bias.end());
+  if (options_.penalizes() && generated_.empty()) {
+    generated_.resize(static_cast<size_t>(vocab_size_));
+    in_prompt_.resize(static_cast<size_t>(vocab_size_));
+  }
+  begin(nullptr, 0);
+}
+
+void Sampler::begin(const int32_t* prompt, int64_t n) {
+  if (!options_.penalizes()) return;
+  std::fill(generated_.begin(), generated_.end(), 0);
+  std::fill(in_prompt_.begin(), in_prompt_.end(), uint8_t(0));
+  for (int64_t i = 0; i < n; ++i)
+    if (prompt[i] >= 0 && prompt[i] < vocab_size_) in_prompt_[static_cast<size_t>(prompt[i])] = 1;
+}
+
+void Sampler::count(int32_t token) {
+  if (options_.penalizes() && token >= 0 && token < vocab_size_) ++generated_[static_cast<size_t>(token)];
+}
+
+void Sampler::process(float* logits) const {
+  const SamplingOptions& o = options_;
+  if (o.penalizes()) {
+    for (int64_t i = 0; i < vocab_size_; ++i) {
+      const int32_t n = generated_[static_cast<size_t>(i)];
+      if (n == 0 && in_prompt_[static_cast<size_t>(i)] == 0) continue;
+      float& z = logits[i];
+      z = z > 0.0f ? z / o.repetition_penalty : z * o.repetition_penalty;
+      if (n > 0) z -= o.presence_penalty + o.frequency_penalty * static_cast<float>(n);
+    }
+  }
+  for (const LogitBias& b : o.logit_bias) logits[b.token] += b.bias;
 }
 
 int32_t sample_argmax(const float* values, int64_t n) {
@@ -99,6 +163,56 @@ int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float co
 }
 
 int32_t Sampler::sample(float* logits) {
+  process(logits);
+  const int32_t token = choose(logits);
+  count(token);
+  return token;
+}
+
+// top_k, top-p over the tokens top_k keeps (renormalized), then min_p: the tokens kept, into
+// candidates_ by descending probability (ties by index); returns how many (0: none passes top-p's
+// cutoff) and *total, their sum.
+size_t Sampler::cut(float* p, float* total) {
+  const int64_t n = vocab_size_;
+  ProbIndex* c = candidates_.data();
+  auto before = [](const ProbIndex& a, const ProbIndex& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+  };
+  const bool nucleus_cut = top_p_ > 0.0f && top_p_ < 1.0f;
+  const float min_p_floor = options_.min_p * p[sample_argmax(p, n)];
+  size_t count = 0;
+  float whole = 1.0f;  // what top-p's cumulative sums are taken of
+  if (options_.top_k > 0 && options_.top_k < n) {
+    for (int64_t i = 0; i < n; ++i) c[i] = {p[i], static_cast<int32_t>(i)};
+    count = static_cast<size_t>(options_.top_k);
+    std::nth_element(c, c + count - 1, c + n, before);
+    whole = 0.0f;
+    for (size_t i = 0; i < count; ++i) whole += c[i].prob;
+  } else {
+    // Without top_k, a token below min_p's floor or run.c's cutoff is never kept: left out before sorting.
+    const float run_c_cutoff = (1.0f - top_p_) / static_cast<float>(n - 1);
+    const float cutoff = nucleus_cut ? std::max(min_p_floor, run_c_cutoff) : min_p_floor;
+    for (int64_t i = 0; i < n; ++i)
+      if (p[i] >= cutoff) c[count++] = {p[i], static_cast<int32_t>(i)};
+  }
+  std::sort(c, c + count, before);
+  if (nucleus_cut) {
+    float cumulative = 0.0f;
+    for (size_t i = 0; i < count; ++i) {
+      cumulative += c[i].prob;
+      if (cumulative > top_p_ * whole) {
+        count = i + 1;
+        break;
+      }
+    }
+  }
+  while (count > 1 && c[count - 1].prob < min_p_floor) --count;
+  *total = 0.0f;
+  for (size_t i = 0; i < count; ++i) *total += c[i].prob;
+  return count;
+}
+
+int32_t Sampler::choose(float* logits) {
   if (temperature_ == 0.0f) return sample_argmax(logits, vocab_size_);
   // A temperature so small that the largest logit divided by it overflows float has no
   // distribution in float (softmax would give NaN): its limit as T -> 0, the greedy choice, is
@@ -108,6 +222,18 @@ int32_t Sampler::sample(float* logits) {
   for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
   softmax_in_place(logits, vocab_size_);
   const float coin = random_f32(&state_);
+  if (options_.cuts()) {
+    float total = 0.0f;
+    const size_t count = cut(logits, &total);
+    if (count == 0) return best;
+    const float r = coin * total;
+    float cdf = 0.0f;
+    for (size_t i = 0; i < count; ++i) {
+      cdf += candidates_[i].prob;
+      if (r < cdf) return candidates_[i].index;
+    }
+    return candidates_[count - 1].index;
+  }
   if (top_p_ <= 0.0f || top_p_ >= 1.0f) return sample_mult(logits, vocab_size_, coin);
   return sample_topp(logits, vocab_size_, top_p_, coin, candidates_.data());
 }
@@ -122,10 +248,11 @@ void Sampler::distribution(float* logits) {
   }
   for (int64_t i = 0; i < vocab_size_; ++i) logits[i] /= temperature_;
   softmax_in_place(logits, vocab_size_);
-  if (top_p_ <= 0.0f || top_p_ >= 1.0f) return;
-  // The nucleus exactly as sample_topp() cuts it; its probabilities over their sum.
+  if (!options_.cuts() && (top_p_ <= 0.0f || top_p_ >= 1.0f)) return;
+  // The tokens kept exactly as choose() keeps them; their probabilities over their sum.
   float total = 0.0f;
-  const size_t count = nucleus(logits, vocab_size_, top_p_, candidates_.data(), &total);
+  const size_t count =
+      options_.cuts() ? cut(logits, &total) : nucleus(logits, vocab_size_, top_p_, candidates_.data(), &total);
   std::fill(logits, logits + vocab_size_, 0.0f);
   if (count == 0) {
     logits[best] = 1.0f;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -37,6 +38,9 @@ struct Scheduler::Live {
   uint64_t key = 0;  // BlockPool::root(request.cache_scope) before the first block
   uint64_t admission = 0;      // its place among admissions (preemption takes the newest)
   uint64_t sampler_state = 0;  // after a preemption: the generator's state to resume with
+  // The tokens request.constraint allows next (TokenConstraint's mask; sized at submit(), when
+  // there is a constraint), filled while the step's forward pass runs.
+  std::vector<uint32_t> mask;
   bool admitted_before = false;
 };
 
@@ -102,6 +106,7 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx, co
   MINFER_CHECK(request.temperature >= 0.0f, "temperature ", request.temperature, " must be >= 0");
   MINFER_CHECK(request.top_p > 0.0f && request.top_p <= 1.0f, "top_p ", request.top_p, " must be in (0, 1]");
   MINFER_CHECK(request.seed != 0, "seed 0: the sampler's xorshift state must not be 0");
+  check_sampling_options(request.sampling, vocab);
 }
 }  // namespace
 
@@ -121,6 +126,7 @@ uint64_t Scheduler::submit(ServeRequest request) {
   live->n_input = P;
   live->key = BlockPool::root(live->request.cache_scope);
   live->blocks.reserve(static_cast<size_t>(decoder_.cache().blocks_per_seq()));
+  if (live->request.constraint) live->mask.resize(static_cast<size_t>(TokenConstraint::mask_words(vocab_)));
   live->stats.prompt_tokens = P;
   live->stats.submitted = now_seconds();
   uint64_t id;
@@ -213,7 +219,11 @@ void Scheduler::admit_locked() {
     std::unique_ptr<Live> live = std::move(queue_.front());
     queue_.pop_front();
     const ServeRequest& r = live->request;
-    samplers_[s].restart(r.temperature, r.top_p, live->sampler_state != 0 ? live->sampler_state : r.seed);
+    Sampler& sampler = samplers_[s];
+    sampler.restart(r.temperature, r.top_p, live->sampler_state != 0 ? live->sampler_state : r.seed, r.sampling);
+    // The penalties' counts: the prompt, and what a preempted request generated before.
+    sampler.begin(r.prompt.data(), int64_t(r.prompt.size()));
+    for (size_t t = r.prompt.size(); t < live->tokens.size(); ++t) sampler.count(live->tokens[t]);
     live->admission = ++admissions_;
     if (!live->admitted_before) {
       live->admitted_before = true;
@@ -478,6 +488,37 @@ int64_t Scheduler::oldest_prefilling() const {
   return oldest;
 }
 
+namespace {
+// Sets the logits of the tokens outside `mask` (TokenConstraint::mask_words(n) words) to -infinity;
+// returns whether the mask allows any token.
+bool mask_logits(const uint32_t* mask, int64_t n, float* logits) {
+  bool any = false;
+  for (int64_t w = 0; w < TokenConstraint::mask_words(n); ++w) {
+    const uint32_t word = mask[w];
+    any = any || word != 0;
+    if (word == ~0u) continue;
+    const int64_t end = std::min(n, (w + 1) * 32);
+    for (int64_t t = w * 32; t < end; ++t)
+      if (!((word >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  return any;
+}
+}  // namespace
+
+// The masks of the constrained requests that sample in this step. The forward pass runs on a
+// device meanwhile (forward_chunks returns before it ends there); on the CPU it has ended.
+void Scheduler::fill_masks() {
+  const double start = now_seconds();
+  bool any = false;
+  for (int64_t s : logit_slots_) {
+    Live* l = slots_[s].get();
+    if (l == nullptr || !l->request.constraint) continue;
+    l->request.constraint->fill_mask(l->mask.data());
+    any = true;
+  }
+  if (any) step_mask_seconds_ += now_seconds() - start;
+}
+
 // A token for every row that asked for logits, with its request's sampler; the requests that
 // stopped, reached max_tokens or were refused by their callback retire. Returns the tokens made.
 int64_t Scheduler::sample_and_retire() {
@@ -489,11 +530,30 @@ int64_t Scheduler::sample_and_retire() {
     const int64_t s = logit_slots_[i];
     Live* l = slots_[s].get();
     if (l == nullptr) continue;  // a finished row of a static batch: computed, thrown away
-    const int32_t token = samplers_[s].greedy() ? argmax_[i] : samplers_[s].sample(decoder_.logits_row(i));
+    Sampler& sampler = samplers_[s];
+    TokenConstraint* constraint = l->request.constraint.get();
+    int32_t token = 0;
+    if (sampler.greedy() && !sampler.options().processes_logits() && constraint == nullptr) {
+      token = argmax_[i];
+    } else {
+      float* row = decoder_.logits_row(i);
+      sampler.process(row);  // the penalties and logit_bias
+      if (constraint != nullptr) {
+        const double start = now_seconds();
+        const bool allowed = mask_logits(l->mask.data(), vocab_, row);
+        step_mask_seconds_ += now_seconds() - start;
+        ++step_masked_tokens_;
+        if (!allowed) {  // a grammar with no way on: the answer ends here
+          retire(s, FinishReason::stop, now);
+          continue;
+        }
+      }
+      token = sampler.choose(row);
+    }
     const ServeRequest& r = l->request;
     const bool stop = (r.stop_at_eos && is_stop_token(stop_ids_, token)) ||
                       std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end();
-    if (stop) {
+    if (stop || (constraint != nullptr && !constraint->accept(token))) {
       retire(s, FinishReason::stop, now);
       continue;
     }
@@ -502,6 +562,7 @@ int64_t Scheduler::sample_and_retire() {
     ++generated;
     l->last = token;
     l->tokens.push_back(token);
+    sampler.count(token);
     const bool more = r.on_token ? r.on_token(token) : true;
     if (!more) retire(s, FinishReason::stop, now);
     else if (l->stats.completion_tokens >= r.max_tokens) retire(s, FinishReason::length, now);
@@ -540,9 +601,14 @@ bool Scheduler::step() {
     return false;
   }
   decoder_.forward_chunks(chunks_);
+  fill_masks();
   remember_full_blocks();
   const int64_t generated = sample_and_retire();
   std::lock_guard<std::mutex> lock(mutex_);
+  metrics_.masked_tokens += step_masked_tokens_;
+  metrics_.mask_seconds += step_mask_seconds_;
+  step_masked_tokens_ = 0;
+  step_mask_seconds_ = 0;
   metrics_.prompt_tokens += uint64_t(last_prompt_rows_);
   metrics_.generated_tokens += uint64_t(generated);
   ++metrics_.steps;

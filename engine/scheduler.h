@@ -72,6 +72,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/static_batches.h"
+#include "engine/token_constraint.h"
 
 namespace minfer {
 
@@ -99,9 +100,13 @@ struct ServeRequest {
   int64_t max_tokens = 16;      // tokens to generate at most (>= 1)
   float temperature = 1.0f;     // 0: greedy
   float top_p = 1.0f;
+  SamplingOptions sampling;  // top_k, min_p, penalties (over the generated tokens), logit_bias
   uint64_t seed = 1;
   bool stop_at_eos = true;           // end at the model's stop tokens (ModelInfo::stop_ids)
   std::vector<int32_t> stop_tokens;  // more tokens that end the request (not delivered)
+  // The grammar its tokens keep to (structured outputs): each token is sampled from the logits with
+  // every token outside the constraint's mask at -infinity, then accepted by it. Null: none.
+  std::shared_ptr<TokenConstraint> constraint;
   // The prefix cache's tenant: the request finds, shares and copies only blocks that requests of
   // the same scope computed (BlockPool::root). 0: the scope every request shares by default.
   uint64_t cache_scope = 0;
@@ -146,6 +151,10 @@ struct SchedulerMetrics {
   int64_t queue_depth = 0, busy_slots = 0;  // requests waiting, and running
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;  // BlockPool's counts
   int64_t kv_positions = 0;  // positions whose keys and values the running requests hold
+  // Constrained tokens (ServeRequest::constraint) sampled, and the time spent filling and applying
+  // their masks (on the engine's thread; filled while a device's forward pass runs).
+  uint64_t masked_tokens = 0;
+  double mask_seconds = 0;
   // Histograms: counts per upper bound (seconds), cumulative as Prometheus wants them, and sums.
   static constexpr int kBuckets = 14;
   static const double kBounds[kBuckets];  // 1 ms .. 60 s; the last bucket is +Inf
@@ -214,6 +223,7 @@ class Scheduler {
   void remember_full_blocks();
   bool build_rows();
   int64_t oldest_prefilling() const;
+  void fill_masks();
   int64_t sample_and_retire();
   void retire(int64_t slot, FinishReason reason, double now);
   void record_finish_locked(const RequestStats& stats);
@@ -243,6 +253,8 @@ class Scheduler {
   std::vector<int32_t> argmax_;
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
+  uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens and mask time (metrics_)
+  double step_mask_seconds_ = 0;
 };
 
 }  // namespace minfer

@@ -75,6 +75,8 @@ SpeculativeDecoder::SpeculativeDecoder(Decoder& target, Decoder* draft, const Sp
 }
 
 void SpeculativeDecoder::start(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options) {
+  MINFER_CHECK(!options.sampling.cuts() && !options.sampling.processes_logits(),
+               "speculative decoding samples with the temperature and top-p only (no top-k, min-p, penalties or bias)");
   const int64_t n = target_.n_seqs();
   gen_ = options;
   greedy_ = options.temperature == 0.0f;

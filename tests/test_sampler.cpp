@@ -4,6 +4,7 @@
 // where the arithmetic says they are.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -191,6 +192,180 @@ TEST(Sampler, ImpossibleSettingsAreRefused) {
   EXPECT_THROW(Sampler(10, 1.0f, 1.5f, 1), Error);
   EXPECT_THROW(Sampler(10, 1.0f, 0.9f, 0), Error);
   EXPECT_THROW(Sampler(0, 1.0f, 0.9f, 1), Error);
+}
+
+// The share of each token in 400 draws from `logits` (copied for each draw).
+std::vector<int> draws(Sampler& sampler, const std::vector<float>& logits) {
+  std::vector<int> seen(logits.size(), 0);
+  for (int draw = 0; draw < 400; ++draw) {
+    std::vector<float> z = logits;
+    ++seen[static_cast<size_t>(sampler.sample(z.data()))];
+  }
+  return seen;
+}
+
+SamplingOptions with_top_k(int64_t k) {
+  SamplingOptions o;
+  o.top_k = k;
+  return o;
+}
+
+// Settings that ask for nothing beyond run.c (top_k 0, min_p 0, no penalty or bias) draw run.c's
+// tokens: the same as a sampler made without them.
+TEST(Sampler, DefaultOptionsDrawAsRunC) {
+  Sampler plain(5, 0.9f, 0.7f, 11), with_defaults(5, 0.0f, 1.0f, 3);
+  with_defaults.restart(0.9f, 0.7f, 11, SamplingOptions{});
+  const std::vector<float> logits = {0.1f, 0.4f, 0.2f, 0.9f, 0.3f};
+  for (int i = 0; i < 100; ++i) {
+    std::vector<float> a = logits, b = logits;
+    EXPECT_EQ(plain.sample(a.data()), with_defaults.sample(b.data())) << "draw " << i;
+  }
+}
+
+// top_k keeps the k most likely tokens, ties by index: four equal logits and a smaller one. k = 2
+// keeps tokens 0 and 1 of the equal four; k = 4 all four but not token 4; k past the vocabulary
+// everything. distribution() writes the kept ones renormalized.
+TEST(Sampler, TopKKeepsTheKMostLikelyTiesByIndex) {
+  const std::vector<float> logits = {0.0f, 0.0f, 0.0f, 0.0f, -1.0f};
+  for (int64_t k : {1, 2, 4, 5, 6}) {
+    Sampler sampler(5, 1.0f, 1.0f, 7);
+    sampler.restart(1.0f, 1.0f, 7, with_top_k(k));
+    const std::vector<int> seen = draws(sampler, logits);
+    const int64_t kept = std::min<int64_t>(k, 5);
+    for (int64_t t = 0; t < 5; ++t) {
+      if (t < kept) EXPECT_GT(seen[size_t(t)], 0) << "k " << k << ", token " << t;
+      else EXPECT_EQ(seen[size_t(t)], 0) << "k " << k << ", token " << t;
+    }
+    if (k > 4) continue;
+    std::vector<float> d(5, 0.0f);
+    sampler.distribution(d.data());
+    for (int64_t t = 0; t < 5; ++t) EXPECT_FLOAT_EQ(d[size_t(t)], t < k ? 1.0f / float(k) : 0.0f) << k << " " << t;
+  }
+}
+
+// top-p after top_k is taken over the kept tokens renormalized: four equal logits, top_k 2 leaves
+// two of 1/2 each; top_p 0.5 keeps both (0.5 is not above it), 0.4999 only the first. Over the
+// whole distribution (cumulative 0.25, 0.5) top_p 0.4999 would keep two.
+TEST(Sampler, TopPAfterTopKIsOverTheKeptTokens) {
+  const std::vector<float> logits(4, 0.0f);
+  for (float top_p : {0.5f, 0.4999f}) {
+    Sampler sampler(4, 1.0f, 1.0f, 7);
+    sampler.restart(1.0f, top_p, 7, with_top_k(2));
+    std::vector<float> d = logits;
+    sampler.distribution(d.data());
+    const int kept = top_p == 0.5f ? 2 : 1;
+    for (int t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(d[size_t(t)], t < kept ? 1.0f / float(kept) : 0.0f) << top_p << " " << t;
+  }
+}
+
+// min_p keeps the tokens at least min_p times as likely as the most likely: logits 0, 0, -1 give
+// ratios 1, 1, 1/e = 0.3679. min_p 0.36 keeps all three, 0.37 the two; min_p 1 keeps the two
+// equal ones (a ratio of exactly min_p is kept).
+TEST(Sampler, MinPKeepsTokensAtLeastMinPTimesTheMostLikely) {
+  const std::vector<float> logits = {0.0f, -1.0f, 0.0f};
+  struct Case {
+    float min_p;
+    bool keeps_1;
+  };
+  for (const Case& c : {Case{0.36f, true}, Case{0.37f, false}, Case{1.0f, false}}) {
+    SamplingOptions o;
+    o.min_p = c.min_p;
+    Sampler sampler(3, 1.0f, 1.0f, 5);
+    sampler.restart(1.0f, 1.0f, 5, o);
+    const std::vector<int> seen = draws(sampler, logits);
+    EXPECT_GT(seen[0], 0) << c.min_p;
+    EXPECT_GT(seen[2], 0) << c.min_p;
+    if (c.keeps_1) EXPECT_GT(seen[1], 0) << c.min_p;
+    else EXPECT_EQ(seen[1], 0) << c.min_p;
+  }
+}
+
+// The penalties, through process(): presence and frequency count generated tokens only (token 3
+// is in the prompt and keeps its logit); repetition divides a positive logit and multiplies a
+// negative one of a token in the prompt or generated; logit_bias adds.
+TEST(Sampler, PenaltiesAndBiasChangeTheLogitsAsDocumented) {
+  SamplingOptions o;
+  o.presence_penalty = 0.5f;
+  o.frequency_penalty = 0.25f;
+  Sampler sampler(5, 1.0f, 1.0f, 1);
+  sampler.restart(1.0f, 1.0f, 1, o);
+  const int32_t prompt[] = {3};
+  sampler.begin(prompt, 1);
+  sampler.count(1);
+  sampler.count(1);
+  sampler.count(2);
+  std::vector<float> z = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  sampler.process(z.data());
+  EXPECT_EQ(z, (std::vector<float>{1.0f, 0.0f, 0.25f, 1.0f, 1.0f}));
+  sampler.begin(prompt, 1);  // a new sequence forgets the counts
+  z.assign(5, 1.0f);
+  sampler.process(z.data());
+  EXPECT_EQ(z, std::vector<float>(5, 1.0f));
+
+  SamplingOptions r;
+  r.repetition_penalty = 2.0f;
+  r.logit_bias = {{4, 5.0f}, {0, -100.0f}};
+  sampler.restart(1.0f, 1.0f, 1, r);
+  const int32_t prompt_r[] = {0, 1};
+  sampler.begin(prompt_r, 2);
+  sampler.count(2);
+  z = {2.0f, -2.0f, 2.0f, -2.0f, 1.0f};
+  sampler.process(z.data());
+  EXPECT_EQ(z, (std::vector<float>{1.0f - 100.0f, -4.0f, 1.0f, -2.0f, 6.0f}));
+}
+
+// A greedy sampler takes the arg-max of the processed logits, and sample() counts what it picks:
+// with a frequency penalty of 2, token 0 (logit 1 above token 1) is picked once, then token 1.
+TEST(Sampler, GreedySampleTakesTheProcessedArgMaxAndCounts) {
+  SamplingOptions o;
+  o.frequency_penalty = 2.0f;
+  Sampler sampler(3, 0.0f, 1.0f, 1);
+  sampler.restart(0.0f, 1.0f, 1, o);
+  std::vector<float> z = {1.0f, 0.0f, -5.0f};
+  EXPECT_EQ(sampler.sample(z.data()), 0);
+  z = {1.0f, 0.0f, -5.0f};
+  EXPECT_EQ(sampler.sample(z.data()), 1);
+  SamplingOptions bias;
+  bias.logit_bias = {{2, 10.0f}};
+  sampler.restart(0.0f, 1.0f, 1, bias);
+  z = {1.0f, 0.0f, -5.0f};
+  EXPECT_EQ(sampler.sample(z.data()), 2);
+}
+
+// Each setting at its limit is taken, one past it refused; so are 300 bias entries and 301.
+TEST(Sampler, OptionsAtTheirLimitsAndPast) {
+  Sampler sampler(10, 1.0f, 1.0f, 1);
+  auto refused = [&](SamplingOptions o) {
+    EXPECT_THROW(sampler.restart(1.0f, 1.0f, 1, o), Error);
+    EXPECT_THROW(check_sampling_options(o, 10), Error);
+  };
+  SamplingOptions o;
+  o.top_k = 0;
+  o.min_p = 1.0f;
+  o.repetition_penalty = 1e-30f;
+  o.logit_bias = {{9, -1e30f}, {0, 1.0f}};
+  EXPECT_NO_THROW(sampler.restart(1.0f, 1.0f, 1, o));
+  o = {};
+  o.top_k = -1;
+  refused(o);
+  o = {};
+  o.min_p = 1.0001f;
+  refused(o);
+  o = {};
+  o.repetition_penalty = 0.0f;
+  refused(o);
+  o = {};
+  o.presence_penalty = INFINITY;
+  refused(o);
+  o = {};
+  o.logit_bias = {{10, 1.0f}};
+  refused(o);
+  o.logit_bias = {{-1, 1.0f}};
+  refused(o);
+  o.logit_bias.assign(SamplingOptions::kMaxLogitBias, LogitBias{1, 1.0f});
+  EXPECT_NO_THROW(check_sampling_options(o, 10));
+  o.logit_bias.push_back({1, 1.0f});
+  refused(o);
 }
 
 }  // namespace
