@@ -5,7 +5,7 @@
 // How to use it (one StructuredOutputs per served model, shared by every HTTP thread):
 //   StructuredOutputs outputs(tokenizer, pieces, model_vocab, stop_ids);   // at start-up
 //   OutputConstraint want{OutputConstraint::Kind::json_schema, schema_text, true, "response_format"};
-//   request.constraint = outputs.constrain(want);  // ServeRequest's; throws ApiError (400)
+//   job.constraint = outputs.constrain(want, job_stop_ids);  // ServeRequest's; throws ApiError (400)
 // constrain() compiles the grammar (or finds it in the cache of compiled grammars, shared across
 // requests and threads) and gives a new matcher, which the scheduler asks for each token's mask
 // (engine/token_constraint.h). A grammar that cannot be compiled is refused with ApiError 400
@@ -15,7 +15,7 @@
 //
 // The vocabulary XGrammar sees is each token's bytes (TokenPieces); special and control tokens
 // (TextTokenizer::special_token_ids) and the ids past the tokenizer's vocabulary are never allowed,
-// and the stop tokens only where the grammar is complete: the answer then ends at a stop token.
+// and the request's stop tokens only where the grammar is complete: the answer ends at one.
 // JSON (json_object, json_schema) is compact: no white space but the one space after ',' and ':',
 // so that an answer sampled at a high temperature cannot run on in white space.
 #pragma once
@@ -26,17 +26,20 @@
 #include <vector>
 
 #include "engine/token_constraint.h"
-#include "serve/serve_api.h"
 #include "tokenizers/text_tokenizer.h"
 
 namespace minfer::serve {
+
+class TokenPieces;  // serve/serve_api.h
 
 // Whether this build has XGrammar; without it, the refusal's message.
 bool have_xgrammar();
 extern const char* const kWithoutXGrammar;
 
-// The most bytes of a schema's JSON text, a grammar, a regex or a structural tag.
+// The most bytes of a schema's JSON text, a grammar, a regex or a structural tag; check_grammar_size
+// throws ApiError (400, `param`) for more.
 constexpr size_t kMaxGrammarBytes = 64 * 1024;
+void check_grammar_size(const std::string& param, size_t bytes);
 
 // What a request asks its answer to be.
 struct OutputConstraint {
@@ -66,17 +69,21 @@ struct StructuredOutputStats {
 class StructuredOutputs {
  public:
   // `model_vocab`: the logits' row size (at least the tokenizer's vocabulary; the ids past it are
-  // never allowed); `stop_ids`: the tokens that end an answer (ModelInfo::stop_ids).
+  // never allowed); `stop_ids`: every token that may end an answer (ModelInfo::stop_ids and the
+  // chat template's end of turn).
   StructuredOutputs(const TextTokenizer& tokenizer, const TokenPieces& pieces, int64_t model_vocab,
                     const std::vector<int32_t>& stop_ids);
   ~StructuredOutputs();
   StructuredOutputs(const StructuredOutputs&) = delete;
   StructuredOutputs& operator=(const StructuredOutputs&) = delete;
 
-  // A new matcher for `want`; throws ApiError (400, param want.param) when it cannot be compiled
-  // or is longer than kMaxGrammarBytes. Thread-safe.
-  std::shared_ptr<TokenConstraint> constrain(const OutputConstraint& want);
+  // A new matcher for `want`, whose answer ends at one of `stop_ids` (the request's end tokens, of
+  // those given to the constructor); throws ApiError (400, param want.param) when it cannot be
+  // compiled or is longer than kMaxGrammarBytes. Thread-safe.
+  std::shared_ptr<TokenConstraint> constrain(const OutputConstraint& want, const std::vector<int32_t>& stop_ids);
   StructuredOutputStats stats() const;
+  // stats() as Prometheus text, for /metrics.
+  std::string metrics_text() const;
 
  private:
   struct Impl;
