@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "tests/test_support.h"
 #include "tokenizers/chat_template.h"
+#include "tokenizers/python_json.h"
 
 namespace minfer {
 namespace {
@@ -299,6 +300,126 @@ TEST(ChatTemplate, Llama32WritesTodaysDate) {
   EXPECT_TRUE(isdigit(date[0]) && isdigit(date[1]) && date[2] == ' ' && isupper(date[3]) && date[6] == ' ' &&
               isdigit(date[7]) && isdigit(date[10]))
       << printable(date);
+}
+
+// ---- Tool calling: the templates that render tools, against jinja2 (cases.json's tool_cases) ----
+
+using ordered_json = nlohmann::ordered_json;
+
+// The fixtures again with the keys in their order: a tool's schema is written in the order it came.
+const ordered_json& tool_fixtures() {
+  static const ordered_json j = ordered_json::parse(
+      test::read_file(std::string(MINFER_SOURCE_DIR) + "/tests/data/chat_templates/cases.json"));
+  return j;
+}
+
+// A fixture's conversation as the server passes it on: a call's arguments as JSON text.
+std::vector<ChatMessage> tool_conversation(const std::string& name) {
+  std::vector<ChatMessage> messages;
+  for (const ordered_json& m : tool_fixtures()["tool_conversations"][name]) {
+    ChatMessage message{m["role"], m["content"].is_null() ? "" : m["content"].get<std::string>(), {}, ""};
+    if (m.contains("tool_calls")) {
+      for (const ordered_json& call : m["tool_calls"])
+        message.tool_calls.push_back({call["id"], call["function"]["name"], call["function"]["arguments"].dump()});
+    }
+    if (m.contains("tool_call_id")) message.tool_call_id = m["tool_call_id"];
+    messages.push_back(std::move(message));
+  }
+  return messages;
+}
+
+std::vector<std::string> tool_texts(const ordered_json& name) {
+  std::vector<std::string> out;
+  if (name.is_null()) return out;
+  for (const ordered_json& tool : tool_fixtures()["tools"][name.get<std::string>()]) out.push_back(tool.dump());
+  return out;
+}
+
+TEST(ChatTemplateTools, RendersEveryToolCaseAsJinja2Does) {
+  size_t texts = 0, refusals = 0;
+  for (const ordered_json& c : tool_fixtures()["tool_cases"]) {
+    const ChatTemplate t = from_fixture(template_entry(c["template"]));
+    const std::vector<ChatMessage> messages = tool_conversation(c["conversation"]);
+    const std::vector<std::string> tools = tool_texts(c["tools"]);
+    const bool prompt = c["add_generation_prompt"];
+    SCOPED_TRACE(c["template"].get<std::string>() + ", conversation " + c["conversation"].get<std::string>() +
+                 ", tools " + c["tools"].dump() + (prompt ? ", with" : ", without") + " the generation prompt");
+    if (c.contains("text")) {
+      const std::string expected = c["text"];
+      std::string actual;
+      ASSERT_EQ(error_of([&] { actual = t.render_text(messages, prompt, tools); }), "(no error)");
+      EXPECT_EQ(actual, expected) << difference(expected, actual);
+      ++texts;
+    } else {
+      const std::string error = error_of([&] { t.render(messages, prompt, tools); });
+      EXPECT_NE(error.find(c["error"].get<std::string>()), std::string::npos)
+          << "minfer says: " << error << "\njinja2 says: " << c["error"];
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+      ++refusals;
+    }
+  }
+  std::printf("[ fixture  ] tool calling: %zu renderings and %zu refusals as jinja2's\n", texts, refusals);
+  EXPECT_GE(texts, 200u);
+  EXPECT_GE(refusals, 30u);
+}
+
+// The tools, the calls' names, arguments and ids and the results are the client's: never special.
+TEST(ChatTemplateTools, ToolsCallsAndResultsAreNeverSpecial) {
+  for (const char* file : {"chatml-qwen2.5.jinja", "llama3.1-instruct.jinja", "mistral-v0.3.jinja"}) {
+    SCOPED_TRACE(file);
+    const ChatTemplate t = from_fixture(template_entry(file));
+    const std::vector<ChatPiece> pieces =
+        t.render(tool_conversation("call-and-result"), true, tool_texts(ordered_json("weather")));
+    const std::string special = joined(pieces, true), plain = joined(pieces, false);
+    for (const char* client : {"get_weather", "The city", "Paris", "celsius", "temperature", "It is 21 C"}) {
+      EXPECT_EQ(special.find(client), std::string::npos) << client;
+      EXPECT_NE(plain.find(client), std::string::npos) << client;
+    }
+  }
+}
+
+TEST(ChatTemplateTools, OnlyTheToolTemplatesRenderTools) {
+  std::vector<std::string> renders;
+  for (const json& entry : fixtures()["templates"]) {
+    const ChatTemplate t = from_fixture(entry);
+    if (t.renders_tools()) {
+      renders.push_back(t.variant());
+      continue;
+    }
+    SCOPED_TRACE(t.variant());
+    const std::string tools = error_of([&] { t.render({{"user", "Hi"}}, true, tool_texts(ordered_json("weather"))); });
+    EXPECT_EQ(tools, "chat template " + t.variant() + " does not render tools");
+    const std::string result = error_of([&] { t.render(tool_conversation("tool-first"), true); });
+    EXPECT_NE(result.find("chat message 1 has role \"tool\"; chat template " + t.variant()), std::string::npos)
+        << result;
+    ChatMessage calling{"assistant", "", {{"call00001", "f", "{}"}}, ""};
+    const std::string calls = error_of([&] { t.render({{"user", "Hi"}, calling}, true); });
+    EXPECT_EQ(calls, "chat message 2 has tool calls; chat template " + t.variant() + " does not render tools");
+  }
+  EXPECT_EQ(renders, (std::vector<std::string>{"qwen2.5", "llama3.1", "llama3.2", "mistral-v0.3"}));
+}
+
+TEST(ChatTemplateTools, RefusesMalformedToolsAndArguments) {
+  const ChatTemplate t = from_fixture(template_entry("chatml-qwen2.5.jinja"));
+  EXPECT_EQ(error_of([&] { t.render({{"user", "Hi"}}, true, {"{\"type\": "}); }), "tool 1 is not JSON");
+  EXPECT_EQ(error_of([&] { t.render({{"user", "Hi"}}, true, {"{\"type\": \"function\"}"}); }),
+            "tool 1 is not an object with a \"function\" object");
+  ChatMessage calling{"assistant", "", {{"call00001", "f", "{\"a\": "}}, ""};
+  EXPECT_EQ(error_of([&] { t.render({{"user", "Hi"}, calling}, true); }),
+            "the arguments of tool call call00001 (f) are not JSON");
+}
+
+// json.dumps with ensure_ascii=False, and repr of floats (the values from Python 3).
+TEST(PythonJson, WritesAsJsonDumps) {
+  const std::vector<std::pair<double, const char*>> floats = {
+      {0.1, "0.1"}, {1e16, "1e+16"}, {1e-5, "1e-05"}, {123456789.0, "123456789.0"}, {1.5e300, "1.5e+300"},
+      {5e-324, "5e-324"}, {0.0001, "0.0001"}, {1e15, "1000000000000000.0"}, {2.5e-7, "2.5e-07"}, {-0.0, "-0.0"},
+      {1.0 / 3, "0.3333333333333333"}, {1.7976931348623157e308, "1.7976931348623157e+308"}, {12345.678, "12345.678"}};
+  for (const auto& [x, repr] : floats) EXPECT_EQ(python_float(x), repr) << repr;
+  const ordered_json v = ordered_json::parse("{\"b\": [1, {}, [], 2.0], \"a\": {\"c\": \"\\u007f\\u2028\\u001f\\\"\"}}");
+  EXPECT_EQ(python_json(v), "{\"b\": [1, {}, [], 2.0], \"a\": {\"c\": \"\x7f\u2028\\u001f\\\"\"}}");
+  EXPECT_EQ(python_json(v, 2),
+            "{\n  \"b\": [\n    1,\n    {},\n    [],\n    2.0\n  ],\n  \"a\": {\n    \"c\": \"\x7f\u2028\\u001f\\\"\"\n  }\n}");
 }
 
 }  // namespace

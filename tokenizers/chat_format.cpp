@@ -69,9 +69,9 @@ ChatFormat::ChatFormat(const TextTokenizer& tokenizer, const std::string& name)
 }
 
 std::vector<int32_t> ChatFormat::encode(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                        size_t max_ids) const {
+                                        size_t max_ids, const std::vector<std::string>& tools) const {
   std::vector<TextSpan> spans;
-  for (ChatPiece& piece : template_.render(messages, add_generation_prompt))
+  for (ChatPiece& piece : template_.render(messages, add_generation_prompt, tools))
     spans.push_back({std::move(piece.text), piece.special});
   return tokenizer_.encode_spans(spans, markers_, max_ids);
 }

@@ -29,9 +29,10 @@ class ChatFormat {
   const ChatTemplate& chat_template() const { return template_; }
   // The ids of the conversation; with add_generation_prompt, ending in the assistant's header.
   // With max_ids, a conversation of more than max_ids ids throws TooManyTokens (TextTokenizer::encode):
-  // the rendered text's length is checked before it is encoded.
+  // the rendered text's length is checked before it is encoded. `tools`: the JSON texts of the
+  // tools offered (ChatTemplate::render).
   std::vector<int32_t> encode(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                              size_t max_ids = kNoTokenLimit) const;
+                              size_t max_ids = kNoTokenLimit, const std::vector<std::string>& tools = {}) const;
   // The tokens that end an assistant's turn (they end a generation, besides the model's EOS).
   const std::vector<int32_t>& end_of_turn_ids() const { return end_of_turn_; }
 

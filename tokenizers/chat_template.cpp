@@ -25,9 +25,12 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "tokenizers/chat_template_texts.h"
 #include "tokenizers/jinja_normal_form.h"
+#include "tokenizers/python_json.h"
 #include "tokenizers/utf8.h"
 
 namespace minfer {
@@ -80,6 +83,7 @@ struct Conversation {
   const std::string& default_system;  // ChatML
   const std::string& today;           // strftime_now("%d %b %Y")
   const std::string& variant;         // for error messages
+  const std::vector<nlohmann::ordered_json>& tools;  // tools=None when empty
 };
 
 // The template's raise_exception(message), at messages[index].
@@ -103,13 +107,12 @@ void require_alternation(const Conversation& c, size_t index, size_t loop_index0
 bool opens_with_system(const Conversation& c) { return c.messages.front().role == "system"; }
 bool is_last(const Conversation& c, size_t index) { return index + 1 == c.messages.size(); }
 
-// ---- ChatML: SmolLM2, Qwen2, Qwen2.5, OpenHermes -------------------------------------------------
+// ---- ChatML: SmolLM2, Qwen2, OpenHermes (Qwen2.5 below) ------------------------------------------
 
 // {% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}
 // {{ '<|im_start|>system\nDEFAULT<|im_end|>\n' }}{% endif %}
 // {{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}
 // {% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}
-// Qwen2.5 writes the same (its tool branches aside): its first system message, or the default.
 void render_chatml(const Conversation& c, Pieces& out) {
   if (!c.default_system.empty() && !opens_with_system(c)) {
     out.special("<|im_start|>system\n" + c.default_system + "<|im_end|>\n");
@@ -118,6 +121,96 @@ void render_chatml(const Conversation& c, Pieces& out) {
     out.special("<|im_start|>" + m.role + "\n");
     out.text(m.content);
     out.special("<|im_end|>\n");
+  }
+  if (c.add_generation_prompt) out.special("<|im_start|>assistant\n");
+}
+
+// ---- Tool calling: what the templates that render tools share ------------------------------------
+
+bool has_tools(const Conversation& c) { return !c.tools.empty(); }
+bool calls_tools(const ChatMessage& m) { return !m.tool_calls.empty(); }
+
+// A call's arguments as the templates see them: the object of its JSON text.
+nlohmann::ordered_json arguments_of(const ChatToolCall& call) {
+  try {
+    return nlohmann::ordered_json::parse(call.arguments);
+  } catch (const nlohmann::json::exception&) {
+    fail("the arguments of tool call ", call.id, " (", call.name, ") are not JSON");
+  }
+}
+
+// ---- Qwen2.5: ChatML with tools ------------------------------------------------------------------
+
+const char* const kQwenToolsHead =
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+const char* const kQwenToolsTail =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+
+// The system turn: the first system message or the default one, followed by the tools, one
+// tojson line each, when there are tools.
+void write_qwen_system(const Conversation& c, Pieces& out) {
+  out.special("<|im_start|>system\n");
+  if (opens_with_system(c)) {
+    out.text(c.messages.front().content);
+  } else {
+    out.special(c.default_system);
+  }
+  if (has_tools(c)) {
+    out.special(kQwenToolsHead);
+    for (const nlohmann::ordered_json& tool : c.tools) {
+      out.special("\n");
+      out.text(python_json(tool));
+    }
+    out.special(kQwenToolsTail);
+  } else {
+    out.special("<|im_end|>\n");
+  }
+}
+
+// An assistant's calls: its content (when not empty) and a <tool_call> block per call.
+void write_qwen_calls(const ChatMessage& m, Pieces& out) {
+  out.special("<|im_start|>assistant");
+  if (!m.content.empty()) {
+    out.special("\n");
+    out.text(m.content);
+  }
+  for (const ChatToolCall& call : m.tool_calls) {
+    out.special("\n<tool_call>\n{\"name\": \"");
+    out.text(call.name);
+    out.special("\", \"arguments\": ");
+    out.text(python_json(arguments_of(call)));
+    out.special("}\n</tool_call>");
+  }
+  out.special("<|im_end|>\n");
+}
+
+// A run of tool messages is one user turn of <tool_response> blocks.
+void write_qwen_tool_result(const Conversation& c, size_t i, Pieces& out) {
+  if (i == 0 || c.messages[i - 1].role != "tool") out.special("<|im_start|>user");
+  out.special("\n<tool_response>\n");
+  out.text(c.messages[i].content);
+  out.special("\n</tool_response>");
+  if (is_last(c, i) || c.messages[i + 1].role != "tool") out.special("<|im_end|>\n");
+}
+
+// The first system message (or the default one) goes in the system turn, with the tools; the
+// other messages follow as ChatML's, but for an assistant's calls and tool results.
+void render_qwen25(const Conversation& c, Pieces& out) {
+  write_qwen_system(c, out);
+  for (size_t i = 0; i < c.messages.size(); ++i) {
+    const ChatMessage& m = c.messages[i];
+    if (m.role == "user" || (m.role == "system" && i > 0) || (m.role == "assistant" && !calls_tools(m))) {
+      out.special("<|im_start|>" + m.role + "\n");
+      out.text(m.content);
+      out.special("<|im_end|>\n");
+    } else if (m.role == "assistant") {
+      write_qwen_calls(m, out);
+    } else if (m.role == "tool") {
+      write_qwen_tool_result(c, i, out);
+    }
   }
   if (c.add_generation_prompt) out.special("<|im_start|>assistant\n");
 }
@@ -160,6 +253,46 @@ void write_llama3_message(const ChatMessage& m, Pieces& out) {
   out.special("<|eot_id|>");
 }
 
+const char* const kLlamaToolsHead =
+    "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a "
+    "function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n";
+
+// Llama 3.1 and 3.2: a tool's result is an ipython turn (its content through tojson: a string is
+// "iterable" to Jinja), an assistant's single call a JSON object with "parameters".
+void write_llama3_turn(const Conversation& c, size_t i, Pieces& out) {
+  const ChatMessage& m = c.messages[i];
+  if (m.role == "tool") {
+    out.special("<|start_header_id|>ipython<|end_header_id|>\n\n");
+    out.text(python_json(m.content));
+    out.special("<|eot_id|>");
+  } else if (calls_tools(m)) {
+    if (m.tool_calls.size() != 1) refuse(c, i, "This model only supports single tool-calls at once!");
+    out.special("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+    out.text(m.tool_calls[0].name);
+    out.special("\", \"parameters\": ");
+    out.text(python_json(arguments_of(m.tool_calls[0])));
+    out.special("}<|eot_id|>");
+  } else {
+    write_llama3_message(m, out);
+  }
+}
+
+// The tools go in the first message after the system turn (tools_in_user_message), trimmed, as
+// tojson(indent=4) each.
+void write_llama3_tools(const Conversation& c, size_t first_user, Pieces& out) {
+  if (first_user == c.messages.size()) {
+    refuse(c, first_user - 1, "Cannot put tools in the first user message when there's no first user message!");
+  }
+  out.special(kLlamaToolsHead);
+  for (const nlohmann::ordered_json& tool : c.tools) {
+    out.text(python_json(tool, 4));
+    out.special("\n\n");
+  }
+  out.text(utf8::python_strip(c.messages[first_user].content));
+  out.special("<|eot_id|>");
+}
+
 void write_llama3_generation_prompt(const Conversation& c, Pieces& out) {
   if (c.add_generation_prompt) out.special("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
@@ -172,14 +305,18 @@ void render_llama3(const Conversation& c, Pieces& out) {
 }
 
 // Llama 3.1 and 3.2: a system turn always comes first, with the knowledge cutoff and the date
-// before the (trimmed) system message, which may be empty.
+// before the (trimmed) system message, which may be empty; "Environment: ipython" before them when
+// there are tools, which then open the first message after it.
 void render_llama3_dated(const Conversation& c, const std::string& date, Pieces& out) {
   const bool has_system = opens_with_system(c);
   out.special(c.bos + "<|start_header_id|>system<|end_header_id|>\n\n" +
-              "Cutting Knowledge Date: December 2023\nToday Date: " + date + "\n\n");
+              (has_tools(c) ? "Environment: ipython\n" : "") + "Cutting Knowledge Date: December 2023\nToday Date: " +
+              date + "\n\n");
   if (has_system) out.text(utf8::python_strip(c.messages.front().content));
   out.special("<|eot_id|>");
-  for (size_t i = has_system ? 1 : 0; i < c.messages.size(); ++i) write_llama3_message(c.messages[i], out);
+  size_t next = has_system ? 1 : 0;
+  if (has_tools(c)) write_llama3_tools(c, next++, out);
+  for (size_t i = next; i < c.messages.size(); ++i) write_llama3_turn(c, i, out);
   write_llama3_generation_prompt(c, out);
 }
 
@@ -237,16 +374,87 @@ void render_mistral_v01_rev2024(const Conversation& c, Pieces& out) {
   }
 }
 
-// v0.3: the whole conversation is checked first; the system message opens the LAST message when
-// that is a user message, and is written nowhere otherwise; answers are trimmed.
+const char* const kMistralIds = "Tool call IDs should be alphanumeric strings with length 9!";
+
+// Python's len() of a string: its code points.
+size_t code_points(const std::string& s) {
+  size_t n = 0;
+  for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n;
+}
+
+// [AVAILABLE_TOOLS] [...]: each tool's function written key by key ("return" left out), a string
+// value between quotes as it is (not escaped), any other value through tojson.
+void write_mistral_tools(const Conversation& c, Pieces& out) {
+  out.special("[AVAILABLE_TOOLS] [");
+  for (size_t t = 0; t < c.tools.size(); ++t) {
+    out.special("{\"type\": \"function\", \"function\": {");
+    bool first = true;
+    for (const auto& item : c.tools[t].at("function").items()) {
+      if (item.key() == "return") continue;
+      if (!first) out.special(", ");
+      first = false;
+      out.special("\"");
+      out.text(item.key());
+      if (item.value().is_string()) {
+        out.special("\": \"");
+        out.text(item.value().get<std::string>());
+        out.special("\"");
+      } else {
+        out.special("\": ");
+        out.text(python_json(item.value()));
+      }
+    }
+    out.special(t + 1 == c.tools.size() ? "}}]" : "}}, ");
+  }
+  out.special("[/AVAILABLE_TOOLS]");
+}
+
+// [TOOL_CALLS] [...]: each call's function through tojson, its closing brace replaced by its id.
+void write_mistral_calls(const Conversation& c, size_t i, Pieces& out) {
+  const ChatMessage& m = c.messages[i];
+  out.special("[TOOL_CALLS] [");
+  for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+    const ChatToolCall& call = m.tool_calls[k];
+    std::string function = python_json({{"name", call.name}, {"arguments", arguments_of(call)}});
+    function.pop_back();
+    out.text(function);
+    if (code_points(call.id) != 9) refuse(c, i, kMistralIds);
+    out.special(", \"id\": \"");
+    out.text(call.id);
+    out.special(k + 1 == m.tool_calls.size() ? "\"}]" + c.eos : std::string("\"}, "));
+  }
+}
+
+// [TOOL_RESULTS] {"content": CONTENT, "call_id": "ID"}[/TOOL_RESULTS], the content as it is.
+void write_mistral_tool_result(const Conversation& c, size_t i, Pieces& out) {
+  const ChatMessage& m = c.messages[i];
+  out.special("[TOOL_RESULTS] {\"content\": ");
+  out.text(m.content);
+  out.special(", ");
+  if (code_points(m.tool_call_id) != 9) refuse(c, i, kMistralIds);
+  out.special("\"call_id\": \"");
+  out.text(m.tool_call_id);
+  out.special("\"}[/TOOL_RESULTS]");
+}
+
+// v0.3: the whole conversation is checked first (tool calls and results aside); the system message
+// opens the LAST message when that is a user message, and is written nowhere otherwise; answers are
+// trimmed. The tools open every user message equal to the last one.
 void render_mistral_v03(const Conversation& c, Pieces& out) {
   const bool has_system = opens_with_system(c);
   const size_t first = has_system ? 1 : 0;
-  for (size_t i = first; i < c.messages.size(); ++i) require_alternation(c, i, i - first, kAlternateAfterSystem);
+  const ChatMessage* last_user = nullptr;
+  for (size_t i = first, k = 0; i < c.messages.size(); ++i) {
+    const ChatMessage& m = c.messages[i];
+    if (m.role == "user") last_user = &m;
+    if (m.role != "tool" && !calls_tools(m)) require_alternation(c, i, k++, kAlternateAfterSystem);
+  }
   out.special(c.bos);
   for (size_t i = first; i < c.messages.size(); ++i) {
     const ChatMessage& m = c.messages[i];
     if (m.role == "user") {  // "[INST] " + system_message + "\n\n" + message["content"] + "[/INST]"
+      if (has_tools(c) && m.content == last_user->content) write_mistral_tools(c, out);
       out.special("[INST] ");
       if (is_last(c, i) && has_system) {
         out.text(c.messages.front().content);
@@ -254,10 +462,14 @@ void render_mistral_v03(const Conversation& c, Pieces& out) {
       }
       out.text(m.content);
       out.special("[/INST]");
+    } else if (calls_tools(m)) {
+      write_mistral_calls(c, i, out);
     } else if (m.role == "assistant") {  // " " + message["content"]|trim + eos_token
       out.special(" ");
       out.text(utf8::python_strip(m.content));
       out.special(c.eos);
+    } else if (m.role == "tool") {
+      write_mistral_tool_result(c, i, out);
     } else {
       refuse(c, i, kUserAndAssistantAfterSystem);
     }
@@ -400,6 +612,7 @@ struct ChatTemplate::Variant {
   const char* family;  // ChatTemplate::name()
   const char* text;
   void (*render)(const Conversation&, Pieces&);
+  bool tools;  // renders tools, tool calls and tool messages
 };
 
 namespace {
@@ -480,25 +693,55 @@ std::vector<std::string> ChatTemplate::names() {
   return out;
 }
 
-std::vector<ChatPiece> ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                            bool add_generation_prompt) const {
+bool ChatTemplate::renders_tools() const { return published_->tools; }
+
+namespace {
+
+// The tools' JSON texts parsed, each an object with a "function" object.
+std::vector<nlohmann::ordered_json> parsed_tools(const std::vector<std::string>& tools) {
+  std::vector<nlohmann::ordered_json> out;
+  for (size_t t = 0; t < tools.size(); ++t) {
+    nlohmann::ordered_json tool;
+    try {
+      tool = nlohmann::ordered_json::parse(tools[t]);
+    } catch (const nlohmann::json::exception&) {
+      fail("tool ", t + 1, " is not JSON");
+    }
+    MINFER_CHECK(tool.is_object() && tool.contains("function") && tool["function"].is_object(), "tool ", t + 1,
+                 " is not an object with a \"function\" object");
+    out.push_back(std::move(tool));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ChatPiece> ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                            const std::vector<std::string>& tools) const {
   MINFER_CHECK(!messages.empty(), "chat template ", variant_, ": the conversation has no messages");
+  const bool tool_roles = renders_tools();
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    MINFER_CHECK(role == "system" || role == "user" || role == "assistant", "chat message ", i + 1, " has role \"",
-                 role, "\"; minfer's chat templates take system, user and assistant messages");
+    MINFER_CHECK(role == "system" || role == "user" || role == "assistant" || (role == "tool" && tool_roles),
+                 "chat message ", i + 1, " has role \"", role, "\"; chat template ", variant_, " takes system, user",
+                 tool_roles ? ", assistant and tool messages" : " and assistant messages (it does not render tools)");
+    MINFER_CHECK(messages[i].tool_calls.empty() || tool_roles, "chat message ", i + 1, " has tool calls; chat template ",
+                 variant_, " does not render tools");
   }
+  MINFER_CHECK(tools.empty() || tool_roles, "chat template ", variant_, " does not render tools");
+  const std::vector<nlohmann::ordered_json> parsed = parsed_tools(tools);
   // strftime_now is read at every rendering, as jinja2 calls it (a server runs for days).
   const std::string today = today_.empty() ? today_local() : today_;
-  const Conversation c{messages, add_generation_prompt, bos_, eos_, default_system_, today, variant_};
+  const Conversation c{messages, add_generation_prompt, bos_, eos_, default_system_, today, variant_, parsed};
   Pieces out;
   published_->render(c, out);
   return out.take();
 }
 
-std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                      const std::vector<std::string>& tools) const {
   std::string out;
-  for (const ChatPiece& piece : render(messages, add_generation_prompt)) out += piece.text;
+  for (const ChatPiece& piece : render(messages, add_generation_prompt, tools)) out += piece.text;
   return out;
 }
 
@@ -517,23 +760,23 @@ namespace {
 
 const std::vector<ChatTemplate::Variant>& known_variants() {
   static const std::vector<ChatTemplate::Variant> variants = {
-      {"chatml", "chatml", published_templates::kChatml, render_chatml},
-      {"chatml-default-system", "chatml", published_templates::kChatmlDefaultSystem, render_chatml},
-      {"qwen2.5", "chatml", published_templates::kQwen25, render_chatml},
-      {"llama2", "llama2", published_templates::kLlama2, render_llama2},
-      {"llama3", "llama3", published_templates::kLlama3, render_llama3},
-      {"llama3.1", "llama3", published_templates::kLlama31, render_llama31},
-      {"llama3.2", "llama3", published_templates::kLlama32, render_llama32},
-      {"mistral-v0.1", "mistral", published_templates::kMistralV01, render_mistral_v01},
-      {"mistral-v0.2", "mistral", published_templates::kMistralV02, render_mistral_v02},
-      {"mistral-v0.1-rev2024", "mistral", published_templates::kMistralV01Rev2024, render_mistral_v01_rev2024},
-      {"mistral-v0.3", "mistral", published_templates::kMistralV03, render_mistral_v03},
-      {"zephyr", "zephyr", published_templates::kZephyr, render_zephyr},
-      {"gemma", "gemma", published_templates::kGemma, render_gemma},
-      {"gemma3", "gemma", published_templates::kGemma3, render_gemma3},
-      {"phi3", "phi3", published_templates::kPhi3, render_phi3},
-      {"phi3.5", "phi3", published_templates::kPhi35, render_phi35},
-      {"phi3-2024-04", "phi3", published_templates::kPhi3April2024, render_phi3_2024_04},
+      {"chatml", "chatml", published_templates::kChatml, render_chatml, false},
+      {"chatml-default-system", "chatml", published_templates::kChatmlDefaultSystem, render_chatml, false},
+      {"qwen2.5", "chatml", published_templates::kQwen25, render_qwen25, true},
+      {"llama2", "llama2", published_templates::kLlama2, render_llama2, false},
+      {"llama3", "llama3", published_templates::kLlama3, render_llama3, false},
+      {"llama3.1", "llama3", published_templates::kLlama31, render_llama31, true},
+      {"llama3.2", "llama3", published_templates::kLlama32, render_llama32, true},
+      {"mistral-v0.1", "mistral", published_templates::kMistralV01, render_mistral_v01, false},
+      {"mistral-v0.2", "mistral", published_templates::kMistralV02, render_mistral_v02, false},
+      {"mistral-v0.1-rev2024", "mistral", published_templates::kMistralV01Rev2024, render_mistral_v01_rev2024, false},
+      {"mistral-v0.3", "mistral", published_templates::kMistralV03, render_mistral_v03, true},
+      {"zephyr", "zephyr", published_templates::kZephyr, render_zephyr, false},
+      {"gemma", "gemma", published_templates::kGemma, render_gemma, false},
+      {"gemma3", "gemma", published_templates::kGemma3, render_gemma3, false},
+      {"phi3", "phi3", published_templates::kPhi3, render_phi3, false},
+      {"phi3.5", "phi3", published_templates::kPhi35, render_phi35, false},
+      {"phi3-2024-04", "phi3", published_templates::kPhi3April2024, render_phi3_2024_04, false},
   };
   return variants;
 }

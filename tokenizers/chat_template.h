@@ -27,9 +27,18 @@
 
 namespace minfer {
 
+// A function call an assistant made, as OpenAI's API carries it in a conversation's history.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // the JSON text of an object
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // an assistant's calls (its content may then be "")
+  std::string tool_call_id = {};              // a tool message: the call whose result it holds
 };
 
 // One run of rendered text. special = true: the template's own text (markers such as <|im_start|>,
@@ -61,10 +70,19 @@ class ChatTemplate {
   const std::string& default_system() const { return default_system_; }
 
   // The conversation as pieces; add_generation_prompt appends the assistant's header where the
-  // template does. Throws Error (one line) for a conversation the template refuses (with the
-  // template's own message), a role other than system, user and assistant, or no messages.
-  std::vector<ChatPiece> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
-  std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // template does. `tools` are the JSON texts of the tools offered (OpenAI's {"type": "function",
+  // "function": {...}} objects, keys in the client's order), rendered as transformers'
+  // apply_chat_template(tools=...) renders them; none: tools=None. Throws Error (one line) for a
+  // conversation the template refuses (with the template's own message), a role other than system,
+  // user, assistant and tool, tools, tool calls or tool messages for a template that does not
+  // render them (renders_tools()), malformed JSON in a tool or a call's arguments, or no messages.
+  std::vector<ChatPiece> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                const std::vector<std::string>& tools = {}) const;
+  std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const std::vector<std::string>& tools = {}) const;
+  // Whether the template renders tools, tool calls and tool messages: Qwen2.5's, Llama 3.1's and
+  // 3.2's, Mistral v0.3's.
+  bool renders_tools() const;
 
   // The texts that end an assistant turn: "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>",
   // or eos_token for Llama 2, Mistral and Zephyr. The caller maps them to token ids and stops
