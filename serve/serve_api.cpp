@@ -148,9 +148,53 @@ void check_unimplemented(const std::string& key, const json& v) {
   if (key == "n" || key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
   else if (key == "echo") only(v.is_null() || v == false, "false");
   else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
-  else if (key == "presence_penalty" || key == "frequency_penalty")
-    only(v.is_null() || (v.is_number() && v.get<double>() == 0.0), "0");
-  else if (key == "logit_bias") only(v.is_null() || (v.is_object() && v.empty()), "{}");
+}
+
+constexpr double kMaxLogitBias = 100.0;  // a bias's magnitude at most, as OpenAI's API
+
+// logit_bias: an object of at most SamplingOptions::kMaxLogitBias entries, token id (a decimal
+// string) -> bias in [-100, 100]. The ids are checked against the vocabulary by check_logit_bias.
+std::vector<LogitBias> parse_logit_bias(const json& v) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) wrong_type("logit_bias", "an object of token ids and biases", v);
+  if (v.size() > SamplingOptions::kMaxLogitBias)
+    refuse("logit_bias", "logit_bias has " + std::to_string(v.size()) + " entries; at most " +
+                             std::to_string(SamplingOptions::kMaxLogitBias));
+  std::vector<LogitBias> biases;
+  for (const auto& [key, bias] : v.items()) {
+    int32_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || error != std::errc() || end != key.data() + key.size() || id < 0)
+      refuse("logit_bias", "logit_bias: '" + one_line(key, kMaxFieldNameBytes) + "' is not a token id");
+    const std::string name = "logit_bias[\"" + key + "\"]";
+    biases.push_back({id, float_field(name, bias, -kMaxLogitBias, kMaxLogitBias, false, "[-100, 100]")});
+  }
+  return biases;
+}
+
+// The sampler's fields past temperature and top_p (engine/sampler.h); false for any other field.
+bool parse_sampling_field(const std::string& key, const json& v, SamplingOptions& o) {
+  if (v.is_null() && (key == "top_k" || key == "min_p" || key == "presence_penalty" || key == "frequency_penalty" ||
+                      key == "repetition_penalty" || key == "logit_bias"))
+    return true;
+  if (key == "top_k") {
+    const int64_t k = integer(key, v);  // -1 (vLLM's) and 0 (llama.cpp's): every token
+    if (k < -1) refuse(key, "top_k = " + std::to_string(k) + ": at least -1 (-1 and 0 keep every token)");
+    o.top_k = std::max<int64_t>(k, 0);
+  } else if (key == "min_p") {
+    o.min_p = float_field(key, v, 0.0, 1.0, false, "[0, 1]");
+  } else if (key == "presence_penalty") {
+    o.presence_penalty = float_field(key, v, -2.0, 2.0, false, "[-2, 2]");
+  } else if (key == "frequency_penalty") {
+    o.frequency_penalty = float_field(key, v, -2.0, 2.0, false, "[-2, 2]");
+  } else if (key == "repetition_penalty") {
+    o.repetition_penalty = float_field(key, v, 0.0, 1e6, true, "(0, 1e6]");
+  } else if (key == "logit_bias") {
+    o.logit_bias = parse_logit_bias(v);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -180,6 +224,13 @@ std::string error_body(const ApiError& error) {
                                           : ordered_json(one_line(error.param, kMaxErrorParamBytes))},
             {"code", error.code.empty() ? ordered_json(nullptr) : ordered_json(error.code)}};
   return dump_json(ordered_json{{"error", e}});
+}
+
+void check_logit_bias(const CompletionRequest& request, int64_t vocab_size) {
+  for (const LogitBias& b : request.sampling.logit_bias)
+    if (b.token >= vocab_size)
+      refuse("logit_bias", "logit_bias: token " + std::to_string(b.token) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab_size) + ")");
 }
 
 uint64_t sampler_seed(const json& seed) {
@@ -284,7 +335,9 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
   } else if (key == "ignore_eos") {
     if (!v.is_null() && !v.is_boolean()) wrong_type("ignore_eos", "a boolean", v);
     r.ignore_eos = v.is_boolean() && v.get<bool>();
-  } else if (key == "n" || key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias") {
+  } else if (parse_sampling_field(key, v, r.sampling)) {
+    return true;
+  } else if (key == "n") {
     check_unimplemented(key, v);
   } else if (key == "stream_options") {
     parse_stream_options(v, r);

@@ -37,8 +37,8 @@ struct ApiLimits {
 };
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
-// implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix,
-// penalties, logit_bias; for chats tools, response formats other than text, audio, ...) is
+// implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix; for
+// chats tools, response formats other than text, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
 struct CompletionRequest {
@@ -51,6 +51,9 @@ struct CompletionRequest {
   bool max_tokens_given = false;
   float temperature = 1.0f;            // 0: greedy
   float top_p = 1.0f;
+  // top_k (-1 or 0: off), min_p, presence_penalty and frequency_penalty in [-2, 2],
+  // repetition_penalty in (0, 1e6], logit_bias (at most 300 ids, each bias in [-100, 100])
+  SamplingOptions sampling;
   std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
   std::vector<std::string> stop;       // up to 4 non-empty strings
   bool stream = false;
@@ -58,6 +61,9 @@ struct CompletionRequest {
   bool ignore_eos = false;             // keep going past the model's end tokens (vLLM's and llama.cpp's extension)
   std::optional<std::string> cache_salt;  // 1 to kMaxCacheSaltBytes bytes: a cache scope of its own (vLLM's field)
 };
+// Refuses (400, param logit_bias) a logit_bias id outside [0, vocab_size): the chat route's parser
+// does not know the vocabulary.
+void check_logit_bias(const CompletionRequest& request, int64_t vocab_size);
 // The sampler's state for a request's `seed`, any 64-bit integer as OpenAI's API takes it: the
 // seed itself (so that seed S draws what `minfer generate --seed S` draws), a negative one as its
 // two's complement, and 0, which would stick run.c's xorshift at 0, as kSeedZeroState.

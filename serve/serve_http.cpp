@@ -238,6 +238,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
                                                                       options.limits);
     std::vector<int32_t> prompt = prompt_of(request);
     check_prompt_length(static_cast<int64_t>(prompt.size()), options.limits);
+    check_logit_bias(request, info.vocab_size);
     if (request.chat && !request.max_tokens_given)
       request.max_tokens = chat_max_tokens(static_cast<int64_t>(prompt.size()), scheduler.n_ctx(), options.limits);
 
@@ -254,6 +255,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     job.max_tokens = request.max_tokens;
     job.temperature = request.temperature;
     job.top_p = request.top_p;
+    job.sampling = request.sampling;
     job.stop_at_eos = !request.ignore_eos;
     // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
     if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();

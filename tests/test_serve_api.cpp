@@ -74,7 +74,6 @@ TEST(ServeApiParse, RefusesEachMistakeNamingItsField) {
            {R"({"prompt": [1], "stop": [""]})", "stop", "must not be empty"},
            {R"({"prompt": [1], "n": 2})", "n", "not supported (only 1)"},
            {R"({"prompt": [1], "echo": true})", "echo", "not supported"},
-           {R"({"prompt": [1], "presence_penalty": 0.5})", "presence_penalty", "not supported (only 0)"},
            {R"({"prompt": [1], "stream_options": {"include_usage": true}})", "stream_options", "only for streams"},
            {R"({"prompt": [1], "stream": true, "stream_options": {"x": 1}})", "stream_options", "unknown field 'x'"},
            {R"({"prompt": [1], "frobnicate": 1})", "frobnicate", "unknown field 'frobnicate'"}}) {
