@@ -307,6 +307,62 @@ int64_t parse_max_tokens(const std::string& key, const json& v, const ApiLimits&
   return n;
 }
 
+// What the answer must be, from response_format's json_schema object: {name, description, schema,
+// strict}; the schema an object, as its JSON text.
+OutputConstraint parse_json_schema_format(const json& v) {
+  const std::string name = "response_format.json_schema";
+  if (!v.is_object()) wrong_type(name, "an object", v);
+  OutputConstraint want{OutputConstraint::Kind::json_schema, "", false, "response_format"};
+  bool has_schema = false;
+  for (const auto& [key, field] : v.items()) {
+    if (key == "schema") {
+      if (!field.is_object()) wrong_type(name + ".schema", "an object", field);
+      want.text = field.dump();
+      has_schema = true;
+    } else if (key == "strict") {
+      if (!field.is_null() && !field.is_boolean()) wrong_type(name + ".strict", "a boolean", field);
+      want.strict = field.is_boolean() && field.get<bool>();
+    } else if (key == "name" || key == "description") {
+      if (!field.is_string()) wrong_type(name + "." + key, "a string", field);
+    } else {
+      refuse("response_format", name + ": unknown field '" + one_line(key, kMaxFieldNameBytes) +
+                                    "' (only name, description, schema and strict)");
+    }
+  }
+  if (!has_schema) refuse("response_format", name + ".schema is required");
+  check_grammar_size("response_format", want.text.size());
+  return want;
+}
+
+// response_format ({"type": "text" | "json_object" | "json_schema"}), grammar and regex: at most
+// one of them constrains the answer.
+void parse_output_field(const std::string& key, const json& v, CompletionRequest& r) {
+  if (v.is_null()) return;
+  std::optional<OutputConstraint> want;
+  if (key == "response_format") {
+    if (!v.is_object()) wrong_type(key, "an object", v);
+    const auto type = v.find("type");
+    if (type == v.end() || !type->is_string()) refuse(key, "response_format.type must be a string");
+    const std::string& t = type->get_ref<const std::string&>();
+    for (const auto& [field, unused] : v.items())
+      if (field != "type" && !(t == "json_schema" && field == "json_schema"))
+        refuse(key, "response_format: unknown field '" + one_line(field, kMaxFieldNameBytes) + "' for type '" +
+                        one_line(t, 32) + "'");
+    if (t == "json_object") want = OutputConstraint{OutputConstraint::Kind::json_object, "", false, key};
+    else if (t == "json_schema") want = parse_json_schema_format(v.contains("json_schema") ? v["json_schema"] : json());
+    else if (t != "text")
+      refuse(key, "response_format.type '" + one_line(t, 32) + "' is not supported (text, json_object, json_schema)");
+  } else {  // grammar (EBNF), regex
+    if (!v.is_string()) wrong_type(key, "a string", v);
+    check_grammar_size(key, v.get_ref<const std::string&>().size());
+    want = OutputConstraint{key == "grammar" ? OutputConstraint::Kind::grammar : OutputConstraint::Kind::regex,
+                            v.get<std::string>(), false, key};
+  }
+  if (!want) return;
+  if (r.output) refuse(key, key + " and " + r.output->param + " both constrain the answer; give one");
+  r.output = std::move(want);
+}
+
 // The fields both routes share; false for a field that is not one of them.
 bool parse_shared_field(const std::string& key, const json& v, bool has_tokenizer, const ApiLimits& limits,
                         CompletionRequest& r) {
@@ -337,6 +393,8 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
     r.ignore_eos = v.is_boolean() && v.get<bool>();
   } else if (parse_sampling_field(key, v, r.sampling)) {
     return true;
+  } else if (key == "response_format" || key == "grammar" || key == "regex") {
+    parse_output_field(key, v, r);
   } else if (key == "n") {
     check_unimplemented(key, v);
   } else if (key == "stream_options") {
@@ -438,9 +496,6 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
   else if (key == "tool_choice" || key == "function_call") only(v.is_null() || v == "none" || v == "auto", "\"none\"");
   else if (key == "logprobs") only(v.is_null() || v == false, "false");
   else if (key == "top_logprobs") only(v.is_null() || v == 0, "0");
-  else if (key == "response_format")
-    only(v.is_null() || (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text"),
-         "{\"type\": \"text\"}");
   else if (key == "store") only(v.is_null() || v == false, "false");
   else if (key == "modalities") only(v.is_null() || v == json::array({"text"}), "[\"text\"]");
   else if (key == "parallel_tool_calls") only(v.is_null() || v.is_boolean(), "a boolean, with no tools");
@@ -486,7 +541,7 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
     } else if (key == "metadata" || key == "service_tier") {
       continue;  // labels for OpenAI's dashboard and billing: they change no answer
     } else if (key == "tools" || key == "functions" || key == "tool_choice" || key == "function_call" ||
-               key == "logprobs" || key == "top_logprobs" || key == "response_format" || key == "store" ||
+               key == "logprobs" || key == "top_logprobs" || key == "store" ||
                key == "modalities" || key == "parallel_tool_calls" || key == "audio" || key == "prediction" ||
                key == "reasoning_effort" || key == "web_search_options") {
       check_chat_unimplemented(key, v);
@@ -791,6 +846,12 @@ std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& fi
   metric_header(out, "minfer_preemptions_total", "counter",
                 "Requests preempted for want of blocks, to be recomputed later.");
   out << "minfer_preemptions_total " << m.preemptions << "\n";
+  metric_header(out, "minfer_masked_tokens_total", "counter",
+                "Tokens sampled under a grammar (response_format, grammar, regex).");
+  out << "minfer_masked_tokens_total " << m.masked_tokens << "\n";
+  metric_header(out, "minfer_mask_seconds_total", "counter",
+                "Time the engine spent filling and applying those tokens' grammar masks.");
+  out << "minfer_mask_seconds_total " << m.mask_seconds << "\n";
   metric_header(out, "minfer_slots", "gauge", "Slots (sequences decoded together).");
   out << "minfer_slots " << slots << "\n";
   histogram(out, "minfer_time_to_first_token_seconds", "Time from submission to the first generated token.",

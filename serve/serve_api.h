@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/scheduler.h"
+#include "serve/structured_output.h"
 #include "tokenizers/chat_template.h"
 #include "tokenizers/text_tokenizer.h"
 
@@ -38,7 +39,7 @@ struct ApiLimits {
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
 // implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix; for
-// chats tools, response formats other than text, audio, ...) is
+// chats tools, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
 struct CompletionRequest {
@@ -59,6 +60,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage: a last event with usage only
   bool ignore_eos = false;             // keep going past the model's end tokens (vLLM's and llama.cpp's extension)
+  // response_format json_object or json_schema, or the extensions grammar (EBNF) and regex (vLLM's
+  // and llama-server's): what the answer must be (serve/structured_output.h); unset: any text.
+  std::optional<OutputConstraint> output;
   std::optional<std::string> cache_salt;  // 1 to kMaxCacheSaltBytes bytes: a cache scope of its own (vLLM's field)
 };
 // Refuses (400, param logit_bias) a logit_bias id outside [0, vocab_size): the chat route's parser

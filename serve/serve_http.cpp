@@ -113,6 +113,29 @@ struct ServeHttp::Impl {
         started(static_cast<int64_t>(std::time(nullptr))) {
     if (tokenizer) pieces = std::make_unique<TokenPieces>(*tokenizer);
     load_chat_format();
+    if (tokenizer) outputs = std::make_unique<StructuredOutputs>(*tokenizer, *pieces, info.vocab_size, end_ids());
+  }
+
+  // Every token that may end an answer: the model's and the chat template's end of turn.
+  std::vector<int32_t> end_ids() const {
+    std::vector<int32_t> ids = info.stop_ids;
+    if (chat) ids.insert(ids.end(), chat->end_of_turn_ids().begin(), chat->end_of_turn_ids().end());
+    return ids;
+  }
+
+  // The matcher of a request's response_format, grammar or regex (null when it has none), its answer
+  // ending at the job's end tokens.
+  std::shared_ptr<TokenConstraint> constraint(const CompletionRequest& request, const ServeRequest& job) const {
+    if (!request.output) return nullptr;
+    const std::string& param = request.output->param;
+    if (outputs == nullptr)
+      throw ApiError{400, param + " needs the text of the tokens, and this model carries no tokenizer", param, ""};
+    if (request.ignore_eos)
+      throw ApiError{400, param + " ends the answer where the grammar ends: it cannot be combined with ignore_eos",
+                     "ignore_eos", ""};
+    std::vector<int32_t> stops = info.stop_ids;
+    stops.insert(stops.end(), job.stop_tokens.begin(), job.stop_tokens.end());
+    return outputs->constrain(*request.output, stops);
   }
 
   // The chat template of /v1/chat/completions. One the model lacks or that minfer does not know
@@ -180,6 +203,7 @@ struct ServeHttp::Impl {
   ServeHttpOptions options;
   std::unique_ptr<TokenPieces> pieces;
   std::unique_ptr<ChatFormat> chat;  // null: chat_refusal says why
+  std::unique_ptr<StructuredOutputs> outputs;  // null without a tokenizer
   std::string chat_refusal;
   ConnectionServer server;
   const int64_t started;
@@ -260,6 +284,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
     if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
     job.seed = request.seed ? *request.seed : random_seed();
+    job.constraint = constraint(request, job);
     job.cache_scope = cache_scope(cache_secret, authorization, request.cache_salt);
     job.on_token = [channel](int32_t token) {
       Channel& c = *channel;
@@ -552,7 +577,8 @@ void ServeHttp::Impl::routes() {
     send_json(res, 200, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
   });
   server.Get("/metrics", [this](const Request&, Response& res) {
-    res.set_content(prometheus_metrics(scheduler.metrics(), finished_counts(), scheduler.options().slots),
+    res.set_content(prometheus_metrics(scheduler.metrics(), finished_counts(), scheduler.options().slots) +
+                        (outputs ? outputs->metrics_text() : std::string()),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   // Answers httplib makes itself (a malformed request line, a body it could not read) get the
