@@ -55,7 +55,9 @@ std::vector<Option> perplexity_options() {
                                   "                              file was quantized from)"},
       {"--kl-base", "TYPE", "also run the model in dtype TYPE (f32, f16, bf16, q8_0) and report the KL\n"
                             "                              divergence of --dtype's predictions from it"},
-      {"--no-bos", "", "keep each window's own first token instead of replacing it with BOS"},
+      {"--no-bos", "", "keep each window's own first token (by default it is BOS where the model's\n"
+                       "                              tokenizer puts BOS before a text, as llama-perplexity does)"},
+      {"--bos", "", "make each window's first token BOS even where the model puts none before a text"},
       {"-o,--output", "FMT", "md or json (default md)"},
   });
   return options;
@@ -65,7 +67,7 @@ std::vector<Option> perplexity_options() {
 struct PerplexityRequest {
   bool text = false;  // -f or -i; otherwise --ids
   std::optional<DType> kv_dtype;
-  std::unique_ptr<TextTokenizer> tokenizer;  // with text only
+  std::unique_ptr<TextTokenizer> tokenizer;  // -z or the model's own; nullptr when there is none
   std::string output;                        // md or json
   std::optional<DType> base_dtype;           // --kl-base
   std::string base_model;                    // --kl-base-model
@@ -79,7 +81,7 @@ PerplexityRequest parse_request(const Args& args) {
                "give the tokens as text (-f FILE or -i TEXT) or as --ids FILE, one of them");
   MINFER_CHECK(args.has("-m"), "-m MODEL is required (a model file or folder, or preset:NAME)");
   request.kv_dtype = kv_dtype_option(args);
-  if (request.text) request.tokenizer = command_tokenizer(args, args.get("-m"));
+  request.tokenizer = command_tokenizer(args, args.get("-m"));
   MINFER_CHECK(!request.text || request.tokenizer,
                "text (-f, -i) needs a tokenizer: this model carries none, give one with -z");
   request.output = args.get("-o", "md");
@@ -114,12 +116,25 @@ std::vector<int32_t> scored_tokens(const Args& args, const PerplexityRequest& re
   return request.tokenizer->encode(prompt_text(args), true);
 }
 
+// Whether the model puts BOS before a text, as llama-perplexity asks (llama_vocab_get_add_bos): its
+// tokenizer does when encoding a text with its special tokens; a model without a tokenizer (a
+// llama2.c checkpoint scored by --ids) does when it has BOS, as run.c.
+bool model_adds_bos(const TextTokenizer* tokenizer, const ModelInfo& info) {
+  if (info.bos_id < 0) return false;
+  if (tokenizer == nullptr) return true;
+  const std::vector<int32_t> ids = tokenizer->encode("", true);
+  return !ids.empty() && ids.front() == info.bos_id;
+}
+
 PerplexityOptions window_options(const Args& args, const PerplexityRequest& request, const ModelInfo& info) {
   PerplexityOptions ppl;
   ppl.n_ctx = args.has("-c") ? args.get_int("-c", 0, 4, info.n_ctx) : std::min<int64_t>(512, info.n_ctx);
   ppl.max_windows = request.max_windows;
   ppl.kv_dtype = request.kv_dtype;
-  if (!args.has("--no-bos") && info.bos_id >= 0) ppl.bos = info.bos_id;
+  MINFER_CHECK(!(args.has("--bos") && args.has("--no-bos")), "--bos and --no-bos: give one");
+  MINFER_CHECK(!args.has("--bos") || info.bos_id >= 0, "--bos: this model has no BOS token");
+  const bool bos = args.has("--bos") || (!args.has("--no-bos") && model_adds_bos(request.tokenizer.get(), info));
+  if (bos) ppl.bos = info.bos_id;
   return ppl;
 }
 

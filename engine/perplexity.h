@@ -3,8 +3,10 @@
 //
 // The method is llama.cpp's `llama-perplexity`, so the two report the same figure on the same
 // weights and text. The tokens are cut into windows of n_ctx; each window starts afresh (empty KV
-// cache) with its first token replaced by BOS, and only the predictions in its second half are
-// scored: the logits at positions n_ctx/2 .. n_ctx-2 against the tokens that follow, n_ctx/2 - 1 per
+// cache), with its first token replaced by PerplexityOptions::bos when that is set (`minfer
+// perplexity` sets it to BOS where the model's tokenizer puts BOS before a text, as
+// llama-perplexity does, and leaves a model that adds none, Qwen2.5's, its own first tokens), and
+// only the predictions in its second half are scored: the logits at positions n_ctx/2 .. n_ctx-2 against the tokens that follow, n_ctx/2 - 1 per
 // window, so every scored token has at least n_ctx/2 tokens of context. Tokens past the last
 // whole window are not used.
 //
@@ -30,7 +32,7 @@ struct PerplexityOptions {
   int64_t n_ctx = 512;         // window length (>= 4, at most the model's context)
   int64_t max_windows = 0;     // 0: every whole window
   int64_t max_rows = 512;      // positions per forward pass
-  std::optional<int32_t> bos;  // the token each window starts with; unset: the text's own
+  std::optional<int32_t> bos;  // the token each window's first is replaced by; unset: the text's own
   std::optional<DType> kv_dtype;  // both models' KV cache; unset: the decoder's default
 };
 

@@ -264,5 +264,31 @@ TEST(PerplexityCli, JsonFromAnIdsFileAndOneLineErrors) {
   }
 }
 
+// Each window starts with BOS where the model's tokenizer puts BOS before a text (Llama 2's), as
+// llama-perplexity does, and with its own first token where it puts none (Qwen2's tokenizer.json);
+// --bos and --no-bos choose either way.
+TEST(PerplexityCli, WindowsStartWithBosWhereTheModelPutsIt) {
+  ScratchDir dir("perplexity-bos");
+  std::string ids;
+  for (int32_t t : random_tokens(40, 200, 3)) ids += std::to_string(t + 3) + ",";  // never BOS itself
+  write_text(dir.file("ids.txt"), ids);
+  auto ppl = [&](const std::string& model, const std::string& flag) {
+    std::vector<std::string> args = {"perplexity", "-m", model, "--ids", dir.file("ids.txt"), "-c", "16", "-o", "json"};
+    if (!flag.empty()) args.push_back(flag);
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["ppl"].get<double>() : -1.0;
+  };
+  const std::string llama = MINFER_SOURCE_DIR "/tests/data/models/llama2-f32.gguf";
+  const std::string qwen = MINFER_SOURCE_DIR "/tests/data/models/qwen2-f32";
+  EXPECT_EQ(ppl(llama, ""), ppl(llama, "--bos"));
+  EXPECT_NE(ppl(llama, ""), ppl(llama, "--no-bos"));
+  EXPECT_EQ(ppl(qwen, ""), ppl(qwen, "--no-bos"));
+  EXPECT_NE(ppl(qwen, ""), ppl(qwen, "--bos"));
+  CliResult both = run_cli({"perplexity", "-m", qwen, "--ids", dir.file("ids.txt"), "-c", "16", "--bos", "--no-bos"});
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_NE(both.err.find("--bos and --no-bos: give one"), std::string::npos) << both.err;
+}
+
 }  // namespace
 }  // namespace minfer::test

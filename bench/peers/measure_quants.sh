@@ -33,7 +33,7 @@
 #             prefill: minfer bench ppP (-p P -n 0 -r 1) vs llama-bench ppP (-p P -n 0 -r 1; P fits one batch)
 #             quality, engine minfer / llama-cpp-python: windows of 256 of the reference ids (or of TEXT's),
 #               each window's first token replaced by BOS, predictions 128..254 scored (CHUNKS x 127); KL(F32 || file) in
-#               float64 over the whole vocabulary; minfer `perplexity --kl-base-model`, llama.cpp through
+#               float64 over the whole vocabulary; minfer `perplexity --bos --kl-base-model`, llama.cpp through
 #               llama-cpp-python with logits_all (bench/peers/measure_quants.py lcppkl)
 #             quality, engine minfer-nobos / llama-perplexity: the same windows without the BOS replacement,
 #               which is what llama-perplexity does for a model whose add_bos_token is false (SmolLM2);
@@ -168,7 +168,7 @@ if has quality; then
     lpf32=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$OUTDIR/logs/lp.F32.log")
     put llama-perplexity F32 "${lpf32:-na} 0 0 1 ${lpf32:-na}"
     for bos in yes no; do
-        e=minfer; flag=(); [ $bos = no ] && { e=minfer-nobos; flag=(--no-bos); }
+        e=minfer; flag=(--bos); [ $bos = no ] && { e=minfer-nobos; flag=(--no-bos); }
         "$MINFER" perplexity -m "$SMOL_F32" --ids "$IDS" -c 256 --threads 2 --device cpu "${flag[@]}" -o json \
             >"$OUTDIR/logs/$e.F32.json" 2>"$OUTDIR/logs/$e.F32.err"
         v=$("$PY" "$H" mfppl "$OUTDIR/logs/$e.F32.json"); set -- $v
@@ -177,7 +177,7 @@ if has quality; then
     while read -r model q f; do
         [ "$q" = F32 ] && continue
         for bos in yes no; do
-            e=minfer; flag=(); [ $bos = no ] && { e=minfer-nobos; flag=(--no-bos); }
+            e=minfer; flag=(--bos); [ $bos = no ] && { e=minfer-nobos; flag=(--no-bos); }
             "$MINFER" perplexity -m "$f" --ids "$IDS" -c 256 --kl-base-model "$SMOL_F32" --threads 2 --device cpu \
                 "${flag[@]}" -o json >"$OUTDIR/logs/$e.$q.json" 2>"$OUTDIR/logs/$e.$q.err"
             put "$e" "$q" "$("$PY" "$H" mfppl "$OUTDIR/logs/$e.$q.json")"
