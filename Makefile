@@ -71,7 +71,7 @@ test-asan: deps models
 
 # libFuzzer (clang, -fsanitize=fuzzer,address,undefined): each target runs FUZZ_SECONDS from the
 # seeds in tests/fuzz/corpus/, then replays everything in its corpus once. Any crash fails.
-FUZZ_TARGETS = checkpoint tokenizer tokenizer_json safetensors gguf chat_template http_head
+FUZZ_TARGETS = checkpoint tokenizer tokenizer_json safetensors gguf chat_template http_head structured_output
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_FUZZ=ON \
 	  -DMINFER_CUDA=OFF -DMINFER_TESTS=OFF -DMINFER_BENCH=OFF >/dev/null
