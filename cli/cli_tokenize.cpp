@@ -43,7 +43,10 @@ int cmd_tokenize(int argc, char** argv) {
              {"-z,--tokenizer", "PATH", "a tokenizer.json, a GGUF file or llama2.c's tokenizer.bin (instead of -m)"},
              {"-i,--prompt", "TEXT", "the text"},
              {"-f,--file", "PATH", "the text, from a file (instead of -i)"},
-             {"--no-special", "", "without the special tokens (no BOS)"},
+             {"--no-special", "", "without the special tokens the tokenizer adds (no BOS)"},
+             {"--no-parse-special", "",
+              "special-token text such as <|im_start|> as the ordinary tokens of its characters, not\n"
+              "                            as the special token (llama-tokenize's --no-parse-special)"},
              {"--pieces", "", "print each id with the bytes it adds to the text, quoted, one per line"}});
   args.parse(argc, argv, 2);
   if (args.help_requested()) {
@@ -54,7 +57,10 @@ int cmd_tokenize(int argc, char** argv) {
   std::unique_ptr<TextTokenizer> tokenizer = command_tokenizer(args, args.get("-m"));
   MINFER_CHECK(tokenizer != nullptr, args.get("-m"), " carries no tokenizer (a llama2.c checkpoint or a GGUF file ",
                "without a vocabulary): give one with -z");
-  const std::vector<int32_t> ids = tokenizer->encode(prompt_text(args), !args.has("--no-special"));
+  const std::string text = prompt_text(args);
+  const bool add_special = !args.has("--no-special");
+  const std::vector<int32_t> ids = args.has("--no-parse-special") ? tokenizer->encode_plain(text, add_special)
+                                                                 : tokenizer->encode(text, add_special);
   if (args.has("--pieces")) {
     for (size_t i = 0; i < ids.size(); ++i)
       std::printf("%d\t%s\n", ids[i], quoted(tokenizer->token_bytes(i ? ids[i - 1] : -1, ids[i])).c_str());

@@ -38,7 +38,7 @@ struct ApiLimits {
 };
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
-// implements. Anything else that would change the answer (n, best_of, echo, logprobs, suffix; for
+// implements. Anything else that would change the answer (best_of, echo, logprobs, suffix; for
 // chats tools, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
@@ -64,6 +64,7 @@ struct CompletionRequest {
   // and llama-server's): what the answer must be (serve/structured_output.h); unset: any text.
   std::optional<OutputConstraint> output;
   std::optional<std::string> cache_salt;  // 1 to kMaxCacheSaltBytes bytes: a cache scope of its own (vLLM's field)
+  int64_t n = 1;                       // choices, 1 to kMaxChoices: each a request of the scheduler's (see choice_seed)
 };
 // Refuses (400, param logit_bias) a logit_bias id outside [0, vocab_size): the chat route's parser
 // does not know the vocabulary.
@@ -73,11 +74,21 @@ void check_logit_bias(const CompletionRequest& request, int64_t vocab_size);
 // two's complement, and 0, which would stick run.c's xorshift at 0, as kSeedZeroState.
 constexpr uint64_t kSeedZeroState = 0x9E3779B97F4A7C15ull;
 uint64_t sampler_seed(const nlohmann::json& seed);
+// `n` asks for up to kMaxChoices choices of one prompt. Each is a request of the scheduler's: it
+// takes a place of the queue (--max-queue), shares the prompt's blocks (prefix caching: the prompt
+// is computed once) and samples with its own generator, choice i with the sampler's state
+// choice_seed(seed, i): seed + i, wrapping at 2^64, 0 as kSeedZeroState. So choice i of seed S
+// draws what n = 1 with seed S + i draws (S = 0 draws as kSeedZeroState, its choice i as
+// kSeedZeroState + i).
+constexpr int64_t kMaxChoices = 8;
+uint64_t choice_seed(uint64_t seed, int64_t index);
 // Parses the body; throws ApiError naming the field on malformed JSON or a wrong type or value.
 // `vocab_size` bounds id prompts; `has_tokenizer` says whether text prompts and stop strings can
 // be served. Does not encode the text (the caller does, then calls check_prompt_length).
 CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
                                            const ApiLimits& limits);
+// A request's body as a JSON object, nested at most 64 deep; throws ApiError (400) for anything else.
+nlohmann::json parse_request_body(const std::string& body);
 // POST /v1/chat/completions: `messages` (roles system, developer as system, user, assistant; the
 // content a string or text parts) instead of a prompt; max_completion_tokens as max_tokens.
 CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& limits);

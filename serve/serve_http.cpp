@@ -7,12 +7,14 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "core/error.h"
 #include "core/splitmix.h"
 #include "serve/http_server.h"
+#include "serve/serve_tokenize.h"
 
 namespace minfer::serve {
 
@@ -24,20 +26,43 @@ using httplib::Response;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);  // how often a waiting handler checks its client
 
-// One request's tokens on their way from the engine's thread to its handler.
-struct Channel {
-  std::mutex mutex;
-  std::condition_variable changed;
+// One choice of a request (`n` of them: each a request of the scheduler's), guarded by its channel's mutex.
+struct Choice {
   std::vector<int32_t> ids;  // reserved to max_tokens at submission: pushes allocate nothing
   bool finished = false;
   FinishReason reason = FinishReason::stop;
   int64_t cached_tokens = 0;  // what the client is told of its cached prompt tokens (client_cached_tokens)
-  bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
-  // The engine's thread only: stop strings found as the tokens come, so that the request ends at
+  // The engine's thread only: stop strings found as the tokens come, so that the choice ends at
   // the token that completes one.
   StopMatcher stop;
-  const TokenPieces* pieces = nullptr;
   int32_t prev = -1;
+  // What a handler reads of it: its tokens from `from` on, and how it stands.
+  Choice read(size_t from) const {
+    Choice c;
+    c.ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(std::min(from, ids.size())), ids.end());
+    c.finished = finished;
+    c.reason = reason;
+    c.cached_tokens = cached_tokens;
+    return c;
+  }
+};
+
+// One request's tokens on their way from the engine's thread to its handler.
+struct Channel {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Choice> choices;  // sized at submission
+  bool wake_per_token = false;  // a stream's handler wakes for each token; a whole answer's at the end
+  const TokenPieces* pieces = nullptr;
+  // Whether a handler has work: for a whole answer, every choice finished; for a stream, a choice
+  // not yet done (seen[i] < SIZE_MAX) has tokens past seen[i] or has finished.
+  bool ready(const std::vector<size_t>& seen, bool whole) const {
+    for (size_t i = 0; i < choices.size(); ++i) {
+      if (whole && !choices[i].finished) return false;
+      if (!whole && seen[i] != SIZE_MAX && (choices[i].ids.size() > seen[i] || choices[i].finished)) return true;
+    }
+    return whole;
+  }
 };
 
 // A completion request in flight, counted while its handler (or its stream) lives.
@@ -180,17 +205,23 @@ struct ServeHttp::Impl {
   // `authorization`: the request's Authorization header, checked already ("" when none).
   void completions(const std::string& authorization, Response& res, const httplib::ContentReader& read, bool http11,
                    bool chat_route);
+  // Choice `index` of a request, as a request of the scheduler's whose tokens go to `channel`.
+  ServeRequest choice_job(const CompletionRequest& request, const std::vector<int32_t>& prompt,
+                          const std::shared_ptr<Channel>& channel, int64_t index, uint64_t seed, uint64_t scope);
+  void cancel_all(const std::vector<uint64_t>& ids);
+  // `ids`: the scheduler's id of each choice.
   void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
-                    uint64_t id, const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
-                    bool http11);
+                    const std::vector<uint64_t>& ids, const std::vector<int32_t>& prompt,
+                    const std::vector<std::string>& stops, bool http11);
   void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
-                     uint64_t id, const std::vector<int32_t>& prompt, std::vector<std::string> stops,
-                     std::shared_ptr<InFlight> flight, bool http11);
-  enum class Wait { tokens, finished, client_gone, engine_down };
-  // Until the request finished or (for a stream) has tokens past `seen`, or the client is gone.
+                     const std::vector<uint64_t>& ids, const std::vector<int32_t>& prompt,
+                     std::vector<std::string> stops, std::shared_ptr<InFlight> flight, bool http11);
+  enum class Wait { ready, client_gone, engine_down };
+  // Until the channel is ready (Channel::ready), or the client is gone.
   // `may_probe`: a whole answer to an HTTP/1.1 request, whose half-closed client is probed
   // (ConnectionServer::probe_with_interim) instead of taken for gone.
-  Wait wait(Channel& channel, size_t seen, bool whole, int socket, bool may_probe = false) const;
+  Wait wait(Channel& channel, const std::vector<size_t>& seen, bool whole, int socket,
+            bool may_probe = false) const;
   FinishCounts finished_counts() const { return {finished_stop, finished_length, finished_cancelled}; }
   std::string engine_failure() const {
     std::lock_guard<std::mutex> lock(failure_mutex);
@@ -223,15 +254,14 @@ struct ServeHttp::Impl {
 // look sees); a whole answer has written nothing yet, so its client is probed with an interim
 // 100 Continue, once. Only an HTTP/1.0 client, to which no 1xx may be sent, is taken for gone
 // when it half-closes.
-ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, size_t seen, bool whole, int socket,
-                                            bool may_probe) const {
+ServeHttp::Impl::Wait ServeHttp::Impl::wait(Channel& channel, const std::vector<size_t>& seen, bool whole,
+                                            int socket, bool may_probe) const {
   using Peer = ConnectionServer::Peer;
   auto next_check = std::chrono::steady_clock::now() + kPollInterval;
   bool probed = false;
   std::unique_lock<std::mutex> lock(channel.mutex);
   for (;;) {
-    if (channel.finished) return Wait::finished;
-    if (!whole && channel.ids.size() > seen) return Wait::tokens;
+    if (channel.ready(seen, whole)) return Wait::ready;
     if (std::chrono::steady_clock::now() >= next_check) {
       const Peer peer = ConnectionServer::peer_state(socket);
       if (peer == Peer::gone) return Wait::client_gone;
@@ -266,199 +296,267 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     if (request.chat && !request.max_tokens_given)
       request.max_tokens = chat_max_tokens(static_cast<int64_t>(prompt.size()), scheduler.n_ctx(), options.limits);
 
+    if (request.n > scheduler.options().max_queue)
+      throw ApiError{400,
+                     "n = " + std::to_string(request.n) + " is over this server's queue of " +
+                         std::to_string(scheduler.options().max_queue) + " requests (--max-queue): each choice is one",
+                     "n", ""};
+
     auto channel = std::make_shared<Channel>();
-    channel->ids.reserve(static_cast<size_t>(request.max_tokens));
-    channel->wake_per_token = request.stream;
-    if (!request.stop.empty()) {
-      channel->stop = StopMatcher(request.stop, pieces->longest());
-      channel->pieces = pieces.get();
-      channel->prev = prompt.empty() ? -1 : prompt.back();
+    channel->choices.resize(static_cast<size_t>(request.n));
+    for (Choice& c : channel->choices) {
+      c.ids.reserve(static_cast<size_t>(request.max_tokens));
+      if (!request.stop.empty()) {
+        c.stop = StopMatcher(request.stop, pieces->longest());
+        c.prev = prompt.back();
+      }
     }
-    ServeRequest job;
-    job.prompt = prompt;
-    job.max_tokens = request.max_tokens;
-    job.temperature = request.temperature;
-    job.top_p = request.top_p;
-    job.sampling = request.sampling;
-    job.stop_at_eos = !request.ignore_eos;
-    // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
-    if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
-    job.seed = request.seed ? *request.seed : random_seed();
-    job.constraint = constraint(request, job);
-    job.cache_scope = cache_scope(cache_secret, authorization, request.cache_salt);
-    job.on_token = [channel](int32_t token) {
-      Channel& c = *channel;
-      bool more = true;
-      if (!c.stop.empty()) {
-        more = !c.stop.push(c.pieces->piece(c.prev, token));
-        c.prev = token;
-      }
-      {
-        std::lock_guard<std::mutex> lock(c.mutex);
-        c.ids.push_back(token);
-      }
-      if (c.wake_per_token) c.changed.notify_one();
-      return more;
-    };
-    // (A stream that ends at a stop string may answer before the request has finished: the cached
-    // tokens of its usage are known from the admission on.)
-    job.on_admit = [channel, block_size = scheduler.decoder().cache().block_size()](const RequestStats& stats) {
-      std::lock_guard<std::mutex> lock(channel->mutex);
-      channel->cached_tokens = client_cached_tokens(stats.cached_tokens, block_size);
-    };
-    // note: `this` outlives every request: cli_serve joins the engine's thread before the server goes.
-    job.on_finish = [channel, this](const RequestStats& stats) {
-      (stats.reason == FinishReason::stop ? finished_stop
-       : stats.reason == FinishReason::length ? finished_length
-                                              : finished_cancelled)++;
-      {
-        std::lock_guard<std::mutex> lock(channel->mutex);
-        channel->finished = true;
-        channel->reason = stats.reason;
-      }
-      channel->changed.notify_one();
-    };
-    uint64_t id = 0;
+    channel->wake_per_token = request.stream;
+    channel->pieces = pieces.get();
+    const uint64_t seed = request.seed ? *request.seed : random_seed();
+    const uint64_t scope = cache_scope(cache_secret, authorization, request.cache_salt);
+    std::vector<ServeRequest> jobs;
+    for (int64_t i = 0; i < request.n; ++i)
+      jobs.push_back(choice_job(request, prompt, channel, i, choice_seed(seed, i), scope));
+    std::vector<uint64_t> ids;
     try {
-      id = scheduler.submit(std::move(job));
+      for (ServeRequest& job : jobs) ids.push_back(scheduler.submit(std::move(job)));
     } catch (const QueueFullError& e) {
+      cancel_all(ids);  // a request gets all its choices queued, or none
       throw ApiError{429, e.what(), "", "queue_full"};
     } catch (const Error& e) {
+      cancel_all(ids);
       throw ApiError{400, e.what(), "", ""};
     }
     // A request submitted after the shutdown's last cancel_all() is cancelled here (the flag is set
     // before that call), so that nothing outlives the grace period.
-    if (cancelling) scheduler.cancel(id);
-    CompletionHeader header{(request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id), request.chat,
+    if (cancelling) cancel_all(ids);
+    CompletionHeader header{(request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(ids[0]), request.chat,
                             static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage};
     if (request.stream)
-      answer_stream(res, header, channel, id, prompt, std::move(request.stop), std::move(flight), http11);
+      answer_stream(res, header, channel, ids, prompt, std::move(request.stop), std::move(flight), http11);
     else
-      answer_whole(res, header, channel, id, prompt, request.stop, http11);
+      answer_whole(res, header, channel, ids, prompt, request.stop, http11);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
 }
 
+ServeRequest ServeHttp::Impl::choice_job(const CompletionRequest& request, const std::vector<int32_t>& prompt,
+                                         const std::shared_ptr<Channel>& channel, int64_t index, uint64_t seed,
+                                         uint64_t scope) {
+  ServeRequest job;
+  job.prompt = prompt;
+  job.max_tokens = request.max_tokens;
+  job.temperature = request.temperature;
+  job.top_p = request.top_p;
+  job.sampling = request.sampling;
+  job.stop_at_eos = !request.ignore_eos;
+  // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
+  if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
+  job.seed = seed;
+  job.constraint = constraint(request, job);  // a matcher of its own
+  job.cache_scope = scope;
+  const auto at = static_cast<size_t>(index);
+  job.on_token = [channel, at](int32_t token) {
+    Choice& c = channel->choices[at];
+    bool more = true;
+    if (!c.stop.empty()) {
+      more = !c.stop.push(channel->pieces->piece(c.prev, token));
+      c.prev = token;
+    }
+    {
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      c.ids.push_back(token);
+    }
+    if (channel->wake_per_token) channel->changed.notify_one();
+    return more;
+  };
+  // (A stream that ends at a stop string may answer before the request has finished: the cached
+  // tokens of its usage are known from the admission on.)
+  job.on_admit = [channel, at, block_size = scheduler.decoder().cache().block_size()](const RequestStats& stats) {
+    std::lock_guard<std::mutex> lock(channel->mutex);
+    channel->choices[at].cached_tokens = client_cached_tokens(stats.cached_tokens, block_size);
+  };
+  // note: `this` outlives every request: cli_serve joins the engine's thread before the server goes.
+  job.on_finish = [channel, at, this](const RequestStats& stats) {
+    (stats.reason == FinishReason::stop ? finished_stop
+     : stats.reason == FinishReason::length ? finished_length
+                                            : finished_cancelled)++;
+    {
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      channel->choices[at].finished = true;
+      channel->choices[at].reason = stats.reason;
+    }
+    channel->changed.notify_one();
+  };
+  return job;
+}
+
+void ServeHttp::Impl::cancel_all(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids) scheduler.cancel(id);
+}
+
 void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header,
-                                   const std::shared_ptr<Channel>& channel, uint64_t id,
+                                   const std::shared_ptr<Channel>& channel, const std::vector<uint64_t>& ids,
                                    const std::vector<int32_t>& prompt, const std::vector<std::string>& stops,
                                    bool http11) {
-  const Wait w = wait(*channel, 0, true, ConnectionServer::current_socket(), http11);
+  const Wait w = wait(*channel, {}, true, ConnectionServer::current_socket(), http11);
   if (w == Wait::client_gone) {
-    scheduler.cancel(id);
+    cancel_all(ids);
     ConnectionServer::close_after_response(res);
     throw ApiError{499, "the client closed the connection", "", ""};
   }
   if (w == Wait::engine_down) throw ApiError{500, "the engine stopped: " + engine_failure(), "", "engine_failed"};
-  std::vector<int32_t> ids;
-  FinishReason reason;
-  int64_t cached;
+  std::vector<Choice> choices;
   {
     std::lock_guard<std::mutex> lock(channel->mutex);
-    ids = channel->ids;
-    reason = channel->reason;
-    cached = channel->cached_tokens;
+    for (const Choice& c : channel->choices) choices.push_back(c.read(0));
   }
-  if (reason == FinishReason::cancelled)
-    throw ApiError{503, "the server shut down before the completion finished (" + std::to_string(ids.size()) +
-                            " tokens generated)", "", "shutting_down"};
-  // The request ended at the token that completed a stop string (the engine's matcher); the text
-  // is cut before it. note: the text is made as a stream's events are, token by token
-  // (CompletionText), so that a stream adds up to the whole answer, U+FFFDs and stops alike.
-  CompletionText completion(pieces.get(), prompt.back(), stops);
-  std::string text;
-  for (size_t i = 0; i < ids.size() && !completion.stopped(); ++i) text += completion.push(ids[i]);
-  text += completion.finish();
-  const char* finish = reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
-  send_json(res, 200,
-            dump_json(completion_json(header, text, ids, finish, static_cast<int64_t>(prompt.size()), cached)));
+  int64_t generated = 0;
+  for (const Choice& c : choices) generated += static_cast<int64_t>(c.ids.size());
+  for (const Choice& c : choices)
+    if (c.reason == FinishReason::cancelled)
+      throw ApiError{503, "the server shut down before the completion finished (" + std::to_string(generated) +
+                              " tokens generated)", "", "shutting_down"};
+  const auto prompt_tokens = static_cast<int64_t>(prompt.size());
+  nlohmann::ordered_json answer;
+  int64_t cached = prompt_tokens;  // what the request as a whole found cached: its least-cached choice's
+  for (size_t i = 0; i < choices.size(); ++i) {
+    // The request ended at the token that completed a stop string (the engine's matcher); the text
+    // is cut before it. note: the text is made as a stream's events are, token by token
+    // (CompletionText), so that a stream adds up to the whole answer, U+FFFDs and stops alike.
+    const std::vector<int32_t>& tokens = choices[i].ids;
+    CompletionText completion(pieces.get(), prompt.back(), stops);
+    std::string text;
+    for (size_t t = 0; t < tokens.size() && !completion.stopped(); ++t) text += completion.push(tokens[t]);
+    text += completion.finish();
+    const char* finish = choices[i].reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
+    nlohmann::ordered_json one = completion_json(header, text, tokens, finish, prompt_tokens, choices[i].cached_tokens);
+    one["choices"][0]["index"] = i;
+    if (i == 0) answer = std::move(one);
+    else answer["choices"].push_back(std::move(one["choices"][0]));
+    cached = std::min(cached, choices[i].cached_tokens);
+  }
+  answer["usage"] = usage_json(prompt_tokens, generated, cached);  // the prompt once, every choice's tokens
+  send_json(res, 200, dump_json(answer));
 }
 
 void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
-                                    const std::shared_ptr<Channel>& channel, uint64_t id,
+                                    const std::shared_ptr<Channel>& channel, const std::vector<uint64_t>& ids,
                                     const std::vector<int32_t>& prompt, std::vector<std::string> stops,
                                     std::shared_ptr<InFlight> flight, bool http11) {
+  // A choice's part of the stream.
+  struct ChoiceStream {
+    CompletionText text;
+    size_t sent = 0;         // tokens written as events
+    bool role_sent = false;  // a chat stream opens with the assistant's role
+    bool done = false;       // its last event (its finish_reason) is written
+  };
   struct Stream {
     std::shared_ptr<Channel> channel;
     std::shared_ptr<InFlight> flight;
     CompletionHeader header;
-    CompletionText text;
-    uint64_t id;
+    std::vector<ChoiceStream> choices;
+    std::vector<uint64_t> ids;
     int64_t prompt_tokens;
-    size_t sent = 0;  // tokens written as events
     int socket;
-    bool role_sent = false;  // a chat stream opens with the assistant's role
   };
-  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header,
-                                           CompletionText(pieces.get(), prompt.back(), std::move(stops)), id,
-                                           static_cast<int64_t>(prompt.size()), 0, ConnectionServer::current_socket()});
+  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header, {}, ids,
+                                           static_cast<int64_t>(prompt.size()), ConnectionServer::current_socket()});
+  for (size_t i = 0; i < ids.size(); ++i)
+    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false});
   res.set_header("Cache-Control", "no-cache");
   // httplib calls the provider until sink.done(), on this connection's thread; false ends the
   // connection (the client is gone).
   httplib::ContentProviderWithoutLength provider = [this, s](size_t, httplib::DataSink& sink) {
     auto gone = [&] {
-      scheduler.cancel(s->id);
+      cancel_all(s->ids);
       return false;
     };
     auto end_with_error = [&](const ApiError& e) {
+      cancel_all(s->ids);
       const std::string event = "data: " + error_body(e) + "\n\n";
       sink.write(event.data(), event.size());
       sink.done();
       return true;
     };
-    const Wait w = wait(*s->channel, s->sent, false, s->socket);
+    std::vector<size_t> seen;
+    for (const ChoiceStream& c : s->choices) seen.push_back(c.done ? SIZE_MAX : c.sent);
+    const Wait w = wait(*s->channel, seen, false, s->socket);
     if (w == Wait::client_gone) return gone();
     if (w == Wait::engine_down)
       return end_with_error({500, "the engine stopped: " + engine_failure(), "", "engine_failed"});
-    std::vector<int32_t> fresh;
-    bool finished;
-    FinishReason reason;
-    int64_t cached;
+    std::vector<Choice> now;  // each choice's tokens not yet sent, and how it stands
     {
       std::lock_guard<std::mutex> lock(s->channel->mutex);
-      fresh.assign(s->channel->ids.begin() + static_cast<std::ptrdiff_t>(s->sent), s->channel->ids.end());
-      finished = s->channel->finished;
-      reason = s->channel->reason;
-      cached = s->channel->cached_tokens;
+      for (size_t i = 0; i < s->choices.size(); ++i) now.push_back(s->channel->choices[i].read(s->choices[i].sent));
     }
-    if (s->header.chat && !s->role_sent && (!fresh.empty() || finished) && reason != FinishReason::cancelled) {
-      const std::string event = sse_event(chat_role_chunk_json(s->header));
-      if (!sink.write(event.data(), event.size())) return gone();
-      s->role_sent = true;
+    auto write = [&](nlohmann::ordered_json event, size_t index) {
+      event["choices"][0]["index"] = index;
+      const std::string text = sse_event(event);
+      return sink.write(text.data(), text.size());
+    };
+    auto usage = [&] {  // the prompt once, every choice's tokens, what its least-cached choice found cached
+      int64_t generated = 0, cached = s->prompt_tokens;
+      for (size_t i = 0; i < s->choices.size(); ++i) {
+        generated += static_cast<int64_t>(s->choices[i].sent);
+        cached = std::min(cached, now[i].cached_tokens);
+      }
+      return usage_json(s->prompt_tokens, generated, cached);
+    };
+    size_t open = 0;  // choices whose last event is still to come
+    for (const ChoiceStream& c : s->choices) open += c.done ? 0 : 1;
+    for (size_t i = 0; i < s->choices.size(); ++i) {
+      ChoiceStream& c = s->choices[i];
+      if (c.done) continue;
+      if (s->header.chat && !c.role_sent && (!now[i].ids.empty() || now[i].finished) &&
+          now[i].reason != FinishReason::cancelled) {
+        if (!write(chat_role_chunk_json(s->header), i)) return gone();
+        c.role_sent = true;
+      }
+      for (int32_t token : now[i].ids) {
+        if (c.text.stopped()) break;
+        if (!write(stream_chunk_json(s->header, c.text.push(token), {token}, nullptr), i)) return gone();
+        ++c.sent;
+      }
+      // The engine ends the choice at the same token: the cancel is a no-op then.
+      if (c.text.stopped() && !now[i].finished) scheduler.cancel(s->ids[i]);
+      if (!now[i].finished && !c.text.stopped()) continue;
+      if (now[i].reason == FinishReason::cancelled && !c.text.stopped()) {
+        size_t sent = 0;
+        for (const ChoiceStream& other : s->choices) sent += other.sent;
+        return end_with_error({503,
+                               "the server shut down before the completion finished (" + std::to_string(sent) +
+                                   " tokens generated)",
+                               "", "shutting_down"});
+      }
+      c.done = true;
+      nlohmann::ordered_json last = stream_chunk_json(
+          s->header, c.text.finish(), {}, c.text.stopped() || now[i].reason == FinishReason::stop ? "stop" : "length");
+      last["choices"][0]["index"] = i;
+      if (--open > 0) {
+        const std::string event = sse_event(last);
+        if (!sink.write(event.data(), event.size())) return gone();
+        continue;
+      }
+      std::string tail;
+      if (s->header.include_usage) {
+        // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
+        nlohmann::ordered_json usage_only = stream_chunk_json(s->header, "", {}, nullptr);
+        usage_only["choices"] = nlohmann::ordered_json::array();
+        usage_only["usage"] = usage();
+        tail = sse_event(last) + sse_event(usage_only);
+      } else {
+        last["usage"] = usage();  // in the last choice's last event
+        tail = sse_event(last);
+      }
+      tail += "data: [DONE]\n\n";
+      if (!sink.write(tail.data(), tail.size())) return false;
+      sink.done();
+      return true;
     }
-    for (int32_t token : fresh) {
-      if (s->text.stopped()) break;
-      const std::string event = sse_event(stream_chunk_json(s->header, s->text.push(token), {token}, nullptr));
-      if (!sink.write(event.data(), event.size())) return gone();
-      ++s->sent;
-    }
-    // The engine ends the request at the same token: the cancel is a no-op then.
-    if (s->text.stopped() && !finished) scheduler.cancel(s->id);
-    if (!finished && !s->text.stopped()) return true;
-    if (reason == FinishReason::cancelled && !s->text.stopped())
-      return end_with_error({503,
-                             "the server shut down before the completion finished (" + std::to_string(s->sent) +
-                                 " tokens generated)",
-                             "", "shutting_down"});
-    json last = stream_chunk_json(s->header, s->text.finish(), {},
-                                  s->text.stopped() || reason == FinishReason::stop ? "stop" : "length");
-    const json usage = usage_json(s->prompt_tokens, static_cast<int64_t>(s->sent), cached);
-    std::string tail;
-    if (s->header.include_usage) {
-      // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
-      json usage_only = stream_chunk_json(s->header, "", {}, nullptr);
-      usage_only["choices"] = json::array();
-      usage_only["usage"] = usage;
-      tail = sse_event(last) + sse_event(usage_only);
-    } else {
-      last["usage"] = usage;
-      tail = sse_event(last);
-    }
-    tail += "data: [DONE]\n\n";
-    if (!sink.write(tail.data(), tail.size())) return false;
-    sink.done();
     return true;
   };
   // note: chunked transfer coding is HTTP/1.1's; an HTTP/1.0 client's stream ends where its
@@ -481,7 +579,9 @@ const Route kRoutes[] = {{"/v1/completions", "POST"},
                          {"/v1/chat/completions", "POST"},
                          {"/v1/models", "GET"},
                          {"/health", "GET"},
-                         {"/metrics", "GET"}};
+                         {"/metrics", "GET"},
+                         {"/tokenize", "POST"},
+                         {"/detokenize", "POST"}};
 
 const Route* find_route(const std::string& path) {
   for (const auto& r : kRoutes)
@@ -529,7 +629,7 @@ bool refuse_route(const Request& req, Response& res, const Route* route) {
     return refuse(res, {404,
                         "no route " + one_line(req.method, 16) + " " + one_line(req.path, 200) +
                             " (the routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, "
-                            "/metrics)",
+                            "/metrics, POST /tokenize, POST /detokenize)",
                         "", "not_found"});
   if (req.method == route->method || (req.method == "HEAD" && std::string(route->method) == "GET")) return false;
   res.set_header("Allow", route->method);
@@ -543,6 +643,21 @@ bool refuse_content_type(const Request& req, Response& res) {
   if (!req.is_multipart_form_data()) return false;
   return refuse(res, {415, "the body must be JSON (Content-Type: application/json), not a multipart form", "",
                       "unsupported_media_type"});
+}
+
+// A route whose answer is made from its whole body at once: the answer's JSON, or the refusal.
+void answer_body(Response& res, const httplib::ContentReader& read,
+                 const std::function<std::string(const std::string&)>& answer) {
+  std::string body;
+  read([&](const char* data, size_t n) {
+    body.append(data, n);
+    return true;
+  });
+  try {
+    send_json(res, 200, answer(body));
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
 }
 
 }  // namespace
@@ -563,6 +678,14 @@ void ServeHttp::Impl::routes() {
   });
   server.Post("/v1/chat/completions", [this](const Request& req, Response& res, const httplib::ContentReader& read) {
     completions(req.get_header_value("Authorization"), res, read, req.version == "HTTP/1.1", true);
+  });
+  server.Post("/tokenize", [this](const Request&, Response& res, const httplib::ContentReader& read) {
+    answer_body(res, read,
+                [this](const std::string& body) { return answer_tokenize(body, tokenizer, options.limits); });
+  });
+  server.Post("/detokenize", [this](const Request&, Response& res, const httplib::ContentReader& read) {
+    answer_body(res, read,
+                [this](const std::string& body) { return answer_detokenize(body, tokenizer, options.limits); });
   });
   server.Get("/health", [this](const Request&, Response& res) {
     if (draining) send_json(res, 503, R"({"status":"shutting down"})");

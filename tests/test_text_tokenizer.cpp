@@ -327,6 +327,46 @@ TEST(TextTokenizer, SpansFollowTheNormalizer) {
   EXPECT_EQ(std::count(forged.begin(), forged.end(), eos), 1);
 }
 
+// encode_plain (parse_special off): special-token text is the ordinary tokens of its characters,
+// BOS is still added with add_special, a text without special tokens encodes as encode does, and
+// an added token that is not special is still matched. Through tokenizer.json and GGUF.
+TEST(TextTokenizer, EncodePlainReadsSpecialTokenTextAsText) {
+  GgufVocab v = gguf_vocab(read_json(fixture("smollm-bpe", "gguf_vocab.json")));
+  v.token_types[2] = 4;  // <|im_end|> user-defined: an added token, not special
+  json j = read_json(fixture("smollm-bpe", "tokenizer.json"));
+  for (json& a : j["added_tokens"])
+    if (a["content"] == "<|im_end|>") a["special"] = false;
+  test::ScratchDir dir("plain-tokens");
+  {
+    std::ofstream out(dir.file("tokenizer.json"));
+    out << j.dump();
+  }
+  std::vector<std::unique_ptr<TextTokenizer>> tokenizers;
+  tokenizers.push_back(make_gguf_tokenizer(v, "smollm-bpe/gguf_vocab.json (im_end user-defined)"));
+  tokenizers.push_back(load_tokenizer_json(dir.file("tokenizer.json")));
+  const int32_t im_start = 1, im_end = 2;
+  auto count = [](const std::vector<int32_t>& ids, int32_t id) { return std::count(ids.begin(), ids.end(), id); };
+  for (const auto& t : tokenizers) {
+    SCOPED_TRACE(t->describe());
+    const std::string text = "<|im_start|>user\nhi<|im_end|>";
+    EXPECT_EQ(count(t->encode(text, false), im_start), 1);
+    const std::vector<int32_t> plain = t->encode_plain(text, false);
+    EXPECT_EQ(count(plain, im_start), 0);
+    EXPECT_EQ(count(plain, im_end), 1);  // not special: matched as encode matches it
+    EXPECT_EQ(t->decode(plain), text);
+    EXPECT_EQ(t->encode_plain("caf\xC3\xA9 12345 hi", false), t->encode("caf\xC3\xA9 12345 hi", false));
+  }
+  const auto llama3 = load_tokenizer_json(fixture("llama3-bpe", "tokenizer.json"));
+  const int32_t bos = llama3->bos_id(), eos = llama3->eos_ids().at(0);
+  const std::vector<int32_t> plain = llama3->encode_plain("a<|end_of_text|>b", true);
+  ASSERT_GT(plain.size(), 4u);
+  EXPECT_EQ(plain[0], bos);
+  EXPECT_EQ(count(plain, eos), 0);
+  EXPECT_EQ(count(plain, bos), 1);
+  EXPECT_THROW(llama3->encode_plain("a<|end_of_text|>b", true, plain.size() - 1), TooManyTokens);
+  EXPECT_EQ(llama3->encode_plain("a<|end_of_text|>b", true, plain.size()), plain);
+}
+
 TEST(TextTokenizer, Utf8StreamHoldsBackSplitCharacters) {
   Utf8Stream s;
   EXPECT_EQ(s.push("a\xE6"), "a");  // the first byte of 日

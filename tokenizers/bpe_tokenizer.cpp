@@ -128,6 +128,7 @@ class BpeTokenizer : public TextTokenizer {
   std::vector<int32_t> encode(const std::string& text, bool add_special, size_t max_ids) const override;
   std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans, const std::vector<int32_t>& markers,
                                     size_t max_ids) const override;
+  std::vector<int32_t> encode_plain(const std::string& text, bool add_special, size_t max_ids) const override;
   size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
   std::string chat_template() const override {
     if (!spec_.chat_template_error.empty()) fail(spec_.chat_template_error);
@@ -151,6 +152,9 @@ class BpeTokenizer : public TextTokenizer {
   std::vector<Segment> split_leftmost_longest(const Segment& segment, bool normalized_tokens,
                                               const SpecialScope& scope) const;
   std::vector<Segment> split_longest_first(const std::string& text, const SpecialScope& scope) const;
+  // encode's ids, with special tokens cut out of the text where `scope` allows.
+  std::vector<int32_t> encode_scoped(const std::string& text, bool add_special, const SpecialScope& scope,
+                                     size_t max_ids) const;
   // Appends the ids of `text`, piece by piece; throws TooManyTokens once there are more than max_ids.
   void encode_segments(const std::string& text, const SpecialScope& scope, size_t max_ids,
                        std::vector<int32_t>& ids) const;
@@ -528,10 +532,19 @@ void BpeTokenizer::encode_segments(const std::string& text, const SpecialScope& 
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special, size_t max_ids) const {
+  return encode_scoped(text, add_special, SpecialScope{}, max_ids);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_plain(const std::string& text, bool add_special, size_t max_ids) const {
+  return encode_scoped(text, add_special, SpecialScope{nullptr, false, nullptr}, max_ids);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_scoped(const std::string& text, bool add_special, const SpecialScope& scope,
+                                                 size_t max_ids) const {
   check_text_bytes(text.size(), max_ids, max_bytes_per_token_);
   std::vector<int32_t> ids;
   if (add_special) ids = spec_.prefix;
-  encode_segments(text, SpecialScope{}, max_ids, ids);
+  encode_segments(text, scope, max_ids, ids);
   if (add_special) ids.insert(ids.end(), spec_.suffix.begin(), spec_.suffix.end());
   if (ids.size() > max_ids) throw TooManyTokens(max_ids, text.size(), 0);
   return ids;

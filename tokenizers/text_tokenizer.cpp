@@ -39,6 +39,10 @@ std::vector<int32_t> TextTokenizer::encode_spans(const std::vector<TextSpan>& sp
   return encode(text, false, max_ids);  // a tokenizer without special tokens in text (llama2.c's)
 }
 
+std::vector<int32_t> TextTokenizer::encode_plain(const std::string& text, bool add_special, size_t max_ids) const {
+  return encode(text, add_special, max_ids);  // a tokenizer without special tokens in text (llama2.c's)
+}
+
 std::string Utf8Stream::push(const std::string& bytes) {
   pending_ += bytes;
   const size_t hold = utf8::unfinished_tail(pending_);

@@ -67,6 +67,13 @@ class TextTokenizer {
   // max_ids as for encode.
   virtual std::vector<int32_t> encode_spans(const std::vector<TextSpan>& spans, const std::vector<int32_t>& markers,
                                             size_t max_ids = kNoTokenLimit) const;
+  // encode's ids with the special tokens written in the text read as the ordinary tokens of their
+  // characters: "<|im_start|>" is "<", "|", "im", ... (llama.cpp's parse_special = false,
+  // llama-tokenize's --no-parse-special). Added tokens that are not special are still matched, as
+  // in encode_spans; add_special still puts the tokenizer's own special tokens (BOS) around the
+  // text. max_ids as for encode.
+  virtual std::vector<int32_t> encode_plain(const std::string& text, bool add_special,
+                                            size_t max_ids = kNoTokenLimit) const;
   // The most bytes of text one token stands for, so that a text of more than n times this many
   // bytes has more than n tokens (for llama2.c's tokenizer, counting the bytes before the first
   // NUL, where its encoding stops). 0 when no bound holds: a tokenizer that drops characters it
