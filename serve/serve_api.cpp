@@ -145,7 +145,7 @@ void check_unimplemented(const std::string& key, const json& v) {
   auto only = [&](bool ok, const char* what) {
     if (!ok) refuse(key, key + " is not supported (only " + what + ")");
   };
-  if (key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
+  if (key == "n" || key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
   else if (key == "echo") only(v.is_null() || v == false, "false");
   else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
 }
@@ -231,11 +231,6 @@ void check_logit_bias(const CompletionRequest& request, int64_t vocab_size) {
     if (b.token >= vocab_size)
       refuse("logit_bias", "logit_bias: token " + std::to_string(b.token) + " is outside the vocabulary [0, " +
                                std::to_string(vocab_size) + ")");
-}
-
-uint64_t choice_seed(uint64_t seed, int64_t index) {
-  const uint64_t state = seed + static_cast<uint64_t>(index);
-  return state != 0 ? state : kSeedZeroState;
 }
 
 uint64_t sampler_seed(const json& seed) {
@@ -368,6 +363,19 @@ void parse_output_field(const std::string& key, const json& v, CompletionRequest
   r.output = std::move(want);
 }
 
+// A json_schema's text with its keys in the order the client wrote them (json sorts an object's
+// keys; XGrammar writes an object's properties in its schema's order, as OpenAI's API does). The
+// body parsed keeping the order must give the same schema (a body with repeated keys may not).
+void keep_schema_order(const std::string& body, CompletionRequest& r) {
+  if (!r.output || r.output->kind != OutputConstraint::Kind::json_schema) return;
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  const auto format = ordered.find("response_format");
+  if (format == ordered.end() || !format->contains("json_schema") || !(*format)["json_schema"].contains("schema"))
+    return;
+  std::string text = (*format)["json_schema"]["schema"].dump();
+  if (json::parse(text) == json::parse(r.output->text)) r.output->text = std::move(text);
+}
+
 // The fields both routes share; false for a field that is not one of them.
 bool parse_shared_field(const std::string& key, const json& v, bool has_tokenizer, const ApiLimits& limits,
                         CompletionRequest& r) {
@@ -401,10 +409,7 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
   } else if (key == "response_format" || key == "grammar" || key == "regex") {
     parse_output_field(key, v, r);
   } else if (key == "n") {
-    if (v.is_null()) return true;
-    r.n = integer(key, v);
-    if (r.n < 1 || r.n > kMaxChoices)
-      refuse(key, "n = " + std::to_string(r.n) + ": 1 to " + std::to_string(kMaxChoices) + " choices");
+    check_unimplemented(key, v);
   } else if (key == "stream_options") {
     parse_stream_options(v, r);
   } else if (key == "cache_salt") {
@@ -512,8 +517,6 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
 
 }  // namespace
 
-nlohmann::json parse_request_body(const std::string& body) { return parse_body(body); }
-
 CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
                                            const ApiLimits& limits) {
   const json j = parse_body(body);
@@ -531,6 +534,7 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     }
   }
   if (!has_prompt) refuse("prompt", "prompt is required");
+  keep_schema_order(body, r);
   check_stream_usage(r);
   return r;
 }
@@ -566,6 +570,7 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
     r.max_tokens = *max_completion_tokens;
     r.max_tokens_given = true;
   }
+  keep_schema_order(body, r);
   check_stream_usage(r);
   return r;
 }

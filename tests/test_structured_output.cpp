@@ -98,8 +98,8 @@ TEST(StructuredOutput, SpecialTokensAreNeverAllowedEvenWhereTheGrammarSpellsThem
   SKIP_WITHOUT_XGRAMMAR();
   Vocab v;
   // A grammar whose text is a special token's: only the ordinary tokens of its characters may make it.
-  auto c = v.outputs.constrain(want(OutputConstraint::Kind::grammar, R"(root ::= "<|reserved_special_token_0|>" | "<|eot_id|>")"),
-                               v.stops);
+  const std::string grammar = R"(root ::= "<|reserved_special_token_0|>" | "<|eot_id|>")";
+  auto c = v.outputs.constrain(want(OutputConstraint::Kind::grammar, grammar), v.stops);
   const std::vector<int32_t> ids = allowed_ids(mask_of(*c));
   ASSERT_FALSE(ids.empty());
   for (int32_t id : ids) EXPECT_FALSE(v.special(id)) << "special token " << id << " '" << v.text(id) << "' allowed";
@@ -194,17 +194,22 @@ TEST(StructuredOutput, GrammarTextsUpToTheLimitAreParsed) {
 TEST(StructuredOutput, RequestFieldsAreParsedOnBothRoutes) {
   const serve::ApiLimits limits{50, 20};
   const json schema = {{"type", "object"}};
-  auto chat = serve::parse_chat_request(
-      json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-           {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}}
-          .dump(),
-      limits);
+  const json format = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}};
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  auto chat = serve::parse_chat_request(json{{"messages", messages}, {"response_format", format}}.dump(), limits);
   ASSERT_TRUE(chat.output.has_value());
   EXPECT_EQ(chat.output->kind, OutputConstraint::Kind::json_schema);
   EXPECT_EQ(json::parse(chat.output->text), schema);
   EXPECT_TRUE(chat.output->strict);
-  auto text = serve::parse_completion_request(json{{"prompt", "hi"}, {"response_format", {{"type", "text"}}}}.dump(), 100,
-                                              true, limits);
+  // The schema's keys stay in the client's order: XGrammar writes properties in that order.
+  auto ordered = serve::parse_completion_request(
+      R"({"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"schema":
+          {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}}}}}})",
+      100, true, limits);
+  ASSERT_TRUE(ordered.output.has_value());
+  EXPECT_LT(ordered.output->text.find("zeta"), ordered.output->text.find("alpha")) << ordered.output->text;
+  const json plain = {{"prompt", "hi"}, {"response_format", {{"type", "text"}}}};
+  auto text = serve::parse_completion_request(plain.dump(), 100, true, limits);
   EXPECT_FALSE(text.output.has_value());
   for (const json& bad : {json{{"prompt", "hi"}, {"regex", "a"}, {"grammar", "root ::= \"a\""}},
                           json{{"prompt", "hi"}, {"response_format", {{"type", "xml"}}}},
