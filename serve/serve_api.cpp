@@ -145,7 +145,7 @@ void check_unimplemented(const std::string& key, const json& v) {
   auto only = [&](bool ok, const char* what) {
     if (!ok) refuse(key, key + " is not supported (only " + what + ")");
   };
-  if (key == "n" || key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
+  if (key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
   else if (key == "echo") only(v.is_null() || v == false, "false");
   else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
 }
@@ -231,6 +231,11 @@ void check_logit_bias(const CompletionRequest& request, int64_t vocab_size) {
     if (b.token >= vocab_size)
       refuse("logit_bias", "logit_bias: token " + std::to_string(b.token) + " is outside the vocabulary [0, " +
                                std::to_string(vocab_size) + ")");
+}
+
+uint64_t choice_seed(uint64_t seed, int64_t index) {
+  const uint64_t state = seed + static_cast<uint64_t>(index);
+  return state != 0 ? state : kSeedZeroState;
 }
 
 uint64_t sampler_seed(const json& seed) {
@@ -409,7 +414,10 @@ bool parse_shared_field(const std::string& key, const json& v, bool has_tokenize
   } else if (key == "response_format" || key == "grammar" || key == "regex") {
     parse_output_field(key, v, r);
   } else if (key == "n") {
-    check_unimplemented(key, v);
+    if (v.is_null()) return true;
+    r.n = integer(key, v);
+    if (r.n < 1 || r.n > kMaxChoices)
+      refuse(key, "n = " + std::to_string(r.n) + ": 1 to " + std::to_string(kMaxChoices) + " choices");
   } else if (key == "stream_options") {
     parse_stream_options(v, r);
   } else if (key == "cache_salt") {
@@ -516,6 +524,8 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
 }
 
 }  // namespace
+
+nlohmann::json parse_request_body(const std::string& body) { return parse_body(body); }
 
 CompletionRequest parse_completion_request(const std::string& body, int64_t vocab_size, bool has_tokenizer,
                                            const ApiLimits& limits) {
