@@ -261,7 +261,7 @@ TEST_F(ServeApi, RefusesBadRequestsWithOneLineJsonErrors) {
   expect_api_error(post(p, R"({"prompt": "a", "ignore_eos": 1})"), 400, "ignore_eos must be a boolean");
   expect_api_error(post(p, R"({"prompt": "a", "stop": 5})"), 400, "stop must be");
   expect_api_error(post(p, R"({"prompt": "a", "stop": ["a","b","c","d","e"]})"), 400, "at most 4");
-  expect_api_error(post(p, R"({"prompt": "a", "n": 2})"), 400, "n is not supported");
+  expect_api_error(post(p, R"({"prompt": "a", "n": 9})"), 400, "n = 9: 1 to 8 choices");
   expect_api_error(post(p, R"({"prompt": "a", "max_token": 3})"), 400, "unknown field 'max_token'");
   // The server's limits, with the numbers.
   expect_api_error(post(p, R"({"prompt": "a", "max_tokens": 65})"), 400,

@@ -156,7 +156,7 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   refused([](json& b) { b["messages"][0]["colour"] = "red"; }, "unknown field 'colour'");
   refused([](json& b) { b["tools"] = json::array({{{"type", "function"}}}); }, "tools is not supported");
   refused([](json& b) { b["response_format"] = {{"type", "json_object"}}; }, "response_format is not supported");
-  refused([](json& b) { b["n"] = 2; }, "n is not supported");
+  refused([](json& b) { b["n"] = 9; }, "n = 9: 1 to 8 choices");
   refused([](json& b) { b["logprobs"] = true; }, "logprobs is not supported");
   refused([](json& b) { b["max_completion_tokens"] = 5; }, "disagree");
   refused([](json& b) { b["prompt"] = "x"; }, "unknown field 'prompt'");
