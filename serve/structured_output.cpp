@@ -52,12 +52,17 @@ const char* kind_name(OutputConstraint::Kind kind) {
   return "?";
 }
 
+// A grammar XGrammar would compile but not enforce whole: a schema keyword it ignores.
+struct NotEnforced : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The JSON Schema keywords XGrammar 0.2.9 ignores without a word (it warns of them only when
 // asked to): a schema with one is refused rather than half enforced.
 constexpr const char* kUnenforcedKeywords[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
                                                "dependencies", "uniqueItems", "contains", "minContains", "maxContains"};
 
-// Throws std::runtime_error naming the first of kUnenforcedKeywords that a schema (JSON text) uses.
+// Throws NotEnforced naming the first of kUnenforcedKeywords that a schema (JSON text) uses.
 // Walks the subschemas only (a property may be named "if"), with a stack, not recursion.
 void check_enforced_keywords(const std::string& schema_text) {
   using json = nlohmann::json;
@@ -70,7 +75,7 @@ void check_enforced_keywords(const std::string& schema_text) {
     if (!s.is_object()) continue;
     for (const char* keyword : kUnenforcedKeywords)
       if (s.contains(keyword))
-        throw std::runtime_error(detail::concat("the JSON Schema keyword '", keyword, "' is not supported"));
+        throw NotEnforced(detail::concat("the JSON Schema keyword '", keyword, "' is not supported"));
     for (const auto& [key, v] : s.items()) {
       if (key == "properties" || key == "patternProperties" || key == "$defs" || key == "definitions") {
         if (v.is_object())
@@ -89,7 +94,7 @@ void check_enforced_keywords(const std::string& schema_text) {
 }
 
 // The grammar of `want`, converted on this thread; throws std::runtime_error with XGrammar's
-// reason, or with its first warning.
+// reason, or NotEnforced with its first warning.
 xgrammar::Grammar convert(const OutputConstraint& want, const xgrammar::TokenizerInfo& info) {
   std::vector<std::string> warnings;
   g_warnings = &warnings;
@@ -119,7 +124,7 @@ xgrammar::Grammar convert(const OutputConstraint& want, const xgrammar::Tokenize
                                           std::get<xgrammar::StructuralTagError>(tag)));
     }
   }
-  if (!warnings.empty()) throw std::runtime_error(warnings.front());
+  if (!warnings.empty()) throw NotEnforced(warnings.front());
   return std::move(*grammar);
 }
 
@@ -239,6 +244,9 @@ std::shared_ptr<TokenConstraint> StructuredOutputs::constrain(const OutputConstr
     const auto start = std::chrono::steady_clock::now();
     try {
       compiled = impl_->compiler.CompileGrammar(convert(want, impl_->info));
+    } catch (const NotEnforced& e) {
+      throw ApiError{400, detail::concat(want.param, ": XGrammar would not hold the answer to all of this ",
+                                         kind_name(want.kind), ": ", reason(e)), want.param, ""};
     } catch (const std::exception& e) {
       throw ApiError{400, detail::concat(want.param, ": XGrammar cannot compile this ", kind_name(want.kind), ": ",
                                          reason(e)), want.param, ""};

@@ -163,6 +163,10 @@ TEST(StructuredOutput, WhatXGrammarCannotCompileIsRefused) {
   // A property may have a keyword's name; a subschema's keyword is found.
   const std::string nested = R"({"type": "object", "properties": {"if": {"type": "array", "items": {"not": {}}}}})";
   expect_refusal(v.outputs, {OutputConstraint::Kind::json_schema, nested, true, "response_format"}, v.stops, "'not'");
+  // One XGrammar warns of as it converts the schema.
+  expect_refusal(v.outputs,
+                 {OutputConstraint::Kind::json_schema, R"({"type": "number", "multipleOf": 0.5})", true, "response_format"},
+                 v.stops, "would not hold the answer to all of this json_schema: multipleOf");
   expect_refusal(v.outputs, want(OutputConstraint::Kind::grammar, "root ::= \"a\" | "), v.stops, "");
   expect_refusal(v.outputs, want(OutputConstraint::Kind::grammar, "start ::= \"a\""), v.stops, "root");
   expect_refusal(v.outputs, want(OutputConstraint::Kind::regex, "(ab", "regex"), v.stops, "");
