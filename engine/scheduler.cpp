@@ -66,7 +66,7 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
 
 Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
     : options_(options), decoder_(model, decoder_options(options)),
-      vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids) {
+      vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids), row_logprobs_(vocab_) {
   slots_.resize(static_cast<size_t>(options_.slots));
   if (options_.policy == SchedulerOptions::Policy::static_batches) static_batches_.emplace(options_.slots);
   samplers_.reserve(static_cast<size_t>(options_.slots));
@@ -107,6 +107,8 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx, co
   MINFER_CHECK(request.top_p > 0.0f && request.top_p <= 1.0f, "top_p ", request.top_p, " must be in (0, 1]");
   MINFER_CHECK(request.seed != 0, "seed 0: the sampler's xorshift state must not be 0");
   check_sampling_options(request.sampling, vocab);
+  MINFER_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= RowLogprobs::kMaxTopLogprobs, "top_logprobs ",
+               request.top_logprobs, " must be in [-1, ", RowLogprobs::kMaxTopLogprobs, "]");
 }
 }  // namespace
 
@@ -532,6 +534,8 @@ int64_t Scheduler::sample_and_retire() {
     if (l == nullptr) continue;  // a finished row of a static batch: computed, thrown away
     Sampler& sampler = samplers_[s];
     TokenConstraint* constraint = l->request.constraint.get();
+    // Logprobs come from the raw row, before the penalties, the bias and the mask change it.
+    if (l->request.top_logprobs >= 0) row_logprobs_.read(decoder_.logits_row(i), l->request.top_logprobs);
     int32_t token = 0;
     if (sampler.greedy() && !sampler.options().processes_logits() && constraint == nullptr) {
       token = argmax_[i];
@@ -563,6 +567,7 @@ int64_t Scheduler::sample_and_retire() {
     l->last = token;
     l->tokens.push_back(token);
     sampler.count(token);
+    if (r.top_logprobs >= 0 && r.on_logprobs) r.on_logprobs(row_logprobs_.of(token));
     const bool more = r.on_token ? r.on_token(token) : true;
     if (!more) retire(s, FinishReason::stop, now);
     else if (l->stats.completion_tokens >= r.max_tokens) retire(s, FinishReason::length, now);

@@ -71,6 +71,7 @@
 #include "core/error.h"
 #include "engine/block_pool.h"
 #include "engine/decoder.h"
+#include "engine/logprobs.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/static_batches.h"
@@ -115,6 +116,11 @@ struct ServeRequest {
   // Each generated token, in order, on the engine's thread. Returning false ends the request
   // after this token with FinishReason::stop (a stop string was completed, say).
   std::function<bool(int32_t token)> on_token;
+  // With top_logprobs in [0, 20] (RowLogprobs::kMaxTopLogprobs): each delivered token's logprob and
+  // the top_logprobs most likely tokens' (engine/logprobs.h), from the raw logits row, on the engine's
+  // thread just before on_token. -1: none.
+  int top_logprobs = -1;
+  std::function<void(const SampledLogprobs&)> on_logprobs;
   // Once, on the engine's thread, when the request ends for any reason.
   std::function<void(const RequestStats&)> on_finish;
   // Once, when the request gets its slot (stats.cached_tokens is known then), on the engine's
@@ -253,6 +259,7 @@ class Scheduler {
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
   std::vector<int32_t> argmax_;
+  RowLogprobs row_logprobs_;  // the row of a request that asks for logprobs, before it is changed
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
   uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens and mask time (metrics_)
