@@ -4,10 +4,11 @@ the same JSON schema and the same prompts, each prompt asked unconstrained ("fre
 schema (response_format json_schema), one request at a time, streamed.
 
 Each round starts a fresh server of each kind in turn (minfer, then llama-server: interleaved
-rounds), and asks, after one unconstrained warm-up:
+rounds), and asks, after one unconstrained warm-up on the first prompt (which caches its blocks):
   - the compile probe: the first prompt under the schema twice. The second finds the prompt's blocks
     cached as the first did, and the compiled grammar too (minfer keeps compiled grammars across
     requests), so the difference of their times to the first token is the grammar's compile time;
+    minfer's /metrics also says its compile time, its compiles and cache hits, and its mask time;
   - each prompt free and under the schema, the order alternating from prompt to prompt.
 A request's decode rate is (completion tokens - 1) / (last token's time - first token's time); its
 output rate is completion tokens / the whole request's time. A round's rate sums tokens and times
@@ -25,12 +26,12 @@ import http.client
 import json
 import os
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
 import time
 
-PORT = 18094
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -59,20 +60,28 @@ PROMPTS = [
 ]
 
 
-def server_command(kind, args):
+def server_command(kind, args, port):
     if kind == "minfer":
-        return [args.minfer, "serve", "-m", args.gguf, "--host", "127.0.0.1", "--port", str(PORT), "--slots", "1",
+        return [args.minfer, "serve", "-m", args.gguf, "--host", "127.0.0.1", "--port", str(port), "--slots", "1",
                 "--ctx", "1024", "--threads", str(args.threads), "--kv-dtype", "f16", *shlex.split(args.minfer_args)]
-    return [args.llama, "-m", args.gguf, "--host", "127.0.0.1", "--port", str(PORT), "-np", "1", "-c", "1024",
+    return [args.llama, "-m", args.gguf, "--host", "127.0.0.1", "--port", str(port), "-np", "1", "-c", "1024",
             "-t", str(args.threads), "-tb", str(args.threads), "--jinja", "--no-webui"]
 
 
-def wait_ready(server):
+def free_port():
+    """A port nothing listens on now: a server started on a taken one would be mistaken for the
+    one that answers there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(server, port):
     for _ in range(1200):
         if server.poll() is not None:
             return False
         try:
-            connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             connection.request("GET", "/health")
             if connection.getresponse().status == 200:
                 return True
@@ -82,7 +91,17 @@ def wait_ready(server):
     return False
 
 
-def ask(prompt, constrained, max_tokens):
+def grammar_metrics(port):
+    """minfer's /metrics lines about grammars and masks ({} from a server without them)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", "/metrics")
+    response = connection.getresponse()
+    text = response.read().decode() if response.status == 200 else ""
+    return {name: float(value) for name, value in (line.split() for line in text.splitlines()
+                                                   if line.startswith(("minfer_grammar_", "minfer_mask")))}
+
+
+def ask(port, prompt, constrained, max_tokens):
     """One streamed chat request: its times, tokens, finish_reason and text."""
     body = {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0, "seed": 1, "stream": True,
@@ -90,7 +109,7 @@ def ask(prompt, constrained, max_tokens):
     if constrained:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "profile", "schema": SCHEMA, "strict": True}}
-    connection = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     sent = time.perf_counter()
     connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     response = connection.getresponse()
@@ -126,20 +145,23 @@ def ask(prompt, constrained, max_tokens):
 
 def run_server(kind, round_index, args):
     """A fresh server: the warm-up, the compile probe and the prompts; returns its requests."""
+    port = free_port()
     log_path = os.path.join(args.outdir, f"{kind}-r{round_index}.server.log")
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(args.llama))
     with open(log_path, "w") as log:
-        server = subprocess.Popen(server_command(kind, args), stdout=log, stderr=subprocess.STDOUT, env=env)
+        server = subprocess.Popen(server_command(kind, args, port), stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        if not wait_ready(server):
+        if not wait_ready(server, port):
             sys.exit(f"{kind} did not start: {log_path}")
         load = os.getloadavg()[0]
-        ask(PROMPTS[-1], False, 16)
-        probe = [dict(ask(PROMPTS[0], True, args.max_tokens), probe=i) for i in (0, 1)]
+        ask(port, PROMPTS[0], False, 16)  # the probe's prompt, cached for both of its requests
+        probe = [dict(ask(port, PROMPTS[0], True, args.max_tokens), probe=i) for i in (0, 1)]
+        probe[1]["metrics"] = grammar_metrics(port)
         requests = []
         for i, prompt in enumerate(PROMPTS):
             for constrained in ((False, True) if i % 2 == 0 else (True, False)):
-                requests.append(ask(prompt, constrained, args.max_tokens))
+                requests.append(ask(port, prompt, constrained, args.max_tokens))
+        requests[-1]["metrics"] = grammar_metrics(port)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -156,6 +178,18 @@ def rates(requests):
             "tokens": tokens, "parsed": sum(r["parses"] for r in requests), "answers": len(requests)}
 
 
+def server_metrics(after_probe, at_end):
+    """What minfer's /metrics says: the compiles and cache hits after the probe (1 and 1 when the
+    repeat found the grammar compiled), the compile time, and the mask's time per masked token."""
+    if "minfer_grammar_compiles_total" not in after_probe:
+        return {}
+    masked = at_end.get("minfer_masked_tokens_total", 0)
+    return {"probe_compiles": after_probe["minfer_grammar_compiles_total"],
+            "probe_cache_hits": after_probe["minfer_grammar_cache_hits_total"],
+            "compile_ms": 1e3 * after_probe["minfer_grammar_compile_seconds_total"],
+            "mask_ms_per_token": 1e3 * at_end.get("minfer_mask_seconds_total", 0) / masked if masked else None}
+
+
 def summarize(runs, rounds, kinds):
     """Per round and kind: the rates free and constrained, and the compile probe."""
     rows = []
@@ -168,6 +202,7 @@ def summarize(runs, rounds, kinds):
                 if constrained:
                     row["probe_ttft_first_ms"] = 1e3 * probe[0]["ttft_s"]
                     row["probe_ttft_repeat_ms"] = 1e3 * probe[1]["ttft_s"]
+                    row.update(server_metrics(probe[1]["metrics"], requests[-1]["metrics"]))
                 rows.append(row)
     return rows
 
@@ -177,8 +212,8 @@ def print_tables(rows, rounds, kinds):
         return [next(x[field] for x in rows if x["round"] == r and x["kind"] == kind and x["mode"] == mode)
                 for r in range(1, rounds + 1)]
 
-    def cell(xs):
-        return f"{statistics.median(xs):.1f} ({', '.join(f'{x:.1f}' for x in xs)})"
+    def cell(xs, digits=1):
+        return f"{statistics.median(xs):.{digits}f} ({', '.join(f'{x:.{digits}f}' for x in xs)})"
 
     print("| server | mode | decode tok/s | output tok/s | TTFT median ms | tokens | answers that parse |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -199,11 +234,19 @@ def print_tables(rows, rounds, kinds):
                  for f in ("decode_tok_s", "output_tok_s")}
         print(f"| {label} | {ratio['decode_tok_s']:.2f}x | {ratio['output_tok_s']:.2f}x |")
     print()
-    print("| server | first schema request's TTFT ms | the repeat's TTFT ms | difference (compile) ms |")
-    print("| --- | --- | --- | --- |")
+    print("| server | first schema request's TTFT ms | the repeat's TTFT ms | difference ms | compile ms (server) "
+          "| compiles, cache hits after the repeat | mask ms per token |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for kind in kinds:
         first, repeat = values(kind, "schema", "probe_ttft_first_ms"), values(kind, "schema", "probe_ttft_repeat_ms")
-        print(f"| {kind} | {cell(first)} | {cell(repeat)} | {cell([a - b for a, b in zip(first, repeat)])} |")
+        server = [next(x for x in rows if x["round"] == r and x["kind"] == kind and x["mode"] == "schema")
+                  for r in range(1, rounds + 1)]
+        said = "- | - | - |"
+        if "compile_ms" in server[0]:
+            counts = ", ".join(f"{x['probe_compiles']:.0f}+{x['probe_cache_hits']:.0f}" for x in server)
+            said = (f"{cell([x['compile_ms'] for x in server])} | {counts} | "
+                    f"{cell([x['mask_ms_per_token'] or 0 for x in server], 3)} |")
+        print(f"| {kind} | {cell(first)} | {cell(repeat)} | {cell([a - b for a, b in zip(first, repeat)])} | {said}")
 
 
 def main():
