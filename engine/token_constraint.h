@@ -22,7 +22,8 @@ class TokenConstraint {
   // Takes the token sampled from a masked distribution; false when the constraint refuses it
   // (which a correctly applied mask never lets happen).
   virtual bool accept(int32_t token) = 0;
-  // True once the grammar is complete and only an end token may follow.
+  // True once the tokens so far are a whole sentence of the grammar: an end token may follow (and,
+  // where the grammar allows nothing more, only an end token).
   virtual bool finished() const = 0;
   // Forgets the last n accepted tokens (a speculative draft rejected by the target).
   virtual void rollback(int n) = 0;

@@ -74,6 +74,7 @@ TEST(StructuredOutput, RegexMaskAllowsItsTokensAndEndsAtAStopToken) {
   SKIP_WITHOUT_XGRAMMAR();
   Vocab v;
   auto c = v.outputs.constrain(want(OutputConstraint::Kind::regex, "[0-9]{3}"), v.stops);
+  EXPECT_FALSE(c->finished());
   std::string made;
   for (int step = 0; step < 3 && made.size() < 3; ++step) {
     const std::vector<int32_t> ids = allowed_ids(mask_of(*c));
