@@ -12,11 +12,23 @@
 #include <set>
 #include <thread>
 
+#include "serve/serve_api.h"
 #include "tests/serve_http_support.h"
 #include "tests/test_support.h"
 
 namespace minfer::test {
 namespace {
+
+// Choice i's sampler state is seed + i, wrapping, and never 0 (run.c's xorshift would stick there).
+TEST(ServeChoiceSeed, ChoiceIIsSeedPlusIAndNeverZero) {
+  EXPECT_EQ(serve::choice_seed(5, 0), 5u);
+  EXPECT_EQ(serve::choice_seed(5, 7), 12u);
+  EXPECT_EQ(serve::choice_seed(~uint64_t(0), 1), serve::kSeedZeroState);
+  EXPECT_EQ(serve::choice_seed(~uint64_t(0), 2), 1u);
+  const serve::ApiLimits limits{64, 64};
+  EXPECT_EQ(serve::parse_completion_request(R"({"prompt": [1], "n": 8})", 100, false, limits).n, 8);
+  EXPECT_EQ(serve::parse_completion_request(R"({"prompt": [1]})", 100, false, limits).n, 1);
+}
 
 #if MINFER_HAVE_HTTPLIB
 
