@@ -486,9 +486,12 @@ std::vector<ChatMessage> parse_messages(const json& v) {
         has_content = true;
       } else if (key == "name") {
         if (!field.is_null()) refuse("messages", name + ".name is not supported (the chat templates have no place for it)");
-      } else if (key == "tool_calls" || key == "tool_call_id" || key == "function_call") {
-        if (!field.is_null() && !(field.is_array() && field.empty()))
-          refuse("messages", name + "." + key + ": tool calls are not supported");
+      } else if (key == "tool_calls") {  // serve/tool_calls.h
+        m.tool_calls = parse_history_tool_calls(field, name + ".tool_calls");
+      } else if (key == "tool_call_id") {
+        if (!field.is_null()) m.tool_call_id = parse_tool_call_id(field, name + ".tool_call_id");
+      } else if (key == "function_call") {
+        if (!field.is_null()) refuse("messages", name + ".function_call is not supported (use tool_calls)");
       } else if (key == "refusal" || key == "audio" || key == "annotations") {
         // An answer's message sent back as it came (the SDKs' model_dump) carries these empty.
         if (!field.is_null() && !(field.is_array() && field.empty()))
@@ -498,9 +501,13 @@ std::vector<ChatMessage> parse_messages(const json& v) {
       }
     }
     if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system message
-    if (m.role != "system" && m.role != "user" && m.role != "assistant")
-      refuse("messages", name + ".role '" + one_line(m.role, 32) + "' is not supported (system, user, assistant)");
-    if (!has_content) refuse("messages", name + " has no content");
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+      refuse("messages", name + ".role '" + one_line(m.role, 32) + "' is not supported (system, user, assistant, tool)");
+    if (!m.tool_calls.empty() && m.role != "assistant") refuse("messages", name + ": only an assistant has tool_calls");
+    if ((m.role == "tool") != !m.tool_call_id.empty())
+      refuse("messages", name + (m.role == "tool" ? ": a tool message needs its tool_call_id"
+                                                  : ": only a tool message has a tool_call_id"));
+    if (!has_content && m.tool_calls.empty()) refuse("messages", name + " has no content");
     messages.push_back(std::move(m));
   }
   return messages;
@@ -513,13 +520,12 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
     if (!ok) refuse(key, key + " is not supported (only " + what + ")");
   };
   const bool empty = v.is_null() || (v.is_array() && v.empty());
-  if (key == "tools" || key == "functions") only(empty, "none");
-  else if (key == "tool_choice" || key == "function_call") only(v.is_null() || v == "none" || v == "auto", "\"none\"");
+  if (key == "functions") only(empty, "none; use tools");
+  else if (key == "function_call") only(v.is_null() || v == "none" || v == "auto", "\"none\"; use tool_choice");
   else if (key == "logprobs") only(v.is_null() || v == false, "false");
   else if (key == "top_logprobs") only(v.is_null() || v == 0, "0");
   else if (key == "store") only(v.is_null() || v == false, "false");
   else if (key == "modalities") only(v.is_null() || v == json::array({"text"}), "[\"text\"]");
-  else if (key == "parallel_tool_calls") only(v.is_null() || v.is_boolean(), "a boolean, with no tools");
   else only(false, "its absence");  // audio, prediction, reasoning_effort, web_search_options, ...
 }
 
@@ -564,9 +570,11 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
       if (!v.is_null()) max_completion_tokens = parse_max_tokens(key, v, limits);
     } else if (key == "metadata" || key == "service_tier") {
       continue;  // labels for OpenAI's dashboard and billing: they change no answer
-    } else if (key == "tools" || key == "functions" || key == "tool_choice" || key == "function_call" ||
+    } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
+      continue;  // below, with the keys in their order
+    } else if (key == "functions" || key == "function_call" ||
                key == "logprobs" || key == "top_logprobs" || key == "store" ||
-               key == "modalities" || key == "parallel_tool_calls" || key == "audio" || key == "prediction" ||
+               key == "modalities" || key == "audio" || key == "prediction" ||
                key == "reasoning_effort" || key == "web_search_options") {
       check_chat_unimplemented(key, v);
     } else {
@@ -574,6 +582,11 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
     }
   }
   if (!has_messages) refuse("messages", "messages is required");
+  if (j.contains("tools") || j.contains("tool_choice") || j.contains("parallel_tool_calls")) {
+    const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(body);  // a tool is rendered as sent
+    auto field = [&](const char* key) { return in_order.contains(key) ? in_order[key] : nlohmann::ordered_json(); };
+    r.tools = parse_tool_request(field("tools"), field("tool_choice"), field("parallel_tool_calls"));
+  }
   if (max_completion_tokens) {
     if (j.contains("max_tokens") && !j["max_tokens"].is_null() && r.max_tokens != *max_completion_tokens)
       refuse("max_completion_tokens", "max_tokens and max_completion_tokens disagree; give one");

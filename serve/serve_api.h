@@ -13,6 +13,7 @@
 
 #include "engine/scheduler.h"
 #include "serve/structured_output.h"
+#include "serve/tool_calls.h"
 #include "tokenizers/chat_template.h"
 #include "tokenizers/text_tokenizer.h"
 
@@ -39,7 +40,7 @@ struct ApiLimits {
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
 // implements. Anything else that would change the answer (best_of, echo, logprobs, suffix; for
-// chats tools, audio, ...) is
+// chats functions, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
 struct CompletionRequest {
@@ -63,6 +64,7 @@ struct CompletionRequest {
   // response_format json_object or json_schema, or the extensions grammar (EBNF) and regex (vLLM's
   // and llama-server's): what the answer must be (serve/structured_output.h); unset: any text.
   std::optional<OutputConstraint> output;
+  std::optional<ToolRequest> tools;  // a chat's tools, tool_choice and parallel_tool_calls (serve/tool_calls.h)
   std::optional<std::string> cache_salt;  // 1 to kMaxCacheSaltBytes bytes: a cache scope of its own (vLLM's field)
   int64_t n = 1;                       // choices, 1 to kMaxChoices: each a request of the scheduler's (see choice_seed)
 };
@@ -89,8 +91,10 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
                                            const ApiLimits& limits);
 // A request's body as a JSON object, nested at most 64 deep; throws ApiError (400) for anything else.
 nlohmann::json parse_request_body(const std::string& body);
-// POST /v1/chat/completions: `messages` (roles system, developer as system, user, assistant; the
-// content a string or text parts) instead of a prompt; max_completion_tokens as max_tokens.
+// POST /v1/chat/completions: `messages` (roles system, developer as system, user, assistant, tool;
+// the content a string or text parts; an assistant's tool_calls, a tool's tool_call_id) instead of a
+// prompt; max_completion_tokens as max_tokens; tools, tool_choice and parallel_tool_calls
+// (serve/tool_calls.h).
 CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& limits);
 // A chat's max_tokens when the request gives none: as OpenAI's API, the answer runs to the end of
 // its turn, so as far as the context (n_ctx positions) and the server's --max-tokens-limit allow.
@@ -210,6 +214,7 @@ struct CompletionHeader {
   int64_t created = 0;
   std::string model;
   bool include_usage = false;  // streams: usage null in every event, then one event with usage only
+  std::optional<ToolCallParsing> tool_calls = {};  // a chat whose answer is parsed for tool calls
 };
 // prompt_tokens_details.cached_tokens: the prompt tokens found in cached blocks (prefix caching).
 nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);

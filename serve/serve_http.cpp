@@ -193,7 +193,7 @@ struct ServeHttp::Impl {
     }
     if (!chat) throw ApiError{400, chat_refusal, "messages", "no_chat_template"};
     try {
-      return chat->encode(request.messages, true, max_ids);
+      return chat->encode(request.messages, true, max_ids, request.tools ? request.tools->tools : std::vector<std::string>{});
     } catch (const TooManyTokens& e) {
       throw prompt_over_limit(e, "messages", options.limits);
     } catch (const Error& e) {
@@ -290,6 +290,8 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     CompletionRequest request = chat_route ? parse_chat_request(body, options.limits)
                                            : parse_completion_request(body, info.vocab_size, tokenizer != nullptr,
                                                                       options.limits);
+    std::optional<ToolCallParsing> tool_calls;  // serve/tool_calls.h
+    if (request.tools && chat) tool_calls = prepare_tool_calls(request, chat->chat_template());
     std::vector<int32_t> prompt = prompt_of(request);
     check_prompt_length(static_cast<int64_t>(prompt.size()), options.limits);
     check_logit_bias(request, info.vocab_size);
@@ -333,7 +335,8 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     if (cancelling) cancel_all(ids);
     CompletionHeader header{(request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(ids[0]), request.chat,
                             static_cast<int64_t>(std::time(nullptr)),
-                            request.model ? *request.model : options.model_name, request.include_usage};
+                            request.model ? *request.model : options.model_name, request.include_usage,
+                            std::move(tool_calls)};
     if (request.stream)
       answer_stream(res, header, channel, ids, prompt, std::move(request.stop), std::move(flight), http11);
     else
@@ -434,6 +437,7 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
     text += completion.finish();
     const char* finish = choices[i].reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
     nlohmann::ordered_json one = completion_json(header, text, tokens, finish, prompt_tokens, choices[i].cached_tokens);
+    if (header.tool_calls) put_tool_calls(one["choices"][0], text, *header.tool_calls);
     one["choices"][0]["index"] = i;
     if (i == 0) answer = std::move(one);
     else answer["choices"].push_back(std::move(one["choices"][0]));
@@ -453,6 +457,7 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     size_t sent = 0;         // tokens written as events
     bool role_sent = false;  // a chat stream opens with the assistant's role
     bool done = false;       // its last event (its finish_reason) is written
+    std::optional<ToolCallStream> tool_calls = {};  // a chat with tools: its text through the parser
   };
   struct Stream {
     std::shared_ptr<Channel> channel;
@@ -466,7 +471,8 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
   auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header, {}, ids,
                                            static_cast<int64_t>(prompt.size()), ConnectionServer::current_socket()});
   for (size_t i = 0; i < ids.size(); ++i)
-    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false});
+    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false,
+                          header.tool_calls ? std::optional<ToolCallStream>(*header.tool_calls) : std::nullopt});
   res.set_header("Cache-Control", "no-cache");
   // httplib calls the provider until sink.done(), on this connection's thread; false ends the
   // connection (the client is gone).
@@ -518,7 +524,9 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
       }
       for (int32_t token : now[i].ids) {
         if (c.text.stopped()) break;
-        if (!write(stream_chunk_json(s->header, c.text.push(token), {token}, nullptr), i)) return gone();
+        std::string text = c.text.push(token);
+        if (c.tool_calls) text = c.tool_calls->push(text);
+        if (!write(stream_chunk_json(s->header, text, {token}, nullptr), i)) return gone();
         ++c.sent;
       }
       // The engine ends the choice at the same token: the cancel is a no-op then.
@@ -533,8 +541,19 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
                                "", "shutting_down"});
       }
       c.done = true;
-      nlohmann::ordered_json last = stream_chunk_json(
-          s->header, c.text.finish(), {}, c.text.stopped() || now[i].reason == FinishReason::stop ? "stop" : "length");
+      std::string rest = c.text.finish();
+      const char* finish = c.text.stopped() || now[i].reason == FinishReason::stop ? "stop" : "length";
+      if (c.tool_calls) {  // the calls in an event of their own, before the last
+        ToolCallStream::Ending end = c.tool_calls->finish(rest, finish);
+        rest = end.content;
+        finish = end.finish_reason;
+        if (!end.tool_calls.empty()) {
+          nlohmann::ordered_json calls = stream_chunk_json(s->header, std::exchange(rest, ""), {}, nullptr);
+          put_tool_call_deltas(calls, end.tool_calls);
+          if (!write(std::move(calls), i)) return gone();
+        }
+      }
+      nlohmann::ordered_json last = stream_chunk_json(s->header, rest, {}, finish);
       last["choices"][0]["index"] = i;
       if (--open > 0) {
         const std::string event = sse_event(last);

@@ -25,13 +25,6 @@
 namespace minfer::test {
 namespace {
 
-std::string cached_model(const std::string& file) {
-  const char* dir = std::getenv("MINFER_MODEL_CACHE");
-  const char* home = std::getenv("HOME");
-  if (dir != nullptr) return std::string(dir) + "/" + file;
-  return std::string(home != nullptr ? home : "/root") + "/.cache/minfer/models/" + file;
-}
-
 const std::string kSmolLM2 = cached_model("SmolLM2-135M-Instruct.Q4_1.gguf");
 
 // A file of tests/data/real_models/ (a reference's JSON).

@@ -148,13 +148,17 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   };
   refused([](json& b) { b.erase("messages"); }, "messages is required");
   refused([](json& b) { b["messages"] = json::array(); }, "messages is empty");
-  refused([](json& b) { b["messages"][0]["role"] = "tool"; }, "role 'tool' is not supported");
+  refused([](json& b) { b["messages"][0]["role"] = "tool"; }, "a tool message needs its tool_call_id");
+  refused([](json& b) { b["messages"][0]["role"] = "ipython"; }, "role 'ipython' is not supported");
   refused([](json& b) { b["messages"][0].erase("content"); }, "has no content");
   refused([](json& b) { b["messages"][0]["content"] = json::array({{{"type", "image_url"}}}); }, "only text");
   refused([](json& b) { b["messages"][0]["refusal"] = "no"; }, "refusal is not supported");
   refused([](json& b) { b["messages"][0]["name"] = "bob"; }, "name is not supported");
   refused([](json& b) { b["messages"][0]["colour"] = "red"; }, "unknown field 'colour'");
-  refused([](json& b) { b["tools"] = json::array({{{"type", "function"}}}); }, "tools is not supported");
+  refused([](json& b) { b["tools"] = json::array({{{"type", "function"}}}); }, "tools[0].function must be an object");
+  // SmolLM2's template has no place for tools (serve/tool_calls.h; the tool templates: test_serve_tools.cpp).
+  refused([](json& b) { b["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}); },
+          "chat template chatml-default-system does not render tools");
   refused([](json& b) { b["response_format"] = {{"type", "json_object"}}; }, "response_format is not supported");
   refused([](json& b) { b["n"] = 9; }, "n = 9: 1 to 8 choices");
   refused([](json& b) { b["logprobs"] = true; }, "logprobs is not supported");

@@ -28,6 +28,13 @@ std::string golden_path(const std::string& file) {
 
 bool golden_exists(const std::string& file) { return std::filesystem::exists(golden_path(file)); }
 
+std::string cached_model(const std::string& file) {
+  const char* dir = std::getenv("MINFER_MODEL_CACHE");
+  const char* home = std::getenv("HOME");
+  if (dir != nullptr) return std::string(dir) + "/" + file;
+  return std::string(home != nullptr ? home : "/root") + "/.cache/minfer/models/" + file;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;

@@ -14,6 +14,8 @@ namespace minfer::test {
 // ../shared/golden/ beside the project (or $MINFER_GOLDEN_DIR).
 std::string golden_path(const std::string& file);
 bool golden_exists(const std::string& file);
+// A model file as `make models` caches it: in $MINFER_MODEL_CACHE, or ~/.cache/minfer/models.
+std::string cached_model(const std::string& file);
 
 // Skips the current test visibly when a golden file is absent.
 #define SKIP_WITHOUT_GOLDEN(file)                                                        \
