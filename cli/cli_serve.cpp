@@ -381,7 +381,7 @@ int cmd_serve(int argc, char** argv) {
   Args args("serve",
             "Serves a model over HTTP: OpenAI's completions and chat API (POST /v1/completions,\n"
             "/v1/chat/completions), with continuous batching and prompt caching; GET /v1/models,\n"
-            "/health and /metrics (Prometheus).",
+            "/health and /metrics (Prometheus); POST /tokenize and /detokenize (llama-server's).",
             options);
   args.parse(argc, argv, 2);
   if (args.help_requested()) {
