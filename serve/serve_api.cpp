@@ -147,7 +147,7 @@ void check_unimplemented(const std::string& key, const json& v) {
   };
   if (key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
   else if (key == "echo") only(v.is_null() || v == false, "false");
-  else if (key == "logprobs" || key == "suffix") only(v.is_null(), "null");
+  else if (key == "suffix") only(v.is_null(), "null");
 }
 
 constexpr double kMaxLogitBias = 100.0;  // a bias's magnitude at most, as OpenAI's API
@@ -170,6 +170,34 @@ std::vector<LogitBias> parse_logit_bias(const json& v) {
     biases.push_back({id, float_field(name, bias, -kMaxLogitBias, kMaxLogitBias, false, "[-100, 100]")});
   }
   return biases;
+}
+
+constexpr int64_t kMaxCompletionLogprobs = 5;  // /v1/completions' logprobs at most, as OpenAI's legacy API
+
+// /v1/completions' logprobs: null, or how many of the most likely tokens each token's entry lists.
+void parse_completion_logprobs(const json& v, bool has_tokenizer, CompletionRequest& r) {
+  if (v.is_null()) return;
+  const int64_t n = integer("logprobs", v);
+  if (n < 0 || n > kMaxCompletionLogprobs)
+    refuse("logprobs", "logprobs = " + std::to_string(n) + ": 0 to " + std::to_string(kMaxCompletionLogprobs));
+  if (!has_tokenizer) refuse("logprobs", "logprobs need the text of the tokens, and this model carries no tokenizer");
+  r.top_logprobs = static_cast<int>(n);
+}
+
+// A chat's logprobs (a boolean) and top_logprobs (0 to 20, with logprobs true only), as OpenAI's API.
+void parse_chat_logprobs(const json& logprobs, const json& top, CompletionRequest& r) {
+  if (!logprobs.is_null() && !logprobs.is_boolean()) wrong_type("logprobs", "a boolean", logprobs);
+  const bool wanted = logprobs.is_boolean() && logprobs.get<bool>();
+  if (top.is_null()) {
+    r.top_logprobs = wanted ? 0 : -1;
+    return;
+  }
+  const int64_t n = integer("top_logprobs", top);
+  if (n < 0 || n > RowLogprobs::kMaxTopLogprobs)
+    refuse("top_logprobs", "top_logprobs = " + std::to_string(n) + ": 0 to " +
+                               std::to_string(RowLogprobs::kMaxTopLogprobs));
+  if (!wanted) refuse("top_logprobs", "top_logprobs needs \"logprobs\": true");
+  r.top_logprobs = static_cast<int>(n);
 }
 
 // The sampler's fields past temperature and top_p (engine/sampler.h); false for any other field.
@@ -522,8 +550,6 @@ void check_chat_unimplemented(const std::string& key, const json& v) {
   const bool empty = v.is_null() || (v.is_array() && v.empty());
   if (key == "functions") only(empty, "none; use tools");
   else if (key == "function_call") only(v.is_null() || v == "none" || v == "auto", "\"none\"; use tool_choice");
-  else if (key == "logprobs") only(v.is_null() || v == false, "false");
-  else if (key == "top_logprobs") only(v.is_null() || v == 0, "0");
   else if (key == "store") only(v.is_null() || v == false, "false");
   else if (key == "modalities") only(v.is_null() || v == json::array({"text"}), "[\"text\"]");
   else only(false, "its absence");  // audio, prediction, reasoning_effort, web_search_options, ...
@@ -543,7 +569,9 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
     if (key == "prompt") {
       parse_prompt(v, vocab_size, has_tokenizer, r);
       has_prompt = true;
-    } else if (key == "best_of" || key == "echo" || key == "logprobs" || key == "suffix") {
+    } else if (key == "logprobs") {
+      parse_completion_logprobs(v, has_tokenizer, r);
+    } else if (key == "best_of" || key == "echo" || key == "suffix") {
       check_unimplemented(key, v);
     } else {
       refuse_unknown_field(key);
@@ -568,12 +596,14 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
       has_messages = true;
     } else if (key == "max_completion_tokens") {
       if (!v.is_null()) max_completion_tokens = parse_max_tokens(key, v, limits);
+    } else if (key == "logprobs" || key == "top_logprobs") {
+      continue;  // read together below
     } else if (key == "metadata" || key == "service_tier") {
       continue;  // labels for OpenAI's dashboard and billing: they change no answer
     } else if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
       continue;  // below, with the keys in their order
     } else if (key == "functions" || key == "function_call" ||
-               key == "logprobs" || key == "top_logprobs" || key == "store" ||
+               key == "store" ||
                key == "modalities" || key == "audio" || key == "prediction" ||
                key == "reasoning_effort" || key == "web_search_options") {
       check_chat_unimplemented(key, v);
@@ -582,6 +612,7 @@ CompletionRequest parse_chat_request(const std::string& body, const ApiLimits& l
     }
   }
   if (!has_messages) refuse("messages", "messages is required");
+  parse_chat_logprobs(j.value("logprobs", json()), j.value("top_logprobs", json()), r);
   if (j.contains("tools") || j.contains("tool_choice") || j.contains("parallel_tool_calls")) {
     const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(body);  // a tool is rendered as sent
     auto field = [&](const char* key) { return in_order.contains(key) ? in_order[key] : nlohmann::ordered_json(); };

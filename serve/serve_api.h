@@ -39,7 +39,7 @@ struct ApiLimits {
 };
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
-// implements. Anything else that would change the answer (best_of, echo, logprobs, suffix; for
+// implements. Anything else that would change the answer (best_of, echo, suffix; for
 // chats functions, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
@@ -56,6 +56,9 @@ struct CompletionRequest {
   // top_k (-1 or 0: off), min_p, presence_penalty and frequency_penalty in [-2, 2],
   // repetition_penalty in (0, 1e6], logit_bias (at most 300 ids, each bias in [-100, 100])
   SamplingOptions sampling;
+  // The logprobs of each generated token with this many of the most likely tokens' (chat: logprobs
+  // true and top_logprobs 0 to 20; completions: logprobs 0 to 5); -1: none (engine/logprobs.h)
+  int top_logprobs = -1;
   std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
   std::vector<std::string> stop;       // up to 4 non-empty strings
   bool stream = false;
@@ -215,6 +218,7 @@ struct CompletionHeader {
   std::string model;
   bool include_usage = false;  // streams: usage null in every event, then one event with usage only
   std::optional<ToolCallParsing> tool_calls = {};  // a chat whose answer is parsed for tool calls
+  int top_logprobs = -1;  // CompletionRequest::top_logprobs: each choice carries its logprobs when >= 0
 };
 // prompt_tokens_details.cached_tokens: the prompt tokens found in cached blocks (prefix caching).
 nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);

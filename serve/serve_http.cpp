@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/splitmix.h"
 #include "serve/http_server.h"
+#include "serve/logprobs_json.h"
 #include "serve/serve_tokenize.h"
 
 namespace minfer::serve {
@@ -32,6 +33,9 @@ struct Choice {
   bool finished = false;
   FinishReason reason = FinishReason::stop;
   int64_t cached_tokens = 0;  // what the client is told of its cached prompt tokens (client_cached_tokens)
+  // With logprobs: each token's entries, its own and the most likely ones' (reserved at submission).
+  std::vector<TokenLogprob> logprobs;
+  size_t per_token = 0;  // 1 + top_logprobs; 0 without logprobs
   // The engine's thread only: stop strings found as the tokens come, so that the choice ends at
   // the token that completes one.
   StopMatcher stop;
@@ -40,6 +44,9 @@ struct Choice {
   Choice read(size_t from) const {
     Choice c;
     c.ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(std::min(from, ids.size())), ids.end());
+    c.per_token = per_token;
+    c.logprobs.assign(logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(from * per_token, logprobs.size())),
+                      logprobs.end());
     c.finished = finished;
     c.reason = reason;
     c.cached_tokens = cached_tokens;
@@ -308,6 +315,8 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     channel->choices.resize(static_cast<size_t>(request.n));
     for (Choice& c : channel->choices) {
       c.ids.reserve(static_cast<size_t>(request.max_tokens));
+      c.per_token = request.top_logprobs >= 0 ? static_cast<size_t>(request.top_logprobs) + 1 : 0;
+      c.logprobs.reserve(c.per_token * static_cast<size_t>(request.max_tokens));
       if (!request.stop.empty()) {
         c.stop = StopMatcher(request.stop, pieces->longest());
         c.prev = prompt.back();
@@ -336,7 +345,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
     CompletionHeader header{(request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(ids[0]), request.chat,
                             static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage,
-                            std::move(tool_calls)};
+                            std::move(tool_calls), request.top_logprobs};
     if (request.stream)
       answer_stream(res, header, channel, ids, prompt, std::move(request.stop), std::move(flight), http11);
     else
@@ -355,6 +364,7 @@ ServeRequest ServeHttp::Impl::choice_job(const CompletionRequest& request, const
   job.temperature = request.temperature;
   job.top_p = request.top_p;
   job.sampling = request.sampling;
+  job.top_logprobs = request.top_logprobs;
   job.stop_at_eos = !request.ignore_eos;
   // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
   if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
@@ -375,6 +385,12 @@ ServeRequest ServeHttp::Impl::choice_job(const CompletionRequest& request, const
     }
     if (channel->wake_per_token) channel->changed.notify_one();
     return more;
+  };
+  job.on_logprobs = [channel, at](const SampledLogprobs& s) {  // within what was reserved
+    std::lock_guard<std::mutex> lock(channel->mutex);
+    std::vector<TokenLogprob>& entries = channel->choices[at].logprobs;
+    entries.push_back(s.sampled);
+    entries.insert(entries.end(), s.top, s.top + s.n_top);
   };
   // (A stream that ends at a stop string may answer before the request has finished: the cached
   // tokens of its usage are known from the admission on.)
@@ -438,6 +454,10 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
     const char* finish = choices[i].reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
     nlohmann::ordered_json one = completion_json(header, text, tokens, finish, prompt_tokens, choices[i].cached_tokens);
     if (header.tool_calls) put_tool_calls(one["choices"][0], text, *header.tool_calls);
+    size_t offset = 0;
+    if (header.top_logprobs >= 0)
+      one["choices"][0]["logprobs"] = logprobs_json(header.chat, *pieces, prompt.back(), tokens.data(), tokens.size(),
+                                                    choices[i].logprobs.data(), choices[i].per_token, &offset);
     one["choices"][0]["index"] = i;
     if (i == 0) answer = std::move(one);
     else answer["choices"].push_back(std::move(one["choices"][0]));
@@ -458,6 +478,8 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     bool role_sent = false;  // a chat stream opens with the assistant's role
     bool done = false;       // its last event (its finish_reason) is written
     std::optional<ToolCallStream> tool_calls = {};  // a chat with tools: its text through the parser
+    int32_t prev;                // the token before the next one (for its logprobs' text)
+    size_t text_offset = 0;      // of the next token's text, with logprobs
   };
   struct Stream {
     std::shared_ptr<Channel> channel;
@@ -472,7 +494,8 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
                                            static_cast<int64_t>(prompt.size()), ConnectionServer::current_socket()});
   for (size_t i = 0; i < ids.size(); ++i)
     s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false,
-                          header.tool_calls ? std::optional<ToolCallStream>(*header.tool_calls) : std::nullopt});
+                          header.tool_calls ? std::optional<ToolCallStream>(*header.tool_calls) : std::nullopt,
+                          prompt.back(), 0});
   res.set_header("Cache-Control", "no-cache");
   // httplib calls the provider until sink.done(), on this connection's thread; false ends the
   // connection (the client is gone).
@@ -522,11 +545,18 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
         if (!write(chat_role_chunk_json(s->header), i)) return gone();
         c.role_sent = true;
       }
-      for (int32_t token : now[i].ids) {
+      for (size_t k = 0; k < now[i].ids.size(); ++k) {
+        const int32_t token = now[i].ids[k];
         if (c.text.stopped()) break;
         std::string text = c.text.push(token);
         if (c.tool_calls) text = c.tool_calls->push(text);
-        if (!write(stream_chunk_json(s->header, text, {token}, nullptr), i)) return gone();
+        nlohmann::ordered_json event = stream_chunk_json(s->header, text, {token}, nullptr);
+        if (s->header.top_logprobs >= 0)
+          event["choices"][0]["logprobs"] = logprobs_json(s->header.chat, *pieces, c.prev, &token, 1,
+                                                          now[i].logprobs.data() + k * now[i].per_token,
+                                                          now[i].per_token, &c.text_offset);
+        c.prev = token;
+        if (!write(std::move(event), i)) return gone();
         ++c.sent;
       }
       // The engine ends the choice at the same token: the cancel is a no-op then.

@@ -161,7 +161,7 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
           "chat template chatml-default-system does not render tools");
   refused([](json& b) { b["response_format"] = {{"type", "json_object"}}; }, "response_format is not supported");
   refused([](json& b) { b["n"] = 9; }, "n = 9: 1 to 8 choices");
-  refused([](json& b) { b["logprobs"] = true; }, "logprobs is not supported");
+  refused([](json& b) { b["top_logprobs"] = 1; }, "top_logprobs needs \"logprobs\": true");
   refused([](json& b) { b["max_completion_tokens"] = 5; }, "disagree");
   refused([](json& b) { b["prompt"] = "x"; }, "unknown field 'prompt'");
   refused([](json& b) { b["max_completion_tokens"] = 1000; }, "over this server's limit");

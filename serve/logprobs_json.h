@@ -1,0 +1,25 @@
+// The `logprobs` of a choice, from each token's entries (engine/logprobs.h): on the chat route
+// OpenAI's {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}],
+// "refusal": null}; on /v1/completions its legacy {tokens, token_logprobs, top_logprobs (a dict of
+// token text -> logprob per token), text_offset}. A token's text is its bytes after the token before
+// it (TokenPieces), invalid UTF-8 as U+FFFD (`bytes` keeps them); text_offset counts the bytes of
+// the tokens' texts before it, from the start of the completion.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/logprobs.h"
+#include "serve/serve_api.h"
+
+namespace minfer::serve {
+
+// ids[n] after the token `prev`, with entries[n * per_token]: each token's own entry, then its
+// per_token - 1 most likely ones. *text_offset is where the first token's text starts, and is moved
+// past the last one's (a stream's events carry on from each other).
+nlohmann::ordered_json logprobs_json(bool chat, const TokenPieces& pieces, int32_t prev, const int32_t* ids, size_t n,
+                                     const TokenLogprob* entries, size_t per_token, size_t* text_offset);
+
+}  // namespace minfer::serve
