@@ -9,7 +9,10 @@ answer checked by the `jsonschema` package:
     seed. An answer that stops must validate; one that says finish_reason "length" must have used
     all of max_tokens, and is counted and reported, not validated;
   - `json_object` answers a JSON object;
-  - schemas that cannot be enforced are refused with a 400 naming the reason;
+  - minfer's `grammar` (EBNF) and `regex` fields hold the whole answer; a schema's answer cut at
+    max_tokens says finish_reason "length";
+  - schemas that cannot be enforced, and a malformed grammar, are refused with a 400 naming the
+    reason;
   - tool calls with tool_choice "required" and a named function, whole and streamed (the streamed
     deltas reassembled as the client does), their arguments validated against the tool's parameters.
 
@@ -26,6 +29,7 @@ The script runs itself again inside the virtualenv of tests/openai_client_suppor
 import concurrent.futures
 import json
 import os
+import re
 import sys
 import time
 
@@ -225,6 +229,35 @@ def check_refusals(client, model):
             print(f"refused ({what}): {e.message}")
 
 
+def check_grammar_regex_and_length(client, model):
+    """minfer's extension fields grammar (EBNF) and regex (the whole answer matches), one malformed
+    grammar refused, and a schema's answer cut at max_tokens said to be "length"."""
+    messages = [{"role": "user", "content": "Is water wet? Then give a product code."}]
+    for field, text, allowed in (("grammar", 'root ::= "yes" | "no"', re.compile("yes|no")),
+                                 ("regex", "[A-Z]{3}-[0-9]{3}", re.compile("[A-Z]{3}-[0-9]{3}"))):
+        answer = client.chat.completions.create(model=model, messages=messages, max_tokens=16, temperature=0.8,
+                                                seed=SEED, extra_body={field: text})
+        choice = answer.choices[0]
+        if choice.finish_reason != "stop" or not allowed.fullmatch(choice.message.content):
+            fail(f"an answer under {field} {text!r} matches it whole", answer.model_dump())
+        print(f"{field}: {choice.message.content!r}")
+    try:
+        client.chat.completions.create(model=model, messages=messages, max_tokens=4,
+                                       extra_body={"grammar": 'root ::= "unclosed'})
+        fail("a malformed grammar is answered, not refused")
+    except openai.BadRequestError as e:
+        if "grammar" not in e.message:
+            fail("the 400 for a malformed grammar names the field", e.message)
+        print(f"refused (a malformed grammar): {e.message}")
+    name, prompt, schema, _ = SCHEMAS[0]
+    answer = client.chat.completions.create(
+        model=model, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+        response_format=json_schema_format(name, schema), max_tokens=3, temperature=0)
+    if answer.choices[0].finish_reason != "length" or answer.usage.completion_tokens != 3:
+        fail("a constrained answer cut at max_tokens says finish_reason length", answer.model_dump())
+    print(f"cut at max_tokens 3: length {answer.choices[0].message.content!r}")
+
+
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
     "parameters": obj({"city": {"type": "string", "maxLength": 32}, "unit": {"enum": ["celsius", "fahrenheit"]}})}}
@@ -353,6 +386,7 @@ def main():
         check_refusals(client, "m")
         check_json_object(client, "m")
         check_parse(client, "m")
+        check_grammar_regex_and_length(client, "m")
         check_schema_suite(client, "m", real_model)
         if real_model:
             check_tool_calls(client, "m")
