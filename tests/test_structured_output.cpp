@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -225,6 +224,11 @@ TEST(StructuredOutput, RequestFieldsAreParsedOnBothRoutes) {
   }
 }
 
+// Whether `text` is not empty and made of `chars` only.
+bool all_of_chars(const std::string& text, const char* chars) {
+  return !text.empty() && text.find_first_not_of(chars) == std::string::npos;
+}
+
 // A random model over the fixture's vocabulary, greedy under a grammar: what it writes parses.
 struct ConstrainedRun {
   Vocab vocab;
@@ -291,7 +295,9 @@ TEST(StructuredOutput, SampledAnswersMatchTheRegex) {
   ConstrainedRun run;
   const std::string text = run.run(want(OutputConstraint::Kind::regex, "(cat|dog)-[0-9]{2}", "regex"), 30, 0.8f);
   EXPECT_EQ(run.stats.reason, FinishReason::stop) << text;
-  EXPECT_TRUE(std::regex_match(text, std::regex("(cat|dog)-[0-9]{2}"))) << text;
+  // (std::regex is not used: GCC 12 warns inside it under the sanitizers.)
+  const bool pet = text.rfind("cat-", 0) == 0 || text.rfind("dog-", 0) == 0;
+  EXPECT_TRUE(pet && text.size() == 6 && all_of_chars(text.substr(4), "0123456789")) << text;
 }
 
 TEST(StructuredOutput, AConstrainedAnswerCutByMaxTokensSaysLength) {
@@ -300,7 +306,7 @@ TEST(StructuredOutput, AConstrainedAnswerCutByMaxTokensSaysLength) {
   const std::string text = run.run(want(OutputConstraint::Kind::regex, "[a-z]{20}", "regex"), 3);
   EXPECT_EQ(run.stats.reason, FinishReason::length) << text;
   EXPECT_EQ(run.tokens.size(), 3u);
-  EXPECT_TRUE(std::regex_match(text, std::regex("[a-z]+"))) << text;
+  EXPECT_TRUE(all_of_chars(text, "abcdefghijklmnopqrstuvwxyz")) << text;
 }
 
 #if MINFER_HAVE_HTTPLIB
@@ -319,7 +325,8 @@ TEST_F(ServeStructured, BothRoutesAnswerWithinTheGrammarAndRefuseWhatCannotBe) {
   }
   Answer a = post(port(), R"({"prompt": "Say", "regex": "(yes|no)!", "max_tokens": 10, "temperature": 0})");
   ASSERT_EQ(a.status, 200) << a.raw;
-  EXPECT_TRUE(std::regex_match(a.body["choices"][0]["text"].get<std::string>(), std::regex("(yes|no)!"))) << a.raw;
+  const std::string said = a.body["choices"][0]["text"];
+  EXPECT_TRUE(said == "yes!" || said == "no!") << a.raw;
   Answer c = post(port(),
                   R"({"messages": [{"role": "user", "content": "JSON"}], "max_tokens": 40, "temperature": 0,
                       "response_format": {"type": "json_schema", "json_schema": {"name": "f", "strict": true,
