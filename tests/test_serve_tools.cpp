@@ -33,7 +33,8 @@ const std::string& qwen_template_model() {
     // Its default system message shortened (minfer reads it from the template), for the 512 positions.
     std::string qwen = read_file(MINFER_SOURCE_DIR "/tests/data/chat_templates/templates/chatml-qwen2.5.jinja");
     const std::string system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
-    for (size_t at = qwen.find(system); at != std::string::npos; at = qwen.find(system, at)) qwen.replace(at, system.size(), "S.");
+    for (size_t at = qwen.find(system); at != std::string::npos; at = qwen.find(system, at))
+      qwen.replace(at, system.size(), "S.");
     config["chat_template"] = qwen;
     std::ofstream(dir.file("tokenizer_config.json")) << config.dump();
     return true;
@@ -194,10 +195,10 @@ TEST_F(ServeTools, RefusesEachToolFieldNamingIt) {
   const json call = {{"id", "c"}, {"type", "function"}, {"function", {{"name", "w"}, {"arguments", "{}"}}}};
   refused([&](json& b) { b["messages"][0]["tool_calls"] = json::array({call}); }, "only an assistant has tool_calls");
   refused([](json& b) { b["messages"].push_back({{"role", "assistant"}, {"content", nullptr}}); }, "has no content");
-  refused([](json& b) {
-    b["messages"].push_back({{"role", "assistant"}, {"tool_calls", {{{"id", "c"}, {"type", "function"},
-                                                                      {"function", {{"name", "f"}, {"arguments", "{"}}}}}}});
-  }, "arguments is not the JSON text of an object");
+  json broken = call;
+  broken["function"]["arguments"] = "{";
+  refused([&](json& b) { b["messages"].push_back({{"role", "assistant"}, {"tool_calls", json::array({broken})}}); },
+          "arguments is not the JSON text of an object");
   refused([](json& b) { b["functions"] = json::array({{{"name", "f"}}}); }, "functions is not supported");
   refused([](json& b) {
     b["tool_choice"] = "required";

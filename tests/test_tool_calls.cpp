@@ -75,7 +75,8 @@ TEST(ToolRequest, TakesToolsAndEachToolChoice) {
 
 TEST(ToolRequest, RefusesEachMalformedFieldNamingIt) {
   const ordered_json tools = {weather_tool()};
-  EXPECT_EQ(tools_refusal(nullptr, "required"), "tool_choice: tool_choice asks for a tool call, but the request has no tools");
+  EXPECT_EQ(tools_refusal(nullptr, "required"),
+            "tool_choice: tool_choice asks for a tool call, but the request has no tools");
   EXPECT_EQ(tools_refusal(tools, "sometimes"),
             "tool_choice: tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
             "\"function\": {\"name\": ...}}");
@@ -83,17 +84,20 @@ TEST(ToolRequest, RefusesEachMalformedFieldNamingIt) {
             "tool_choice: tool_choice names the function 'nope', which is not among the tools");
   EXPECT_EQ(tools_refusal(tools, nullptr, "yes"), "parallel_tool_calls: parallel_tool_calls must be a boolean");
   EXPECT_EQ(tools_refusal("x"), "tools: tools must be an array of at most 128 tools");
-  EXPECT_EQ(tools_refusal(ordered_json::array({{{"type", "retrieval"}}})), "tools: tools[0].type must be \"function\" (the only kind of tool)");
+  EXPECT_EQ(tools_refusal(ordered_json::array({{{"type", "retrieval"}}})),
+            "tools: tools[0].type must be \"function\" (the only kind of tool)");
   ordered_json extra = weather_tool();
   extra["cache"] = true;
-  EXPECT_EQ(tools_refusal(ordered_json::array({extra})), "tools: tools[0]: unknown field 'cache' (only type and function)");
+  EXPECT_EQ(tools_refusal(ordered_json::array({extra})),
+            "tools: tools[0]: unknown field 'cache' (only type and function)");
   extra = weather_tool();
   extra["function"]["examples"] = 1;
   EXPECT_EQ(tools_refusal(ordered_json::array({extra})),
             "tools: tools[0].function: unknown field 'examples' (name, description, parameters, strict)");
   extra = weather_tool();
   extra["function"]["parameters"] = "{}";
-  EXPECT_EQ(tools_refusal(ordered_json::array({extra})), "tools: tools[0].function.parameters must be a JSON schema object");
+  EXPECT_EQ(tools_refusal(ordered_json::array({extra})),
+            "tools: tools[0].function.parameters must be a JSON schema object");
   extra = weather_tool();
   extra["function"].erase("name");
   EXPECT_EQ(tools_refusal(ordered_json::array({extra})), "tools: tools[0].function.name is required");
@@ -122,7 +126,8 @@ TEST(ToolRequest, LimitsHoldAtTheBoundary) {
   ASSERT_EQ(big.dump().size(), kMaxToolBytes);
   EXPECT_EQ(tools_refusal(ordered_json::array({big})), "");
   big["function"]["description"] = big["function"]["description"].get<std::string>() + "d";
-  EXPECT_EQ(tools_refusal(ordered_json::array({big})), "tools: tools[0] is 32769 bytes of JSON; a tool may have at most 32768");
+  EXPECT_EQ(tools_refusal(ordered_json::array({big})),
+            "tools: tools[0] is 32769 bytes of JSON; a tool may have at most 32768");
 }
 
 nlohmann::json history_call(const std::string& id, const std::string& arguments) {
@@ -135,7 +140,8 @@ std::string history_refusal(const nlohmann::json& calls) {
 
 TEST(ToolHistory, ReadsCallsAndRefusesThemPastTheLimits) {
   const std::vector<ChatToolCall> calls =
-      parse_history_tool_calls(nlohmann::json::array({history_call("call_1", "{\"city\": \"Paris\"}")}), "messages[1].tool_calls");
+      parse_history_tool_calls(nlohmann::json::array({history_call("call_1", "{\"city\": \"Paris\"}")}),
+                               "messages[1].tool_calls");
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].id, "call_1");
   EXPECT_EQ(calls[0].name, "get_weather");
@@ -152,7 +158,9 @@ TEST(ToolHistory, ReadsCallsAndRefusesThemPastTheLimits) {
             "messages: messages[1].tool_calls[0].id must be a string of 1 to 128 bytes");
 
   // Arguments nested kMaxArgumentsDepth deep (the object itself is the first level) and one more.
-  auto nested = [](size_t depth) { return "{\"a\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}"; };
+  auto nested = [](size_t depth) {
+    return "{\"a\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+  };
   EXPECT_EQ(history_refusal(nlohmann::json::array({history_call("c", nested(kMaxArgumentsDepth))})), "");
   EXPECT_EQ(history_refusal(nlohmann::json::array({history_call("c", nested(kMaxArgumentsDepth + 1))})),
             "messages: messages[1].tool_calls[0].function.arguments is not the JSON text of an object (nested at "
@@ -165,7 +173,8 @@ TEST(ToolHistory, ReadsCallsAndRefusesThemPastTheLimits) {
             "messages: messages[1].tool_calls[0].function.arguments must be a string (the JSON text of an object)");
   nlohmann::json extra = history_call("c", "{}");
   extra["index"] = 0;
-  EXPECT_EQ(history_refusal(nlohmann::json::array({extra})), "messages: messages[1].tool_calls[0]: unknown field 'index' (id, type, function)");
+  EXPECT_EQ(history_refusal(nlohmann::json::array({extra})),
+            "messages: messages[1].tool_calls[0]: unknown field 'index' (id, type, function)");
 }
 
 TEST(ToolCallParser, QwenBlocksWithTextBeforeAndInParallel) {
@@ -177,7 +186,8 @@ TEST(ToolCallParser, QwenBlocksWithTextBeforeAndInParallel) {
                    ToolFormat::qwen),
             "content=[Let me look.\n] get_weather{\"city\":\"Paris\"} get_time{}");
   // The last block may lack its closing tag; arguments may be JSON text.
-  EXPECT_EQ(parsed("<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}", ToolFormat::qwen),
+  EXPECT_EQ(parsed("<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}",
+                   ToolFormat::qwen),
             "content=null get_time{\"tz\":\"UTC\"}");
   // parallel_tool_calls false: the first call only.
   EXPECT_EQ(parsed("<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call><tool_call>{\"name\": "
@@ -209,7 +219,8 @@ TEST(ToolCallParser, WhatIsNotACallStaysText) {
   for (const std::string& text : std::vector<std::string>{
            "Hello there.", "", "{\"name\": \"get_weather\", \"arguments\": {\"city\": ",
            "{\"name\": \"launch_missiles\", \"arguments\": {}}", "{\"name\": \"get_time\", \"arguments\": [1]}",
-           "{\"name\": \"get_time\"}", "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call> and more",
+           "{\"name\": \"get_time\"}",
+           "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call> and more",
            "<tool_call>\nnot json\n</tool_call>", "{\"city\": \"Paris\"}", "```json\n{\"name\": \"get_time\"",
            "{\"name\": \"get_time\", \"arguments\": {\"a\": " + std::string(100, '[') + std::string(100, ']') + "}}"}) {
     EXPECT_EQ(parsed(text, ToolFormat::qwen), "(text)") << text;
@@ -253,7 +264,9 @@ std::string streamed(const std::vector<std::string>& pieces, ToolFormat format, 
   if (early) *early = content;
   ToolCallStream::Ending end = stream.finish(pieces.empty() ? "" : pieces.back(), "stop");
   content += end.content;
-  std::string out = end.tool_calls.empty() ? "(text) " + content : (content.empty() ? "content=null" : "content=[" + content + "]");
+  std::string out = end.tool_calls.empty() ? "(text) " + content
+                     : content.empty()        ? "content=null"
+                                              : "content=[" + content + "]";
   for (const ordered_json& call : end.tool_calls) {
     EXPECT_EQ(call["type"], "function");
     out += " " + call["function"]["name"].get<std::string>() + call["function"]["arguments"].get<std::string>();
@@ -267,7 +280,8 @@ std::string streamed(const std::vector<std::string>& pieces, ToolFormat format, 
 // The stream parses as the whole answer does wherever it is cut, and byte by byte.
 TEST(ToolCallStream, EverySplitGivesTheWholeAnswersCalls) {
   const std::vector<std::pair<std::string, ToolFormat>> answers = {
-      {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", ToolFormat::qwen},
+      {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       ToolFormat::qwen},
       {"  Checking <tool>s.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>"
        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}</tool_call>",
        ToolFormat::qwen},

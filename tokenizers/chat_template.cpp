@@ -725,8 +725,8 @@ std::vector<ChatPiece> ChatTemplate::render(const std::vector<ChatMessage>& mess
     MINFER_CHECK(role == "system" || role == "user" || role == "assistant" || (role == "tool" && tool_roles),
                  "chat message ", i + 1, " has role \"", role, "\"; chat template ", variant_, " takes system, user",
                  tool_roles ? ", assistant and tool messages" : " and assistant messages (it does not render tools)");
-    MINFER_CHECK(messages[i].tool_calls.empty() || tool_roles, "chat message ", i + 1, " has tool calls; chat template ",
-                 variant_, " does not render tools");
+    MINFER_CHECK(messages[i].tool_calls.empty() || tool_roles, "chat message ", i + 1,
+                 " has tool calls; chat template ", variant_, " does not render tools");
   }
   MINFER_CHECK(tools.empty() || tool_roles, "chat template ", variant_, " does not render tools");
   const std::vector<nlohmann::ordered_json> parsed = parsed_tools(tools);
