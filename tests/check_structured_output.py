@@ -19,12 +19,13 @@ answer checked by the `jsonschema` package:
 The model is Qwen2.5-Coder-0.5B-Instruct (the Q4_K_M file `make models` fetches, under
 $MINFER_MODEL_CACHE or ~/.cache/minfer/models) when present; without it the suite runs on the chat
 fixture tests/data/models/smollm-chat (random weights: its answers show the grammar's hold, not
-sense) and the tool calls, which need Qwen2.5's template, are skipped, saying so. A server built
-without XGrammar refuses response_format; the test is then skipped (exit 77), saying so.
+sense) and the tool calls, which need Qwen2.5's template, are skipped, saying so; so too with
+--fixture, which the sanitizer build's ctest entry passes (the real model runs for minutes there).
+A server built without XGrammar refuses response_format; the test is then skipped (exit 77).
 
 The script runs itself again inside the virtualenv of tests/openai_client_support.py.
 
-  check_structured_output.py MINFER SOURCE_DIR
+  check_structured_output.py MINFER SOURCE_DIR [--fixture]
 """
 import concurrent.futures
 import json
@@ -366,12 +367,23 @@ def check_tool_calls(client, model):
     print(f"no tools, a call's text stays text: {json.dumps(bare.choices[0].message.content)}")
 
 
+def pick_model(source, fixture_only):
+    """(the model's path, whether it is Qwen2.5-Coder-0.5B), saying why when it is the fixture."""
+    fixture = os.path.join(source, "tests", "data", "models", "smollm-chat")
+    qwen = cached_model(QWEN_FILE)
+    if fixture_only:
+        print(f"model: {fixture} (--fixture: a sanitizer build, where Qwen2.5-Coder-0.5B takes 4 minutes)")
+        return fixture, False
+    if not os.path.exists(qwen):
+        print(f"model: {fixture} ({qwen} is absent: the random-weight chat fixture instead)")
+        return fixture, False
+    print(f"model: {qwen}")
+    return qwen, True
+
+
 def main():
     minfer, source = sys.argv[1], sys.argv[2]
-    qwen = cached_model(QWEN_FILE)
-    real_model = os.path.exists(qwen)
-    model = qwen if real_model else os.path.join(source, "tests", "data", "models", "smollm-chat")
-    print(f"model: {model}" + ("" if real_model else f" ({qwen} is absent: the random-weight chat fixture instead)"))
+    model, real_model = pick_model(source, sys.argv[3:] == ["--fixture"])
     server, port = start_server(minfer, model, "--slots", str(CONCURRENT), "--ctx", "1024" if real_model else "512")
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
