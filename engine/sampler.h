@@ -56,7 +56,7 @@ struct LogitBias {
 // The sampler's settings beyond run.c's temperature and top-p (see the top of this file).
 struct SamplingOptions {
   static constexpr size_t kMaxLogitBias = 300;  // entries of logit_bias at most
-  int64_t top_k = 0;                 // >= 0; 0: every token
+  int64_t top_k = 0;                 // >= 0; 0 (or the vocabulary's size or more): every token
   float min_p = 0.0f;                // in [0, 1]; 0: no cut
   float presence_penalty = 0.0f;     // finite; 0: none
   float frequency_penalty = 0.0f;    // finite; 0: none
