@@ -32,6 +32,11 @@ Sampler::Sampler(int64_t vocab_size, float temperature, float top_p, uint64_t se
   MINFER_CHECK(vocab_size > 0, "sampler: vocab_size must be positive");
   restart(temperature, top_p, seed);
   candidates_.resize(static_cast<size_t>(vocab_size));
+  // Sized once for every option a request may bring (5 bytes a vocabulary token and 300 biases),
+  // so that no restart() allocates: a scheduler restarts a slot's sampler inside a step.
+  generated_.resize(static_cast<size_t>(vocab_size));
+  in_prompt_.resize(static_cast<size_t>(vocab_size));
+  options_.logit_bias.reserve(SamplingOptions::kMaxLogitBias);
 }
 
 void Sampler::restart(float temperature, float top_p, uint64_t seed) {
@@ -75,10 +80,6 @@ void Sampler::restart(float temperature, float top_p, uint64_t seed, const Sampl
   options_.frequency_penalty = options.frequency_penalty;
   options_.repetition_penalty = options.repetition_penalty;
   options_.logit_bias.assign(options.logit_bias.begin(), options.logit_bias.end());
-  if (options_.penalizes() && generated_.empty()) {
-    generated_.resize(static_cast<size_t>(vocab_size_));
-    in_prompt_.resize(static_cast<size_t>(vocab_size_));
-  }
   begin(nullptr, 0);
 }
 

@@ -76,8 +76,8 @@ class Sampler {
   // The same sampler with other settings, as if made anew (options back to their defaults), without
   // allocating (a scheduler's slot takes each new request's settings this way).
   void restart(float temperature, float top_p, uint64_t seed);
-  // With SamplingOptions too. Allocates only the first time a sampler is given logit_bias entries
-  // (past those it holds) or a penalty (its counts: two per vocabulary token, kept from then on).
+  // With SamplingOptions too, also without allocating (the counts and the bias list are sized by
+  // the constructor for any options check_sampling_options accepts).
   void restart(float temperature, float top_p, uint64_t seed, const SamplingOptions& options);
   bool greedy() const { return temperature_ == 0.0f; }
   const SamplingOptions& options() const { return options_; }
@@ -115,7 +115,7 @@ class Sampler {
   uint64_t state_;
   SamplingOptions options_;
   std::vector<ProbIndex> candidates_;  // sized once: nothing is allocated while sampling
-  // With penalties: how often each token was generated, and whether it is in the prompt.
+  // For the penalties: how often each token was generated, and whether it is in the prompt.
   std::vector<int32_t> generated_;
   std::vector<uint8_t> in_prompt_;
 };

@@ -20,10 +20,8 @@
 // Nothing is allocated by a step, from the pool or the heap (tests/heap/test_decode_heap.cpp): the
 // decoder, the row lists, the block pool and every slot's sampler are sized when the scheduler is
 // made, an admitted request restarts its slot's sampler, and its token and block lists were
-// reserved by submit(), on the caller's thread. The exceptions are a preemption, whose request goes
-// back into the queue (a std::deque, which may allocate a chunk for it), and the first admission to
-// a slot of a request with penalties or more logit_bias entries than the slot had (its sampler's
-// counts and bias list, sized once: engine/sampler.h).
+// reserved by submit(), on the caller's thread. The exception is a preemption, whose request goes
+// back into the queue (a std::deque, which may allocate a chunk for it).
 //
 // The KV cache is a pool of blocks (engine/block_pool.h), not a context per slot. A request is
 // admitted when a slot (a sequence of the decoder; --slots is the most that run at once) is free

@@ -53,7 +53,7 @@ for chunk in client.completions.create(model="smollm-chat", prompt="Once upon a 
 out["completion_stream"] = {"text": text, "finish": finish}
 
 try:
-    client.chat.completions.create(model="smollm-chat", messages=messages, n=2)
+    client.chat.completions.create(model="smollm-chat", messages=messages, n=9)
     out["error"] = None
 except openai.BadRequestError as e:
     out["error"] = {"status": e.status_code, "message": e.message}
@@ -95,8 +95,8 @@ def main():
     check(r["completion"]["text"] == r["completion_stream"]["text"] and r["completion"]["finish"] ==
           r["completion_stream"]["finish"], "a streamed completion equals the whole", r)
     check(r["completion"]["usage"]["completion_tokens"] >= 1, "a completion's usage", r)
-    check(r["error"] is not None and r["error"]["status"] == 400 and "n is not supported" in r["error"]["message"],
-          "n = 2 raises BadRequestError naming n", r)
+    check(r["error"] is not None and r["error"]["status"] == 400 and "n = 9: 1 to 8 choices" in r["error"]["message"],
+          "n = 9 raises BadRequestError naming n", r)
     print("openai client: chat.completions.create and completions.create, streamed and whole, against minfer serve: ok")
     print(json.dumps(r["chat"]))
 

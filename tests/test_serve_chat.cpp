@@ -159,7 +159,7 @@ TEST_F(ServeChat, TakesOpenAIsFieldsAndRefusesWhatItDoesNotDo) {
   // SmolLM2's template has no place for tools (serve/tool_calls.h; the tool templates: test_serve_tools.cpp).
   refused([](json& b) { b["tools"] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}); },
           "chat template chatml-default-system does not render tools");
-  refused([](json& b) { b["response_format"] = {{"type", "json_object"}}; }, "response_format is not supported");
+  refused([](json& b) { b["response_format"] = {{"type", "yaml"}}; }, "response_format.type 'yaml' is not supported");
   refused([](json& b) { b["n"] = 9; }, "n = 9: 1 to 8 choices");
   refused([](json& b) { b["top_logprobs"] = 1; }, "top_logprobs needs \"logprobs\": true");
   refused([](json& b) { b["max_completion_tokens"] = 5; }, "disagree");

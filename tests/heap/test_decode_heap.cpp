@@ -143,9 +143,9 @@ TEST(DecodeHeap, SchedulerDecodeStepsAllocateNothing) {
   EXPECT_EQ(scheduler.metrics().prompt_tokens_cached, uint64_t(24 + 29)) << "the sixth found all but its last token";
 }
 
-// The sampler's cuts, penalties and bias, and logprobs, allocate nothing in a step either: a
-// slot's counts and bias list are sized when its first such request is admitted (in the warm-up
-// steps), and a second request with them, admitted to the same slot, reuses them.
+// The sampler's cuts, penalties and bias, and logprobs, allocate nothing in a step either, nor
+// does the admission of a request with them: a slot's counts and bias list are sized when the
+// scheduler is made.
 TEST(DecodeHeap, SamplingOptionsAndLogprobsAllocateNothingPerStep) {
   auto backend = make_backend(BackendKind::cpu);
   auto model = load_model("preset:tiny", *backend, {});
@@ -154,34 +154,38 @@ TEST(DecodeHeap, SamplingOptionsAndLogprobsAllocateNothingPerStep) {
   Scheduler scheduler(*model, o);
   std::vector<TokenLogprob> logprobs;
   logprobs.reserve(2 * 30 * 21);
-  auto request = [&logprobs] {
+  auto request = [&logprobs](bool with_options) {
     ServeRequest r;
     r.prompt = {1, 2, 3};
     r.max_tokens = 30;
     r.temperature = 0.8f;
+    r.stop_at_eos = false;
+    r.on_token = [](int32_t) { return true; };
+    if (!with_options) return r;
     r.sampling.top_k = 40;
     r.sampling.min_p = 0.05f;
     r.sampling.presence_penalty = 0.5f;
     r.sampling.frequency_penalty = 0.5f;
     r.sampling.repetition_penalty = 1.3f;
     r.sampling.logit_bias = {{5, 2.0f}, {9, -2.0f}};
-    r.stop_at_eos = false;
     r.top_logprobs = 20;
     r.on_logprobs = [&logprobs](const SampledLogprobs& s) {
       logprobs.push_back(s.sampled);
       logprobs.insert(logprobs.end(), s.top, s.top + s.n_top);
     };
-    r.on_token = [](int32_t) { return true; };
     return r;
   };
-  scheduler.submit(request());
-  for (int step = 0; step < 4; ++step) ASSERT_TRUE(scheduler.step());
+  scheduler.submit(request(false));  // warms up the steps without any option
+  while (scheduler.step()) {
+  }
+  scheduler.submit(request(true));
   const long n = allocations_in([&] {
     while (scheduler.step()) {
     }
   });
-  EXPECT_EQ(n, 0) << "heap allocations in the steps of a request with every sampling option and logprobs";
-  scheduler.submit(request());
+  EXPECT_EQ(n, 0) << "heap allocations in the steps of a request with every sampling option and logprobs, "
+                     "its admission included";
+  scheduler.submit(request(true));
   const long again = allocations_in([&] {
     while (scheduler.step()) {
     }
