@@ -198,6 +198,11 @@ struct StructuredOutputs::Impl {
   int64_t vocab;
 
   mutable std::mutex mutex;  // guards the cache and stats
+  // note: one compile at a time, whatever the HTTP threads: XGrammar cannot stop a compile midway,
+  // and each takes the compiler's 2 threads, so concurrent compiles of many large schemas (a
+  // hostile client's) would take the cores from the engine; queued ones take the cache's answer
+  // when an earlier compile was of the same grammar.
+  std::mutex compiling;
   using Entry = std::pair<std::string, xgrammar::CompiledGrammar>;
   std::list<Entry> cache;
   std::unordered_map<std::string, std::list<Entry>::iterator> index;
@@ -217,7 +222,6 @@ struct StructuredOutputs::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     ++stats.compiles;
     stats.compile_seconds += seconds;
-    if (index.count(key) != 0) return;  // compiled meanwhile by another thread
     cache.emplace_front(key, grammar);
     index[key] = cache.begin();
     cache_bytes += grammar.MemorySizeBytes();
@@ -240,6 +244,11 @@ std::shared_ptr<TokenConstraint> StructuredOutputs::constrain(const OutputConstr
     MINFER_CHECK(id >= 0 && id < impl_->vocab, "stop token ", id, " is outside the vocabulary");
   const std::string key = detail::concat(kind_name(want.kind), want.strict ? "+strict:" : ":", want.text);
   std::optional<xgrammar::CompiledGrammar> compiled = impl_->find(key);
+  std::unique_lock<std::mutex> compiling(impl_->compiling, std::defer_lock);
+  if (!compiled) {
+    compiling.lock();
+    compiled = impl_->find(key);
+  }
   if (!compiled) {
     const auto start = std::chrono::steady_clock::now();
     try {

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -135,6 +137,28 @@ TEST(StructuredOutput, ARepeatedSchemaHitsTheCache) {
   EXPECT_EQ(v.outputs.stats().compiles, 2u);
   EXPECT_GT(v.outputs.stats().compile_seconds, 0.0);
   EXPECT_NE(v.outputs.metrics_text().find("minfer_grammar_cache_hits_total 1\n"), std::string::npos);
+}
+
+// Compiles run one at a time, and those queued behind a compile of the same grammar take it from
+// the cache: eight threads asking at once for one new schema compile it once.
+TEST(StructuredOutput, ConcurrentRequestsForOneSchemaCompileItOnce) {
+  SKIP_WITHOUT_XGRAMMAR();
+  Vocab v;
+  const std::string schema = R"({"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"},
+                                  "l": {"type": "array", "items": {"type": "number"}}}, "required": ["n", "s", "l"]})";
+  const OutputConstraint w{OutputConstraint::Kind::json_schema, schema, true, "response_format"};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      ++ready;
+      while (ready.load() < 8) {
+      }
+      v.outputs.constrain(w, v.stops);
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(v.outputs.stats().compiles, 1u);
+  EXPECT_EQ(v.outputs.stats().cache_hits, 7u);
 }
 
 void expect_refusal(StructuredOutputs& outputs, const OutputConstraint& w, const std::vector<int32_t>& stops,
