@@ -8,8 +8,9 @@
 #   tools/gpu-check.sh --prepare
 #       here, before the lease: copies what the GPU machine lacks (it has no package registry)
 #       into .gpu-deps/: Eigen's and nlohmann-json's headers, PCRE2's header and static library,
-#       GoogleTest's sources, and the stories260K golden files, so that the golden tests run
-#       there too.
+#       GoogleTest's sources, XGrammar's sources (when `make deps` fetched them: structured
+#       outputs, and the grammar masks on a GPU's decode), and the stories260K golden files, so
+#       that the golden tests run there too.
 #   tools/gpu-check.sh OUTDIR
 #       there: run(command="tools/gpu-check.sh $OUT", carry=[".gpu-deps"], timeout_s=360).
 #       OUTDIR receives gpu-check.tar.gz (every log, JSON and table) and summary.txt.
@@ -33,6 +34,15 @@ if [ "${1:-}" = "--prepare" ]; then
   mkdir -p .gpu-deps/json && cp -r /usr/include/nlohmann .gpu-deps/json/nlohmann
   # PCRE2 for the tokenizers' regexes: its header and the static library, linked into minfer there.
   mkdir -p .gpu-deps/pcre2 && cp /usr/include/pcre2.h /usr/lib/x86_64-linux-gnu/libpcre2-8.a .gpu-deps/pcre2/
+  # XGrammar's C++ core, as CMakeLists.txt compiles it (its sources, headers, picojson, dlpack).
+  xgrammar=$HOME/.cache/minfer/deps/xgrammar-0.2.9
+  if [ -f "$xgrammar/cpp/grammar_matcher.cc" ]; then
+    mkdir -p .gpu-deps/xgrammar/3rdparty
+    cp -r "$xgrammar/cpp" "$xgrammar/include" .gpu-deps/xgrammar/
+    cp -r "$xgrammar/3rdparty/picojson" "$xgrammar/3rdparty/dlpack" .gpu-deps/xgrammar/3rdparty/
+  else
+    echo "note: $xgrammar is absent (make deps): the GPU build goes without structured outputs"
+  fi
   golden=${MINFER_GOLDEN_DIR:-../shared/golden}
   for f in stories260K.bin stories260K.greedy.ids stories260K.sample-t1.0-p0.9-s133742.ids \
            stories260K.greedy.logits-8x512.f32 tokenizer.bin tokenizer.cases.tsv; do
@@ -94,7 +104,7 @@ if [ $dry -eq 0 ]; then
   cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     -DMINFER_BENCH=OFF -DMINFER_WERROR=OFF -DMINFER_EIGEN_INCLUDE="$deps/eigen3" \
     -DMINFER_GTEST_SOURCE="$deps/googletest" -DMINFER_JSON_INCLUDE="$deps/json" \
-    -DMINFER_PCRE2_DIR="$deps/pcre2" > "$work/build.log" 2>&1 \
+    -DMINFER_PCRE2_DIR="$deps/pcre2" -DMINFER_XGRAMMAR_DIR="$deps/xgrammar" > "$work/build.log" 2>&1 \
     && timeout "$(left)" cmake --build "$build_dir" -j "$(nproc)" --target minfer minfer_tests >> "$work/build.log" 2>&1
   built=$?
 elif [ $no_build -eq 1 ]; then
