@@ -63,7 +63,10 @@ Decoder::Decoder(Model& model, const DecoderOptions& options)
   logits_per_seq_ = options.logits_per_seq;
   const int64_t seq_logit_rows = n_seqs_ * options.logits_per_seq;  // at most 4096 x 64
   pass_rows_ = std::max(options.pass_rows, seq_logit_rows);
-  logit_rows_ = options.logits_every_row ? pass_rows_ : seq_logit_rows;
+  MINFER_CHECK(options.extra_logit_rows >= 0 && options.extra_logit_rows <= 4096, "extra_logit_rows ",
+               options.extra_logit_rows, ": must be in [0, 4096]");
+  // (A pass has no more logits rows than rows.)
+  logit_rows_ = options.logits_every_row ? pass_rows_ : std::min(pass_rows_, seq_logit_rows + options.extra_logit_rows);
   const DType kv_dtype = options.kv_dtype ? *options.kv_dtype : default_kv_dtype(backend_.device(), info.dtype);
   MINFER_CHECK(kv_dtype == DType::f32 || kv_dtype == DType::f16 || kv_dtype == DType::bf16,
                "the KV cache is f32, f16 or bf16, not ", dtype_name(kv_dtype));

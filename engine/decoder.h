@@ -50,6 +50,9 @@ struct DecoderOptions {
   // Room for the logits of this many rows of each sequence in one forward_chunks() pass: a
   // speculative verify pass (engine/speculative.h) wants k + 1 per sequence.
   int64_t logits_per_seq = 1;
+  // Logits rows beyond n_seqs x logits_per_seq (0 to 4096; no more than pass_rows in all), for
+  // chunks with every_row in forward_chunks(): the scheduler's prompt logprobs (kPromptLogitsRows).
+  int64_t extra_logit_rows = 0;
 };
 
 // The KV cache's type when none is asked for: f32 on the CPU; on CUDA the weights' type for f32,
@@ -104,6 +107,7 @@ class Decoder {
   int64_t n_ctx() const { return cache_.n_ctx(); }
   int64_t vocab_size() const { return vocab_; }
   int64_t max_logits_per_seq() const { return logits_per_seq_; }
+  int64_t logit_rows() const { return logit_rows_; }  // logits rows a forward pass may ask for
   int64_t pass_rows() const { return pass_rows_; }  // rows per forward pass at most
   const std::vector<int32_t>& stop_ids() const { return model_.info().stop_ids; }
   const KvCache& cache() const { return cache_; }
@@ -191,7 +195,7 @@ class Decoder {
   Backend& backend_;
   int64_t n_seqs_, vocab_, pass_rows_;
   int64_t logits_per_seq_;
-  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq, or pass_rows_ with logits_every_row
+  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq + extra_logit_rows, or pass_rows_ with logits_every_row
   KvCache cache_;
   std::vector<int64_t> n_past_;
   Tensor staging_;      // host i32: tokens, seq, pos (pass_rows each), logit rows (logit_rows)

@@ -29,6 +29,7 @@ struct Scheduler::Live {
   std::vector<int32_t> tokens;
   int64_t n_input = 0;      // tokens to prefill: the prompt, or every token so far after a preemption
   int64_t prompt_done = 0;  // of those, the ones in the cache
+  int64_t prompt_scored = 1;  // prompt_logprobs: the prompt token whose logprobs come next
   int32_t last = -1;        // the token sampled last, fed at the next step
   bool cancelled = false;
   // Paged cache: the blocks its table names (reserved for a whole context at submit()), how many
@@ -42,6 +43,10 @@ struct Scheduler::Live {
   // there is a constraint), filled while the step's forward pass runs.
   std::vector<uint32_t> mask;
   bool admitted_before = false;
+  // Whether its prompt rows still have logprobs to give (then no prompt cache and every row's logits).
+  bool scores_prompt() const {
+    return request.prompt_logprobs && prompt_scored < static_cast<int64_t>(request.prompt.size());
+  }
 };
 
 namespace {
@@ -60,6 +65,7 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
                "static batches keep a whole context per slot: no block pool (kv_blocks)");
   d.kv_blocks = o.policy == SchedulerOptions::Policy::continuous ? o.kv_blocks : 0;
   d.kv_block_size = o.kv_block_size;
+  d.extra_logit_rows = kPromptLogitsRows;
   return d;
 }
 }  // namespace
@@ -80,8 +86,9 @@ Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
   }
   for (int64_t s = 0; s < options_.slots; ++s) samplers_.emplace_back(vocab_, 0.0f, 1.0f, 1);
   chunks_.reserve(static_cast<size_t>(options_.slots));
-  logit_slots_.reserve(static_cast<size_t>(options_.slots));
-  argmax_.reserve(static_cast<size_t>(options_.slots));
+  logit_slots_.reserve(static_cast<size_t>(decoder_.logit_rows()));
+  logit_scores_.reserve(static_cast<size_t>(decoder_.logit_rows()));
+  argmax_.reserve(static_cast<size_t>(decoder_.logit_rows()));
   cancels_.reserve(static_cast<size_t>(options_.slots + options_.max_queue));
   // Preempted requests go back to the queue past max_queue: at most one per slot.
   cancelled_queued_.reserve(static_cast<size_t>(options_.max_queue + options_.slots));
@@ -96,10 +103,11 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx, co
   MINFER_CHECK(P > 0, "the prompt has no tokens");
   for (int32_t t : request.prompt)
     MINFER_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
-  MINFER_CHECK(request.max_tokens >= 1, "max_tokens = ", request.max_tokens, ": at least 1");
+  const int64_t least = request.prompt_logprobs ? 0 : 1;  // the prompt's logprobs may be all it asks for
+  MINFER_CHECK(request.max_tokens >= least, "max_tokens = ", request.max_tokens, ": at least ", least);
   check_fits_context(P, request.max_tokens, n_ctx);
   if (pool != nullptr) {
-    const int64_t needed = KvCache::blocks_for(P + request.max_tokens - 1, pool->block_size());
+    const int64_t needed = KvCache::blocks_for(P + std::max<int64_t>(request.max_tokens, 1) - 1, pool->block_size());
     MINFER_CHECK(needed <= pool->n_blocks(), "prompt of ", P, " tokens + ", request.max_tokens, " new tokens needs ",
                  needed, " blocks of ", pool->block_size(), " positions > the KV cache's ", pool->n_blocks());
   }
@@ -109,6 +117,7 @@ void check_request(const ServeRequest& request, int64_t vocab, int64_t n_ctx, co
   check_sampling_options(request.sampling, vocab);
   MINFER_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= RowLogprobs::kMaxTopLogprobs, "top_logprobs ",
                request.top_logprobs, " must be in [-1, ", RowLogprobs::kMaxTopLogprobs, "]");
+  MINFER_CHECK(!request.prompt_logprobs || request.top_logprobs >= 0, "prompt_logprobs needs top_logprobs >= 0");
 }
 }  // namespace
 
@@ -286,7 +295,7 @@ int64_t Scheduler::cached_prefix(Live& live, int32_t* copy_src, int64_t* copy_ro
   BlockPool& pool = *blocks_;
   const int64_t bs = pool.block_size(), limit = live.n_input - 1;
   int64_t done = 0;
-  while (caching() && done < limit) {
+  while (caching() && !live.scores_prompt() && done < limit) {
     const int32_t* next = live.tokens.data() + done;
     const BlockPool::Match m = pool.longest_child(live.key, next, std::min(bs, limit - done));
     if (m.block < 0) break;
@@ -308,7 +317,7 @@ int64_t Scheduler::cached_prefix(Live& live, int32_t* copy_src, int64_t* copy_ro
 // live's input that the cache does not hold yet (past the `cached` positions): then live waits a
 // step for it.
 bool Scheduler::waits_for_prefill(const Live& live, int64_t cached) const {
-  if (!caching()) return false;
+  if (!caching() || live.scores_prompt()) return false;
   const int64_t bs = blocks_->block_size(), limit = live.n_input - 1;
   for (const auto& slot : slots_) {
     if (slot == nullptr || slot->prompt_done >= slot->n_input) continue;
@@ -445,11 +454,14 @@ void Scheduler::take_cancellations() {
 }
 
 // The step's rows: every generating slot's decode row, the finished rows of a static batch, then
-// prompt chunks, oldest first, up to the step's budget. Returns false when there are none.
+// prompt chunks, oldest first, up to the step's budget (a prompt that is scored takes at most the
+// logits rows left beyond one per slot). Returns false when there are none.
 bool Scheduler::build_rows() {
   chunks_.clear();
   logit_slots_.clear();
+  logit_scores_.clear();
   int64_t budget = options_.pass_rows;
+  int64_t extra_logits = decoder_.logit_rows() - options_.slots;  // each chunk's first row has one of its own
   last_decode_rows_ = last_prompt_rows_ = 0;
   for (int64_t s = 0; s < options_.slots; ++s) {
     Live* l = slots_[s].get();
@@ -462,15 +474,26 @@ bool Scheduler::build_rows() {
   for (int64_t s = oldest_prefilling(); s >= 0 && budget > 0; s = oldest_prefilling()) {
     Live* l = slots_[s].get();
     const int64_t left = l->n_input - l->prompt_done;
-    const int64_t n = std::min(left, budget);
-    chunks_.push_back({s, l->tokens.data() + l->prompt_done, n, n == left});
+    const bool scored = l->scores_prompt();
+    const int64_t n = std::min({left, budget, scored ? 1 + extra_logits : left});
+    chunks_.push_back({s, l->tokens.data() + l->prompt_done, n, n == left, scored});
+    if (scored) extra_logits -= n - 1;
     l->prompt_done += n;
     budget -= n;
     last_prompt_rows_ += n;
   }
   // The logits rows follow the chunks that asked for them, in order.
-  for (const auto& c : chunks_)
-    if (c.logits) logit_slots_.push_back(c.seq);
+  // A scored chunk's rows score the token after each; its last row samples if the prompt ends there.
+  for (const auto& c : chunks_) {
+    for (int64_t i = 0; c.every_row && i < c.n - (c.logits ? 1 : 0); ++i) {
+      logit_slots_.push_back(c.seq);
+      logit_scores_.push_back(c.tokens - slots_[c.seq]->tokens.data() + i + 1);
+    }
+    if (c.logits) {
+      logit_slots_.push_back(c.seq);
+      logit_scores_.push_back(-1);
+    }
+  }
   return !chunks_.empty();
 }
 
@@ -512,9 +535,9 @@ bool mask_logits(const uint32_t* mask, int64_t n, float* logits) {
 void Scheduler::fill_masks() {
   const double start = now_seconds();
   bool any = false;
-  for (int64_t s : logit_slots_) {
-    Live* l = slots_[s].get();
-    if (l == nullptr || !l->request.constraint) continue;
+  for (size_t i = 0; i < logit_slots_.size(); ++i) {
+    Live* l = slots_[logit_slots_[i]].get();
+    if (l == nullptr || !l->request.constraint || logit_scores_[i] >= 0) continue;
     l->request.constraint->fill_mask(l->mask.data());
     any = true;
   }
@@ -532,6 +555,14 @@ int64_t Scheduler::sample_and_retire() {
     const int64_t s = logit_slots_[i];
     Live* l = slots_[s].get();
     if (l == nullptr) continue;  // a finished row of a static batch: computed, thrown away
+    if (logit_scores_[i] >= 0) {
+      score_prompt_row(*l, i, logit_scores_[i]);
+      continue;
+    }
+    if (l->request.max_tokens == 0) {  // the prompt's logprobs were all it asked for
+      retire(s, FinishReason::length, now);
+      continue;
+    }
     Sampler& sampler = samplers_[s];
     TokenConstraint* constraint = l->request.constraint.get();
     // Logprobs come from the raw row, before the penalties, the bias and the mask change it.
@@ -573,6 +604,15 @@ int64_t Scheduler::sample_and_retire() {
     else if (l->stats.completion_tokens >= r.max_tokens) retire(s, FinishReason::length, now);
   }
   return generated;
+}
+
+// Gives live the logprobs of its prompt token `index` from logits row `row` (the row of the token
+// before it), unless they were given before a preemption.
+void Scheduler::score_prompt_row(Live& live, int64_t row, int64_t index) {
+  if (index != live.prompt_scored || index >= static_cast<int64_t>(live.request.prompt.size())) return;
+  row_logprobs_.read(decoder_.logits_row(row), live.request.top_logprobs);
+  ++live.prompt_scored;
+  if (live.request.on_prompt_logprobs) live.request.on_prompt_logprobs(index, row_logprobs_.of(live.tokens[size_t(index)]));
 }
 
 void Scheduler::update_gauges_locked() {

@@ -98,7 +98,7 @@ struct RequestStats {
 
 struct ServeRequest {
   std::vector<int32_t> prompt;  // at least one token
-  int64_t max_tokens = 16;      // tokens to generate at most (>= 1)
+  int64_t max_tokens = 16;      // tokens to generate at most (>= 1; >= 0 with prompt_logprobs)
   float temperature = 1.0f;     // 0: greedy
   float top_p = 1.0f;
   SamplingOptions sampling;  // top_k, min_p, penalties (over the generated tokens), logit_bias
@@ -119,6 +119,14 @@ struct ServeRequest {
   // thread just before on_token. -1: none.
   int top_logprobs = -1;
   std::function<void(const SampledLogprobs&)> on_logprobs;
+  // With top_logprobs >= 0, the prompt's logprobs too (OpenAI's legacy `echo`, lm-eval's
+  // loglikelihood): on_prompt_logprobs(i, entries) for each prompt token i = 1 .. P - 1 in order, its
+  // logprob given the tokens before it and the top_logprobs most likely tokens' there, on the
+  // engine's thread. Such a prompt is prefilled in chunks of at most 1 + kPromptLogitsRows rows (the
+  // logits rows a pass has for it) and computed whole: the prefix cache is not searched for it.
+  // max_tokens may then be 0: the request ends after its prompt with FinishReason::length.
+  bool prompt_logprobs = false;
+  std::function<void(int64_t index, const SampledLogprobs&)> on_prompt_logprobs;
   // Once, on the engine's thread, when the request ends for any reason.
   std::function<void(const RequestStats&)> on_finish;
   // Once, when the request gets its slot (stats.cached_tokens is known then), on the engine's
@@ -169,6 +177,11 @@ struct SchedulerMetrics {
   uint64_t ttft_n = 0, tpot_n = 0;
 };
 
+// Logits rows a forward pass holds beyond one per slot, for the prompt rows of requests that ask
+// for their prompt's logprobs (ServeRequest::prompt_logprobs): 32 x vocab floats, 19.4 MB for
+// Qwen's 151,936 tokens (on the device and on the host), whatever the slots.
+constexpr int64_t kPromptLogitsRows = 32;
+
 class Scheduler {
  public:
   Scheduler(Model& model, const SchedulerOptions& options);
@@ -181,7 +194,7 @@ class Scheduler {
   const Decoder& decoder() const { return decoder_; }
 
   // Queues a request and returns its id. Throws Error (nothing queued) when it can never run: an
-  // empty prompt, a token outside the vocabulary, max_tokens < 1, a prompt plus max_tokens that
+  // empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with prompt_logprobs), a prompt plus max_tokens that
   // needs more positions than a slot has ("prompt of P tokens + N new tokens needs ... > context
   // C") or more blocks than the pool, or a full queue (QueueFullError). A preempted request
   // goes back to the queue even when it is full.
@@ -231,6 +244,7 @@ class Scheduler {
   int64_t oldest_prefilling() const;
   void fill_masks();
   int64_t sample_and_retire();
+  void score_prompt_row(Live& live, int64_t row, int64_t index);
   void retire(int64_t slot, FinishReason reason, double now);
   void record_finish_locked(const RequestStats& stats);
   void update_gauges_locked();
@@ -256,6 +270,8 @@ class Scheduler {
   uint64_t admissions_ = 0;                   // admissions so far: the newest runs last
   std::vector<Decoder::Chunk> chunks_;        // the step's rows, reserved once
   std::vector<int64_t> logit_slots_;          // the slot of each logits row of the step
+  // For each logits row: the index of the prompt token it scores (prompt_logprobs), or -1 if it samples.
+  std::vector<int64_t> logit_scores_;
   std::vector<int32_t> argmax_;
   RowLogprobs row_logprobs_;  // the row of a request that asks for logprobs, before it is changed
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
