@@ -54,4 +54,17 @@ LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, doubl
   return w;
 }
 
+LlamaConfig small_gqa_config(int64_t vocab, int64_t n_ctx) {
+  LlamaConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = vocab;
+  c.n_ctx = n_ctx;
+  c.shared_classifier = false;
+  return c;
+}
+
 }  // namespace minfer::test

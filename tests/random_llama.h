@@ -16,6 +16,10 @@ namespace minfer::test {
 // (tests check that they do before relying on it).
 LlamaHostWeights random_llama_weights(const LlamaConfig& config, uint64_t seed, double gain);
 
+// A small grouped-query model (dim 64, feed-forward 96, 2 layers, 4 heads over 2 KV heads, its own
+// classifier) with `vocab` tokens and `n_ctx` positions: the shape the scoring tests share.
+LlamaConfig small_gqa_config(int64_t vocab, int64_t n_ctx);
+
 // NaiveLlama::forward's logits as doubles.
 std::vector<double> naive_forward(NaiveLlama& model, int32_t token, int64_t pos);
 

@@ -41,18 +41,7 @@ TEST(RowLogprobs, LogSoftmaxOfTheRawRowAndTheTopSortedTiesByIndex) {
   EXPECT_THROW(logprobs.read(row.data(), RowLogprobs::kMaxTopLogprobs + 1), Error);
 }
 
-LlamaConfig small_config() {
-  LlamaConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 67;
-  c.n_ctx = 64;
-  c.shared_classifier = false;
-  return c;
-}
+LlamaConfig small_config() { return small_gqa_config(67, 64); }
 
 TEST(SchedulerLogprobs, EachTokensLogprobIsMinusItsPerplexityNll) {
   BackendOptions bo;

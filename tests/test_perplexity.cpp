@@ -22,18 +22,7 @@
 namespace minfer::test {
 namespace {
 
-LlamaConfig small_config() {
-  LlamaConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 67;
-  c.n_ctx = 64;
-  c.shared_classifier = false;
-  return c;
-}
+LlamaConfig small_config() { return small_gqa_config(67, 64); }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
