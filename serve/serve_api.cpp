@@ -146,7 +146,6 @@ void check_unimplemented(const std::string& key, const json& v) {
     if (!ok) refuse(key, key + " is not supported (only " + what + ")");
   };
   if (key == "best_of") only(v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 1), "1");
-  else if (key == "echo") only(v.is_null() || v == false, "false");
   else if (key == "suffix") only(v.is_null(), "null");
 }
 
@@ -182,6 +181,23 @@ void parse_completion_logprobs(const json& v, bool has_tokenizer, CompletionRequ
     refuse("logprobs", "logprobs = " + std::to_string(n) + ": 0 to " + std::to_string(kMaxCompletionLogprobs));
   if (!has_tokenizer) refuse("logprobs", "logprobs need the text of the tokens, and this model carries no tokenizer");
   r.top_logprobs = static_cast<int>(n);
+}
+
+// echo: the prompt's text before the completion's, and with logprobs the prompt's tokens first
+// (OpenAI's legacy API). max_tokens 0 is for echo only (lm-eval's loglikelihood); a stream of it is
+// refused.
+void parse_echo(const json& v, bool has_tokenizer, CompletionRequest& r) {
+  if (v.is_null()) return;
+  if (!v.is_boolean()) wrong_type("echo", "a boolean", v);
+  r.echo = v.get<bool>();
+  if (r.echo && !has_tokenizer) refuse("echo", "echo needs the text of the tokens, and this model carries no tokenizer");
+}
+
+void check_echo(const json& body, const CompletionRequest& r) {
+  const json max_tokens = body.value("max_tokens", json());
+  if (max_tokens.is_number_integer() && max_tokens.get<int64_t>() == 0 && !r.echo)
+    refuse("max_tokens", "max_tokens = 0: at least 1 (0 only with echo)");
+  if (r.echo && r.stream) refuse("echo", "echo is not supported with stream");
 }
 
 // A chat's logprobs (a boolean) and top_logprobs (0 to 20, with logprobs true only), as OpenAI's API.
@@ -565,19 +581,27 @@ CompletionRequest parse_completion_request(const std::string& body, int64_t voca
   CompletionRequest r;
   bool has_prompt = false;
   for (const auto& [key, v] : j.items()) {
+    if (key == "max_tokens" && v.is_number_integer() && v.get<int64_t>() == 0) {  // with echo only: check_echo
+      r.max_tokens = 0;
+      r.max_tokens_given = true;
+      continue;
+    }
     if (parse_shared_field(key, v, has_tokenizer, limits, r)) continue;
     if (key == "prompt") {
       parse_prompt(v, vocab_size, has_tokenizer, r);
       has_prompt = true;
     } else if (key == "logprobs") {
       parse_completion_logprobs(v, has_tokenizer, r);
-    } else if (key == "best_of" || key == "echo" || key == "suffix") {
+    } else if (key == "echo") {
+      parse_echo(v, has_tokenizer, r);
+    } else if (key == "best_of" || key == "suffix") {
       check_unimplemented(key, v);
     } else {
       refuse_unknown_field(key);
     }
   }
   if (!has_prompt) refuse("prompt", "prompt is required");
+  check_echo(j, r);
   keep_schema_order(body, r);
   check_stream_usage(r);
   return r;

@@ -39,7 +39,7 @@ struct ApiLimits {
 };
 
 // POST /v1/completions and /v1/chat/completions, as parsed: OpenAI's fields that minfer
-// implements. Anything else that would change the answer (best_of, echo, suffix; for
+// implements. Anything else that would change the answer (best_of, suffix; for
 // chats functions, audio, ...) is
 // refused rather than ignored, as is any field minfer does not know; `user` (a string of at most
 // 256 bytes; and a chat's metadata and service_tier), which change nothing, are accepted.
@@ -59,6 +59,9 @@ struct CompletionRequest {
   // The logprobs of each generated token with this many of the most likely tokens' (chat: logprobs
   // true and top_logprobs 0 to 20; completions: logprobs 0 to 5); -1: none (engine/logprobs.h)
   int top_logprobs = -1;
+  // /v1/completions' echo: the prompt's text before the completion's, and with logprobs the prompt's
+  // tokens first (the first one's logprob null). max_tokens may be 0 with it; a stream may not.
+  bool echo = false;
   std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
   std::vector<std::string> stop;       // up to 4 non-empty strings
   bool stream = false;
@@ -219,6 +222,7 @@ struct CompletionHeader {
   bool include_usage = false;  // streams: usage null in every event, then one event with usage only
   std::optional<ToolCallParsing> tool_calls = {};  // a chat whose answer is parsed for tool calls
   int top_logprobs = -1;  // CompletionRequest::top_logprobs: each choice carries its logprobs when >= 0
+  std::optional<std::string> echo = {};  // with echo: the prompt's text, put before each choice's
 };
 // prompt_tokens_details.cached_tokens: the prompt tokens found in cached blocks (prefix caching).
 nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);

@@ -36,6 +36,8 @@ struct Choice {
   // With logprobs: each token's entries, its own and the most likely ones' (reserved at submission).
   std::vector<TokenLogprob> logprobs;
   size_t per_token = 0;  // 1 + top_logprobs; 0 without logprobs
+  // With echo and logprobs: the entries of the prompt's tokens after the first (reserved at submission).
+  std::vector<TokenLogprob> prompt_logprobs;
   // The engine's thread only: stop strings found as the tokens come, so that the choice ends at
   // the token that completes one.
   StopMatcher stop;
@@ -45,6 +47,7 @@ struct Choice {
     Choice c;
     c.ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(std::min(from, ids.size())), ids.end());
     c.per_token = per_token;
+    c.prompt_logprobs = prompt_logprobs;
     c.logprobs.assign(logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(from * per_token, logprobs.size())),
                       logprobs.end());
     c.finished = finished;
@@ -92,6 +95,17 @@ void send_json(Response& res, int status, const std::string& body) {
 void send_error(Response& res, const ApiError& error) { send_json(res, error.status, error_body(error)); }
 
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+// The text of prompt ids, each token's bytes after the one before it (echo of an id prompt).
+std::string pieces_text(const TokenPieces& pieces, const std::vector<int32_t>& ids) {
+  std::string text;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    text += pieces.piece(prev, id);
+    prev = id;
+  }
+  return text;
+}
 
 // splitmix64 over the clock and a counter: a seed per request that asks for none (never 0).
 uint64_t random_seed() {
@@ -317,6 +331,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
       c.ids.reserve(static_cast<size_t>(request.max_tokens));
       c.per_token = request.top_logprobs >= 0 ? static_cast<size_t>(request.top_logprobs) + 1 : 0;
       c.logprobs.reserve(c.per_token * static_cast<size_t>(request.max_tokens));
+      if (request.echo) c.prompt_logprobs.reserve(c.per_token * (prompt.size() - 1));
       if (!request.stop.empty()) {
         c.stop = StopMatcher(request.stop, pieces->longest());
         c.prev = prompt.back();
@@ -346,6 +361,7 @@ void ServeHttp::Impl::completions(const std::string& authorization, Response& re
                             static_cast<int64_t>(std::time(nullptr)),
                             request.model ? *request.model : options.model_name, request.include_usage,
                             std::move(tool_calls), request.top_logprobs};
+    if (request.echo) header.echo = request.text ? *request.text : pieces_text(*pieces, prompt);
     if (request.stream)
       answer_stream(res, header, channel, ids, prompt, std::move(request.stop), std::move(flight), http11);
     else
@@ -365,6 +381,10 @@ ServeRequest ServeHttp::Impl::choice_job(const CompletionRequest& request, const
   job.top_p = request.top_p;
   job.sampling = request.sampling;
   job.top_logprobs = request.top_logprobs;
+  // echo: the prompt's logprobs when asked for, and computed anyway for max_tokens 0 (the request's
+  // only work then is its prompt).
+  job.prompt_logprobs = request.echo && (request.top_logprobs >= 0 || request.max_tokens == 0);
+  job.top_logprobs = job.prompt_logprobs ? std::max(job.top_logprobs, 0) : job.top_logprobs;
   job.stop_at_eos = !request.ignore_eos;
   // The end of the assistant's turn, unless the request ignores end tokens (as llama-server and vLLM do).
   if (request.chat && !request.ignore_eos) job.stop_tokens = chat->end_of_turn_ids();
@@ -392,6 +412,13 @@ ServeRequest ServeHttp::Impl::choice_job(const CompletionRequest& request, const
     entries.push_back(s.sampled);
     entries.insert(entries.end(), s.top, s.top + s.n_top);
   };
+  if (request.echo && request.top_logprobs >= 0)
+    job.on_prompt_logprobs = [channel, at](int64_t, const SampledLogprobs& s) {  // within what was reserved
+      std::lock_guard<std::mutex> lock(channel->mutex);
+      std::vector<TokenLogprob>& entries = channel->choices[at].prompt_logprobs;
+      entries.push_back(s.sampled);
+      entries.insert(entries.end(), s.top, s.top + s.n_top);
+    };
   // (A stream that ends at a stop string may answer before the request has finished: the cached
   // tokens of its usage are known from the admission on.)
   job.on_admit = [channel, at, block_size = scheduler.decoder().cache().block_size()](const RequestStats& stats) {
@@ -452,10 +479,15 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
     for (size_t t = 0; t < tokens.size() && !completion.stopped(); ++t) text += completion.push(tokens[t]);
     text += completion.finish();
     const char* finish = choices[i].reason == FinishReason::stop || completion.stopped() ? "stop" : "length";
+    if (header.echo) text = *header.echo + text;
     nlohmann::ordered_json one = completion_json(header, text, tokens, finish, prompt_tokens, choices[i].cached_tokens);
     if (header.tool_calls) put_tool_calls(one["choices"][0], text, *header.tool_calls);
     size_t offset = 0;
-    if (header.top_logprobs >= 0)
+    if (header.top_logprobs >= 0 && header.echo)
+      one["choices"][0]["logprobs"] = echo_logprobs_json(*pieces, prompt, choices[i].prompt_logprobs.data(),
+                                                         tokens.data(), tokens.size(), choices[i].logprobs.data(),
+                                                         choices[i].per_token);
+    else if (header.top_logprobs >= 0)
       one["choices"][0]["logprobs"] = logprobs_json(header.chat, *pieces, prompt.back(), tokens.data(), tokens.size(),
                                                     choices[i].logprobs.data(), choices[i].per_token, &offset);
     one["choices"][0]["index"] = i;

@@ -73,6 +73,40 @@ TEST(ServeLogprobsParse, LimitsOnBothRoutes) {
   }
 }
 
+// echo: a boolean, with a tokenizer; max_tokens 0 with it only; never with stream.
+TEST(ServeEchoParse, MaxTokensZeroOnlyWithEchoAndNoStream) {
+  auto parse = [](const nlohmann::json& fields, bool has_tokenizer = true) {
+    nlohmann::json body = fields;
+    body["prompt"] = {1, 2};
+    return serve::parse_completion_request(body.dump(), 100, has_tokenizer, kLimits);
+  };
+  const serve::CompletionRequest r = parse({{"echo", true}, {"max_tokens", 0}, {"logprobs", 5}});
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.max_tokens, 0);
+  EXPECT_FALSE(parse({{"echo", false}}).echo);
+  EXPECT_EQ(parse({{"echo", true}, {"max_tokens", 1}}).max_tokens, 1);
+  struct Case {
+    nlohmann::json fields;
+    std::string param, fragment;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"max_tokens", 0}}, "max_tokens", "0 only with echo"},
+           {{{"max_tokens", 0}, {"echo", false}}, "max_tokens", "0 only with echo"},
+           {{{"max_tokens", -1}, {"echo", true}}, "max_tokens", "at least 1"},
+           {{{"echo", true}, {"stream", true}}, "echo", "not supported with stream"},
+           {{{"echo", 1}}, "echo", "must be a boolean"}}) {
+    try {
+      parse(c.fields);
+      ADD_FAILURE() << "accepted: " << c.fields.dump();
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << c.fields.dump();
+      EXPECT_EQ(e.param, c.param) << c.fields.dump();
+      EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.fields.dump() << ": " << e.message;
+    }
+  }
+  EXPECT_THROW(parse({{"echo", true}}, false), serve::ApiError);
+}
+
 #if MINFER_HAVE_HTTPLIB
 
 // minus the NLL of each of `answer`'s tokens after `prompt`, as engine/perplexity.cpp scores ids.
@@ -150,6 +184,65 @@ TEST_F(ServeLogprobs, CompletionsLogprobsArePerplexitysAndStreamTheSame) {
     }
   }
   EXPECT_EQ(k, 8u);
+}
+
+// echo with logprobs, as lm-eval's loglikelihood sends it: the prompt's tokens first (the first
+// one's logprob and top ones null), each later one's logprob minus perplexity's NLL of it, then the
+// generated ones'; the text the prompt's and the completion's; a prompt of more rows than a pass
+// has logits rows for (kPromptLogitsRows) and a second, cached, request alike.
+TEST_F(ServeLogprobs, EchoGivesThePromptsLogprobsFirst) {
+  std::vector<int32_t> prompt = {1};
+  for (int32_t i = 0; i < 40; ++i) prompt.push_back(300 + (i * 53) % 600);
+  for (int max_tokens : {0, 3, 0}) {  // the third finds the prompt's blocks cached
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                       {"echo", true},     {"logprobs", 2},            {"ignore_eos", true}};
+    Answer a = post(port(), body.dump());
+    ASSERT_EQ(a.status, 200) << a.raw;
+    const json& choice = a.body["choices"][0];
+    const std::vector<int32_t> ids = ids_of(choice["token_ids"]);
+    ASSERT_EQ(ids.size(), size_t(max_tokens));
+    EXPECT_EQ(choice["finish_reason"], "length");
+    EXPECT_EQ(a.body["usage"]["completion_tokens"], max_tokens);
+    const json& lp = choice["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), prompt.size() + ids.size()) << lp.dump();
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    std::vector<int32_t> rest(prompt.begin() + 1, prompt.end());
+    rest.insert(rest.end(), ids.begin(), ids.end());
+    const std::vector<double> expected = perplexity_logprobs(kTextModel, {prompt[0]}, rest);
+    ASSERT_EQ(expected.size(), rest.size());
+    std::string joined;
+    for (size_t k = 0; k < lp["tokens"].size(); ++k) {
+      EXPECT_EQ(lp["text_offset"][k].get<size_t>(), joined.size()) << k;
+      joined += lp["tokens"][k].get<std::string>();
+      if (k == 0) continue;
+      EXPECT_NEAR(lp["token_logprobs"][k].get<double>(), expected[k - 1], 1e-3) << k;
+      EXPECT_EQ(lp["top_logprobs"][k].size(), 2u) << k;
+    }
+    EXPECT_EQ(joined, choice["text"].get<std::string>());
+  }
+}
+
+// echo without logprobs: the prompt's text before the completion's, with max_tokens 0 the prompt's only.
+TEST_F(ServeLogprobs, EchoWithoutLogprobsPutsThePromptsTextFirst) {
+  const json plain = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}};
+  Answer completion = post(port(), plain.dump());
+  ASSERT_EQ(completion.status, 200) << completion.raw;
+  json echoed = plain;
+  echoed["echo"] = true;
+  Answer a = post(port(), echoed.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body["choices"][0]["text"], "Once upon a time" + completion.body["choices"][0]["text"].get<std::string>());
+  EXPECT_TRUE(a.body["choices"][0]["logprobs"].is_null());
+  echoed["max_tokens"] = 0;
+  a = post(port(), echoed.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body["choices"][0]["text"], "Once upon a time");
+  EXPECT_EQ(a.body["choices"][0]["finish_reason"], "length");
+  expect_api_error(post(port(), json{{"prompt", "Once"}, {"max_tokens", 0}}.dump()), 400, "0 only with echo");
+  expect_api_error(post(port(), json{{"prompt", "Once"}, {"echo", true}, {"stream", true}}.dump()), 400,
+                   "echo is not supported with stream");
 }
 
 const std::string kChatModel = MINFER_SOURCE_DIR "/tests/data/models/smollm-chat";
