@@ -194,5 +194,41 @@ TEST(DecodeHeap, SamplingOptionsAndLogprobsAllocateNothingPerStep) {
   EXPECT_EQ(logprobs.size(), size_t(2 * 30 * 21));
 }
 
+// A request for its prompt's logprobs (echo) allocates nothing in its steps, its admission and its
+// prompt of more rows than a pass has logits rows for (kPromptLogitsRows) included.
+TEST(DecodeHeap, PromptLogprobsAllocateNothingPerStep) {
+  auto backend = make_backend(BackendKind::cpu);
+  auto model = load_model("preset:tiny", *backend, {});
+  SchedulerOptions o;
+  o.slots = 2;
+  Scheduler scheduler(*model, o);
+  const auto n_prompt = size_t(2 * kPromptLogitsRows + 5);
+  std::vector<TokenLogprob> logprobs;
+  logprobs.reserve(n_prompt * 6);
+  ServeRequest r;
+  r.prompt = std::vector<int32_t>(n_prompt, 7);
+  r.max_tokens = 3;
+  r.stop_at_eos = false;
+  r.top_logprobs = 5;
+  r.prompt_logprobs = true;
+  r.on_token = [](int32_t) { return true; };
+  r.on_prompt_logprobs = [&logprobs](int64_t, const SampledLogprobs& s) {
+    logprobs.push_back(s.sampled);
+    logprobs.insert(logprobs.end(), s.top, s.top + s.n_top);
+  };
+  ServeRequest plain = r;
+  plain.prompt_logprobs = false;
+  scheduler.submit(plain);  // warms up the steps without prompt logprobs
+  while (scheduler.step()) {
+  }
+  scheduler.submit(r);
+  const long n = allocations_in([&] {
+    while (scheduler.step()) {
+    }
+  });
+  EXPECT_EQ(n, 0) << "heap allocations in the steps of a request for its prompt's logprobs";
+  EXPECT_EQ(logprobs.size(), (n_prompt - 1) * 6);
+}
+
 }  // namespace
 }  // namespace minfer
