@@ -62,20 +62,20 @@ ordered_json logprobs_json(bool chat, const TokenPieces& pieces, int32_t prev, c
 
 ordered_json echo_logprobs_json(const TokenPieces& pieces, const std::vector<int32_t>& prompt,
                                 const TokenLogprob* prompt_entries, const int32_t* ids, size_t n,
-                                const TokenLogprob* entries, size_t per_token) {
+                                const TokenLogprob* entries, size_t per_token, size_t* text_offset) {
   const std::string first = utf8::lossy(pieces.piece(-1, prompt[0]));
   ordered_json all = {{"tokens", ordered_json::array({first})},
                       {"token_logprobs", ordered_json::array({nullptr})},
                       {"top_logprobs", ordered_json::array({nullptr})},
                       {"text_offset", ordered_json::array({0})}};
-  size_t offset = first.size();
+  *text_offset = first.size();
   auto append = [&all](const ordered_json& part) {
     for (auto& [key, values] : all.items())
       for (const ordered_json& v : part[key]) values.push_back(v);
   };
   append(logprobs_json(false, pieces, prompt[0], prompt.data() + 1, prompt.size() - 1, prompt_entries, per_token,
-                       &offset));
-  append(logprobs_json(false, pieces, prompt.back(), ids, n, entries, per_token, &offset));
+                       text_offset));
+  append(logprobs_json(false, pieces, prompt.back(), ids, n, entries, per_token, text_offset));
   return all;
 }
 

@@ -26,9 +26,10 @@ nlohmann::ordered_json logprobs_json(bool chat, const TokenPieces& pieces, int32
 // /v1/completions with echo: the prompt's tokens first, the first one with null token_logprobs and
 // top_logprobs (nothing comes before it), the others with prompt_entries[(prompt.size() - 1) *
 // per_token]; then the completion's ids[n] with entries[n * per_token]. text_offset counts from the
-// start of the prompt's text.
+// start of the prompt's text; *text_offset is set past the last token's (a stream's next events
+// carry on from it).
 nlohmann::ordered_json echo_logprobs_json(const TokenPieces& pieces, const std::vector<int32_t>& prompt,
                                           const TokenLogprob* prompt_entries, const int32_t* ids, size_t n,
-                                          const TokenLogprob* entries, size_t per_token);
+                                          const TokenLogprob* entries, size_t per_token, size_t* text_offset);
 
 }  // namespace minfer::serve

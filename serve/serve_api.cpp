@@ -184,8 +184,7 @@ void parse_completion_logprobs(const json& v, bool has_tokenizer, CompletionRequ
 }
 
 // echo: the prompt's text before the completion's, and with logprobs the prompt's tokens first
-// (OpenAI's legacy API). max_tokens 0 is for echo only (lm-eval's loglikelihood); a stream of it is
-// refused.
+// (OpenAI's legacy API). max_tokens 0 is for echo only (lm-eval's loglikelihood).
 void parse_echo(const json& v, bool has_tokenizer, CompletionRequest& r) {
   if (v.is_null()) return;
   if (!v.is_boolean()) wrong_type("echo", "a boolean", v);
@@ -197,7 +196,6 @@ void check_echo(const json& body, const CompletionRequest& r) {
   const json max_tokens = body.value("max_tokens", json());
   if (max_tokens.is_number_integer() && max_tokens.get<int64_t>() == 0 && !r.echo)
     refuse("max_tokens", "max_tokens = 0: at least 1 (0 only with echo)");
-  if (r.echo && r.stream) refuse("echo", "echo is not supported with stream");
 }
 
 // A chat's logprobs (a boolean) and top_logprobs (0 to 20, with logprobs true only), as OpenAI's API.

@@ -60,7 +60,8 @@ struct CompletionRequest {
   // true and top_logprobs 0 to 20; completions: logprobs 0 to 5); -1: none (engine/logprobs.h)
   int top_logprobs = -1;
   // /v1/completions' echo: the prompt's text before the completion's, and with logprobs the prompt's
-  // tokens first (the first one's logprob null). max_tokens may be 0 with it; a stream may not.
+  // tokens first (the first one's logprob null); a stream's first event of each choice is the
+  // prompt's. max_tokens may be 0 with it.
   bool echo = false;
   std::optional<uint64_t> seed;        // the sampler's state: never 0 (see sampler_seed)
   std::vector<std::string> stop;       // up to 4 non-empty strings

@@ -47,7 +47,7 @@ struct Choice {
     Choice c;
     c.ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(std::min(from, ids.size())), ids.end());
     c.per_token = per_token;
-    c.prompt_logprobs = prompt_logprobs;
+    if (from == 0) c.prompt_logprobs = prompt_logprobs;  // complete once a token came or the choice ended
     c.logprobs.assign(logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(from * per_token, logprobs.size())),
                       logprobs.end());
     c.finished = finished;
@@ -105,6 +105,17 @@ std::string pieces_text(const TokenPieces& pieces, const std::vector<int32_t>& i
     prev = id;
   }
   return text;
+}
+
+// With echo, a stream's first event of a choice: the prompt's text, and with logprobs its tokens'
+// (echo_logprobs_json; *text_offset is set past them).
+nlohmann::ordered_json echo_event(const CompletionHeader& header, const TokenPieces& pieces, const Choice& choice,
+                                  const std::vector<int32_t>& prompt, size_t* text_offset) {
+  nlohmann::ordered_json event = stream_chunk_json(header, *header.echo, {}, nullptr);
+  if (header.top_logprobs >= 0)
+    event["choices"][0]["logprobs"] = echo_logprobs_json(pieces, prompt, choice.prompt_logprobs.data(), nullptr, 0,
+                                                         nullptr, choice.per_token, text_offset);
+  return event;
 }
 
 // splitmix64 over the clock and a counter: a seed per request that asks for none (never 0).
@@ -486,7 +497,7 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
     if (header.top_logprobs >= 0 && header.echo)
       one["choices"][0]["logprobs"] = echo_logprobs_json(*pieces, prompt, choices[i].prompt_logprobs.data(),
                                                          tokens.data(), tokens.size(), choices[i].logprobs.data(),
-                                                         choices[i].per_token);
+                                                         choices[i].per_token, &offset);
     else if (header.top_logprobs >= 0)
       one["choices"][0]["logprobs"] = logprobs_json(header.chat, *pieces, prompt.back(), tokens.data(), tokens.size(),
                                                     choices[i].logprobs.data(), choices[i].per_token, &offset);
@@ -508,6 +519,7 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     CompletionText text;
     size_t sent = 0;         // tokens written as events
     bool role_sent = false;  // a chat stream opens with the assistant's role
+    bool echo_sent = false;  // with echo: the prompt's event (its text and logprobs) is written
     bool done = false;       // its last event (its finish_reason) is written
     std::optional<ToolCallStream> tool_calls = {};  // a chat with tools: its text through the parser
     int32_t prev;                // the token before the next one (for its logprobs' text)
@@ -519,13 +531,14 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
     CompletionHeader header;
     std::vector<ChoiceStream> choices;
     std::vector<uint64_t> ids;
+    std::vector<int32_t> prompt;
     int64_t prompt_tokens;
     int socket;
   };
-  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header, {}, ids,
+  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header, {}, ids, prompt,
                                            static_cast<int64_t>(prompt.size()), ConnectionServer::current_socket()});
   for (size_t i = 0; i < ids.size(); ++i)
-    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false,
+    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false, false,
                           header.tool_calls ? std::optional<ToolCallStream>(*header.tool_calls) : std::nullopt,
                           prompt.back(), 0});
   res.set_header("Cache-Control", "no-cache");
@@ -576,6 +589,11 @@ void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& heade
           now[i].reason != FinishReason::cancelled) {
         if (!write(chat_role_chunk_json(s->header), i)) return gone();
         c.role_sent = true;
+      }
+      if (s->header.echo && !c.echo_sent && (!now[i].ids.empty() || now[i].finished) &&
+          now[i].reason != FinishReason::cancelled) {
+        if (!write(echo_event(s->header, *pieces, now[i], s->prompt, &c.text_offset), i)) return gone();
+        c.echo_sent = true;
       }
       for (size_t k = 0; k < now[i].ids.size(); ++k) {
         const int32_t token = now[i].ids[k];

@@ -73,7 +73,7 @@ TEST(ServeApiParse, RefusesEachMistakeNamingItsField) {
            {R"({"prompt": [1], "stop": ["a", "b", "c", "d", "e"]})", "stop", "at most 4"},
            {R"({"prompt": [1], "stop": [""]})", "stop", "must not be empty"},
            {R"({"prompt": [1], "n": 9})", "n", "n = 9: 1 to 8 choices"},
-           {R"({"prompt": [1], "echo": true, "stream": true})", "echo", "not supported with stream"},
+           {R"({"prompt": [1], "echo": "yes"})", "echo", "must be a boolean"},
            {R"({"prompt": [1], "stream_options": {"include_usage": true}})", "stream_options", "only for streams"},
            {R"({"prompt": [1], "stream": true, "stream_options": {"x": 1}})", "stream_options", "unknown field 'x'"},
            {R"({"prompt": [1], "frobnicate": 1})", "frobnicate", "unknown field 'frobnicate'"}}) {

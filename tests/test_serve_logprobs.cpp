@@ -73,8 +73,8 @@ TEST(ServeLogprobsParse, LimitsOnBothRoutes) {
   }
 }
 
-// echo: a boolean, with a tokenizer; max_tokens 0 with it only; never with stream.
-TEST(ServeEchoParse, MaxTokensZeroOnlyWithEchoAndNoStream) {
+// echo: a boolean, with a tokenizer; max_tokens 0 with it only.
+TEST(ServeEchoParse, MaxTokensZeroOnlyWithEcho) {
   auto parse = [](const nlohmann::json& fields, bool has_tokenizer = true) {
     nlohmann::json body = fields;
     body["prompt"] = {1, 2};
@@ -85,6 +85,7 @@ TEST(ServeEchoParse, MaxTokensZeroOnlyWithEchoAndNoStream) {
   EXPECT_EQ(r.max_tokens, 0);
   EXPECT_FALSE(parse({{"echo", false}}).echo);
   EXPECT_EQ(parse({{"echo", true}, {"max_tokens", 1}}).max_tokens, 1);
+  EXPECT_TRUE(parse({{"echo", true}, {"max_tokens", 0}, {"stream", true}}).stream);
   struct Case {
     nlohmann::json fields;
     std::string param, fragment;
@@ -93,7 +94,6 @@ TEST(ServeEchoParse, MaxTokensZeroOnlyWithEchoAndNoStream) {
            {{{"max_tokens", 0}}, "max_tokens", "0 only with echo"},
            {{{"max_tokens", 0}, {"echo", false}}, "max_tokens", "0 only with echo"},
            {{{"max_tokens", -1}, {"echo", true}}, "max_tokens", "at least 1"},
-           {{{"echo", true}, {"stream", true}}, "echo", "not supported with stream"},
            {{{"echo", 1}}, "echo", "must be a boolean"}}) {
     try {
       parse(c.fields);
@@ -189,7 +189,8 @@ TEST_F(ServeLogprobs, CompletionsLogprobsArePerplexitysAndStreamTheSame) {
 // echo with logprobs, as lm-eval's loglikelihood sends it: the prompt's tokens first (the first
 // one's logprob and top ones null), each later one's logprob minus perplexity's NLL of it, then the
 // generated ones'; the text the prompt's and the completion's; a prompt of more rows than a pass
-// has logits rows for (kPromptLogitsRows) and a second, cached, request alike.
+// has logits rows for (kPromptLogitsRows) and a second, cached, request alike; a stream's events
+// (the prompt's first) add up to the whole answer.
 TEST_F(ServeLogprobs, EchoGivesThePromptsLogprobsFirst) {
   std::vector<int32_t> prompt = {1};
   for (int32_t i = 0; i < 40; ++i) prompt.push_back(300 + (i * 53) % 600);
@@ -221,6 +222,27 @@ TEST_F(ServeLogprobs, EchoGivesThePromptsLogprobsFirst) {
       EXPECT_EQ(lp["top_logprobs"][k].size(), 2u) << k;
     }
     EXPECT_EQ(joined, choice["text"].get<std::string>());
+    json streamed = body;
+    streamed["stream"] = true;
+    httplib::Result r = client(port())->Post("/v1/completions", streamed.dump(), "application/json");
+    ASSERT_TRUE(r);
+    const SseEvents events = parse_sse(r->body);
+    ASSERT_TRUE(events.done && events.well_formed) << r->body;
+    std::string text;
+    json all = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"text_offset", json::array()}};
+    for (const json& e : events.events) {
+      if (e["choices"].empty()) continue;
+      text += e["choices"][0]["text"].get<std::string>();
+      const json& l = e["choices"][0]["logprobs"];
+      if (l.is_null()) continue;
+      for (const char* key : {"tokens", "token_logprobs", "text_offset"})
+        for (const json& v : l[key]) all[key].push_back(v);
+    }
+    EXPECT_EQ(text, choice["text"].get<std::string>());
+    ASSERT_EQ(all["tokens"], lp["tokens"]);
+    EXPECT_EQ(all["text_offset"], lp["text_offset"]);
+    EXPECT_TRUE(all["token_logprobs"][0].is_null());
+    EXPECT_EQ(all["token_logprobs"], lp["token_logprobs"]) << "the same rows in passes of the same shapes";
   }
 }
 
@@ -241,8 +263,6 @@ TEST_F(ServeLogprobs, EchoWithoutLogprobsPutsThePromptsTextFirst) {
   EXPECT_EQ(a.body["choices"][0]["text"], "Once upon a time");
   EXPECT_EQ(a.body["choices"][0]["finish_reason"], "length");
   expect_api_error(post(port(), json{{"prompt", "Once"}, {"max_tokens", 0}}.dump()), 400, "0 only with echo");
-  expect_api_error(post(port(), json{{"prompt", "Once"}, {"echo", true}, {"stream", true}}.dump()), 400,
-                   "echo is not supported with stream");
 }
 
 const std::string kChatModel = MINFER_SOURCE_DIR "/tests/data/models/smollm-chat";
