@@ -195,7 +195,9 @@ class Decoder {
   Backend& backend_;
   int64_t n_seqs_, vocab_, pass_rows_;
   int64_t logits_per_seq_;
-  int64_t logit_rows_;  // rows of logits_: n_seqs_ x logits_per_seq + extra_logit_rows, or pass_rows_ with logits_every_row
+  // Rows of logits_: n_seqs_ x logits_per_seq + extra_logit_rows (at most pass_rows_), or pass_rows_
+  // with logits_every_row.
+  int64_t logit_rows_;
   KvCache cache_;
   std::vector<int64_t> n_past_;
   Tensor staging_;      // host i32: tokens, seq, pos (pass_rows each), logit rows (logit_rows)

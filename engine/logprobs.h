@@ -1,5 +1,6 @@
-// Log-probabilities of sampled tokens, as OpenAI's `logprobs` reports them: log-softmax of the
-// model's raw logits row (before the temperature, the penalties, the bias or a grammar's mask),
+// Log-probabilities of sampled tokens (and of a prompt's tokens, for echo: ServeRequest::prompt_logprobs),
+// as OpenAI's `logprobs` reports them: log-softmax of the model's raw logits row (before the
+// temperature, the penalties, the bias or a grammar's mask),
 // the sampled token's and the n most likely tokens' (ties by index), n at most kMaxTopLogprobs.
 // Values in nats, computed in double as `minfer perplexity` computes them (log_sum_exp,
 // engine/perplexity.h), so that a token's logprob is minus its NLL there.

@@ -612,7 +612,8 @@ void Scheduler::score_prompt_row(Live& live, int64_t row, int64_t index) {
   if (index != live.prompt_scored || index >= static_cast<int64_t>(live.request.prompt.size())) return;
   row_logprobs_.read(decoder_.logits_row(row), live.request.top_logprobs);
   ++live.prompt_scored;
-  if (live.request.on_prompt_logprobs) live.request.on_prompt_logprobs(index, row_logprobs_.of(live.tokens[size_t(index)]));
+  if (live.request.on_prompt_logprobs)
+    live.request.on_prompt_logprobs(index, row_logprobs_.of(live.tokens[size_t(index)]));
 }
 
 void Scheduler::update_gauges_locked() {

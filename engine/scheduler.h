@@ -42,7 +42,8 @@
 // block of its own (copy on write: a shared block is never written). Blocks nobody holds stay
 // cached until a block is needed, and the least recently released goes first. A conversation
 // that sends its whole history every turn thus prefills only the new turn; at least the prompt's
-// last token is always computed again, since its logits give the first new token. A request whose
+// last token is always computed again, since its logits give the first new token. A request for its
+// prompt's logprobs (ServeRequest::prompt_logprobs) finds nothing cached: it computes every row. A request whose
 // prompt shares whole blocks with one still prefilling waits for them to be computed rather than
 // computing them again (32 requests with one system prompt prefill it once). All of this happens
 // within a request's cache scope (ServeRequest::cache_scope) only: a request never holds, copies
@@ -194,9 +195,10 @@ class Scheduler {
   const Decoder& decoder() const { return decoder_; }
 
   // Queues a request and returns its id. Throws Error (nothing queued) when it can never run: an
-  // empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with prompt_logprobs), a prompt plus max_tokens that
-  // needs more positions than a slot has ("prompt of P tokens + N new tokens needs ... > context
-  // C") or more blocks than the pool, or a full queue (QueueFullError). A preempted request
+  // empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with prompt_logprobs), a prompt
+  // plus max_tokens that needs more positions than a slot has ("prompt of P tokens + N new tokens
+  // needs ... > context C") or more blocks than the pool, prompt_logprobs without top_logprobs, or a
+  // full queue (QueueFullError). A preempted request
   // goes back to the queue even when it is full.
   uint64_t submit(ServeRequest request);
   // Ends a request (queued or running) with FinishReason::cancelled at the start of the next step;

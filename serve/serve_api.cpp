@@ -189,7 +189,8 @@ void parse_echo(const json& v, bool has_tokenizer, CompletionRequest& r) {
   if (v.is_null()) return;
   if (!v.is_boolean()) wrong_type("echo", "a boolean", v);
   r.echo = v.get<bool>();
-  if (r.echo && !has_tokenizer) refuse("echo", "echo needs the text of the tokens, and this model carries no tokenizer");
+  if (r.echo && !has_tokenizer)
+    refuse("echo", "echo needs the text of the tokens, and this model carries no tokenizer");
 }
 
 void check_echo(const json& body, const CompletionRequest& r) {

@@ -255,7 +255,8 @@ TEST_F(ServeLogprobs, EchoWithoutLogprobsPutsThePromptsTextFirst) {
   echoed["echo"] = true;
   Answer a = post(port(), echoed.dump());
   ASSERT_EQ(a.status, 200) << a.raw;
-  EXPECT_EQ(a.body["choices"][0]["text"], "Once upon a time" + completion.body["choices"][0]["text"].get<std::string>());
+  const std::string continuation = completion.body["choices"][0]["text"];
+  EXPECT_EQ(a.body["choices"][0]["text"], "Once upon a time" + continuation);
   EXPECT_TRUE(a.body["choices"][0]["logprobs"].is_null());
   echoed["max_tokens"] = 0;
   a = post(port(), echoed.dump());
