@@ -2,8 +2,8 @@
 // `echo` with `logprobs`): each prompt token's logprob after the first equals minus its NLL as
 // `minfer perplexity` computes it (log_sum_exp over a Decoder's every-row logits of the same ids),
 // at the per-pass limit of 1 + kPromptLogitsRows rows and one past it, with max_tokens 0 (the
-// prompt only) and with generated tokens after it, and with the prompt's first blocks cached by an
-// earlier request (they are computed again: no row is lost).
+// prompt only) and with generated tokens after it, with the prompt's first blocks cached by an
+// earlier request (they are computed again: no row is lost), and preempted halfway (each once).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -183,6 +183,30 @@ TEST_F(PromptLogprobs, ACachedPrefixIsComputedAgain) {
   }
   EXPECT_EQ(got.stats.cached_tokens, 0);
   expect_perplexity_values(prompt, got);
+}
+
+// A request preempted halfway through its scored prompt computes it again and gives each prompt
+// token's logprobs once, in order.
+TEST_F(PromptLogprobs, APreemptedPromptGivesEachLogprobOnce) {
+  SchedulerOptions so;
+  so.slots = 2;
+  so.pass_rows = 4;  // the scored prompt takes 3 rows a step beside the other's decode row
+  so.kv_block_size = 8;
+  so.kv_blocks = 9;  // 1 + 8 blocks at first: the other's second block preempts the scored prompt
+  Scheduler scheduler(*model_, so);
+  Got other;
+  ServeRequest grows = echo_request(prompt_of(3), 20, &other);
+  grows.prompt_logprobs = false;
+  scheduler.submit(grows);
+  const std::vector<int32_t> prompt = prompt_of(60);
+  Got got;
+  scheduler.submit(echo_request(prompt, 1, &got));
+  while (scheduler.step()) {
+  }
+  ASSERT_EQ(scheduler.metrics().preemptions, 1u) << "the fixture must preempt the scored prompt";
+  ASSERT_TRUE(got.finished);
+  expect_perplexity_values(prompt, got);
+  EXPECT_EQ(other.tokens.size(), 20u);
 }
 
 TEST_F(PromptLogprobs, MaxTokensZeroOnlyWithThePromptsLogprobs) {
