@@ -245,6 +245,7 @@ struct ServeHttp::Impl {
   void answer_whole(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                     const std::vector<uint64_t>& ids, const std::vector<int32_t>& prompt,
                     const std::vector<std::string>& stops, bool http11);
+  class EventStream;  // a streamed answer's events
   void answer_stream(Response& res, const CompletionHeader& header, const std::shared_ptr<Channel>& channel,
                      const std::vector<uint64_t>& ids, const std::vector<int32_t>& prompt,
                      std::vector<std::string> stops, std::shared_ptr<InFlight> flight, bool http11);
@@ -510,153 +511,194 @@ void ServeHttp::Impl::answer_whole(Response& res, const CompletionHeader& header
   send_json(res, 200, dump_json(answer));
 }
 
-void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
-                                    const std::shared_ptr<Channel>& channel, const std::vector<uint64_t>& ids,
-                                    const std::vector<int32_t>& prompt, std::vector<std::string> stops,
-                                    std::shared_ptr<InFlight> flight, bool http11) {
-  // A choice's part of the stream.
-  struct ChoiceStream {
-    CompletionText text;
-    size_t sent = 0;         // tokens written as events
-    bool role_sent = false;  // a chat stream opens with the assistant's role
-    bool echo_sent = false;  // with echo: the prompt's event (its text and logprobs) is written
-    bool done = false;       // its last event (its finish_reason) is written
-    std::optional<ToolCallStream> tool_calls = {};  // a chat with tools: its text through the parser
-    int32_t prev;                // the token before the next one (for its logprobs' text)
-    size_t text_offset = 0;      // of the next token's text, with logprobs
-  };
-  struct Stream {
-    std::shared_ptr<Channel> channel;
-    std::shared_ptr<InFlight> flight;
-    CompletionHeader header;
-    std::vector<ChoiceStream> choices;
-    std::vector<uint64_t> ids;
-    std::vector<int32_t> prompt;
-    int64_t prompt_tokens;
-    int socket;
-  };
-  auto s = std::make_shared<Stream>(Stream{channel, std::move(flight), header, {}, ids, prompt,
-                                           static_cast<int64_t>(prompt.size()), ConnectionServer::current_socket()});
-  for (size_t i = 0; i < ids.size(); ++i)
-    s->choices.push_back({CompletionText(pieces.get(), prompt.back(), stops), 0, false, false, false,
+// One streamed answer: each choice's events, written as the engine's tokens come. httplib calls
+// step() on the connection's thread until it returns false (the connection ends: the client is
+// gone) or the stream is done (sink.done()).
+class ServeHttp::Impl::EventStream {
+ public:
+  EventStream(Impl& server, const CompletionHeader& header, std::shared_ptr<Channel> channel,
+              std::vector<uint64_t> ids, std::vector<int32_t> prompt, const std::vector<std::string>& stops,
+              std::shared_ptr<InFlight> flight)
+      : server_(server), header_(header), channel_(std::move(channel)), ids_(std::move(ids)),
+        prompt_(std::move(prompt)), flight_(std::move(flight)), socket_(ConnectionServer::current_socket()) {
+    for (size_t i = 0; i < ids_.size(); ++i)
+      choices_.push_back({CompletionText(server_.pieces.get(), prompt_.back(), stops),
                           header.tool_calls ? std::optional<ToolCallStream>(*header.tool_calls) : std::nullopt,
-                          prompt.back(), 0});
-  res.set_header("Cache-Control", "no-cache");
-  // httplib calls the provider until sink.done(), on this connection's thread; false ends the
-  // connection (the client is gone).
-  httplib::ContentProviderWithoutLength provider = [this, s](size_t, httplib::DataSink& sink) {
-    auto gone = [&] {
-      cancel_all(s->ids);
-      return false;
-    };
-    auto end_with_error = [&](const ApiError& e) {
-      cancel_all(s->ids);
-      const std::string event = "data: " + error_body(e) + "\n\n";
-      sink.write(event.data(), event.size());
-      sink.done();
-      return true;
-    };
+                          prompt_.back()});
+  }
+
+  bool step(httplib::DataSink& sink) {
     std::vector<size_t> seen;
-    for (const ChoiceStream& c : s->choices) seen.push_back(c.done ? SIZE_MAX : c.sent);
-    const Wait w = wait(*s->channel, seen, false, s->socket);
+    for (const ChoiceStream& c : choices_) seen.push_back(c.done ? SIZE_MAX : c.sent);
+    const Wait w = server_.wait(*channel_, seen, false, socket_);
     if (w == Wait::client_gone) return gone();
     if (w == Wait::engine_down)
-      return end_with_error({500, "the engine stopped: " + engine_failure(), "", "engine_failed"});
-    std::vector<Choice> now;  // each choice's tokens not yet sent, and how it stands
+      return end_with_error(sink, {500, "the engine stopped: " + server_.engine_failure(), "", "engine_failed"});
     {
-      std::lock_guard<std::mutex> lock(s->channel->mutex);
-      for (size_t i = 0; i < s->choices.size(); ++i) now.push_back(s->channel->choices[i].read(s->choices[i].sent));
+      std::lock_guard<std::mutex> lock(channel_->mutex);
+      for (size_t i = 0; i < choices_.size(); ++i) now_[i] = channel_->choices[i].read(choices_[i].sent);
     }
-    auto write = [&](nlohmann::ordered_json event, size_t index) {
-      event["choices"][0]["index"] = index;
-      const std::string text = sse_event(event);
-      return sink.write(text.data(), text.size());
-    };
-    auto usage = [&] {  // the prompt once, every choice's tokens, what its least-cached choice found cached
-      int64_t generated = 0, cached = s->prompt_tokens;
-      for (size_t i = 0; i < s->choices.size(); ++i) {
-        generated += static_cast<int64_t>(s->choices[i].sent);
-        cached = std::min(cached, now[i].cached_tokens);
-      }
-      return usage_json(s->prompt_tokens, generated, cached);
-    };
     size_t open = 0;  // choices whose last event is still to come
-    for (const ChoiceStream& c : s->choices) open += c.done ? 0 : 1;
-    for (size_t i = 0; i < s->choices.size(); ++i) {
-      ChoiceStream& c = s->choices[i];
-      if (c.done) continue;
-      if (s->header.chat && !c.role_sent && (!now[i].ids.empty() || now[i].finished) &&
-          now[i].reason != FinishReason::cancelled) {
-        if (!write(chat_role_chunk_json(s->header), i)) return gone();
-        c.role_sent = true;
-      }
-      if (s->header.echo && !c.echo_sent && (!now[i].ids.empty() || now[i].finished) &&
-          now[i].reason != FinishReason::cancelled) {
-        if (!write(echo_event(s->header, *pieces, now[i], s->prompt, &c.text_offset), i)) return gone();
-        c.echo_sent = true;
-      }
-      for (size_t k = 0; k < now[i].ids.size(); ++k) {
-        const int32_t token = now[i].ids[k];
-        if (c.text.stopped()) break;
-        std::string text = c.text.push(token);
-        if (c.tool_calls) text = c.tool_calls->push(text);
-        nlohmann::ordered_json event = stream_chunk_json(s->header, text, {token}, nullptr);
-        if (s->header.top_logprobs >= 0)
-          event["choices"][0]["logprobs"] = logprobs_json(s->header.chat, *pieces, c.prev, &token, 1,
-                                                          now[i].logprobs.data() + k * now[i].per_token,
-                                                          now[i].per_token, &c.text_offset);
-        c.prev = token;
-        if (!write(std::move(event), i)) return gone();
-        ++c.sent;
-      }
+    for (const ChoiceStream& c : choices_) open += c.done ? 0 : 1;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      if (choices_[i].done) continue;
+      if (!write_opening(sink, i) || !write_tokens(sink, i)) return gone();
+      ChoiceStream& c = choices_[i];
       // The engine ends the choice at the same token: the cancel is a no-op then.
-      if (c.text.stopped() && !now[i].finished) scheduler.cancel(s->ids[i]);
-      if (!now[i].finished && !c.text.stopped()) continue;
-      if (now[i].reason == FinishReason::cancelled && !c.text.stopped()) {
+      if (c.text.stopped() && !now_[i].finished) server_.scheduler.cancel(ids_[i]);
+      if (!now_[i].finished && !c.text.stopped()) continue;
+      if (now_[i].reason == FinishReason::cancelled && !c.text.stopped()) {
         size_t sent = 0;
-        for (const ChoiceStream& other : s->choices) sent += other.sent;
-        return end_with_error({503,
-                               "the server shut down before the completion finished (" + std::to_string(sent) +
-                                   " tokens generated)",
-                               "", "shutting_down"});
+        for (const ChoiceStream& other : choices_) sent += other.sent;
+        return end_with_error(sink, {503,
+                                     "the server shut down before the completion finished (" +
+                                         std::to_string(sent) + " tokens generated)",
+                                     "", "shutting_down"});
       }
-      c.done = true;
-      std::string rest = c.text.finish();
-      const char* finish = c.text.stopped() || now[i].reason == FinishReason::stop ? "stop" : "length";
-      if (c.tool_calls) {  // the calls in an event of their own, before the last
-        ToolCallStream::Ending end = c.tool_calls->finish(rest, finish);
-        rest = end.content;
-        finish = end.finish_reason;
-        if (!end.tool_calls.empty()) {
-          nlohmann::ordered_json calls = stream_chunk_json(s->header, std::exchange(rest, ""), {}, nullptr);
-          put_tool_call_deltas(calls, end.tool_calls);
-          if (!write(std::move(calls), i)) return gone();
-        }
-      }
-      nlohmann::ordered_json last = stream_chunk_json(s->header, rest, {}, finish);
-      last["choices"][0]["index"] = i;
+      nlohmann::ordered_json last;
+      if (!finish_choice(sink, i, &last)) return gone();
       if (--open > 0) {
-        const std::string event = sse_event(last);
-        if (!sink.write(event.data(), event.size())) return gone();
+        if (!write_event(sink, sse_event(last))) return gone();
         continue;
       }
-      std::string tail;
-      if (s->header.include_usage) {
-        // As OpenAI's API: every event before has usage null; the last has no choices, only usage.
-        nlohmann::ordered_json usage_only = stream_chunk_json(s->header, "", {}, nullptr);
-        usage_only["choices"] = nlohmann::ordered_json::array();
-        usage_only["usage"] = usage();
-        tail = sse_event(last) + sse_event(usage_only);
-      } else {
-        last["usage"] = usage();  // in the last choice's last event
-        tail = sse_event(last);
-      }
-      tail += "data: [DONE]\n\n";
-      if (!sink.write(tail.data(), tail.size())) return false;
+      const std::string tail = closing_events(std::move(last)) + "data: [DONE]\n\n";
+      if (!write_event(sink, tail)) return false;
       sink.done();
       return true;
     }
     return true;
+  }
+
+ private:
+  // A choice's part of the stream.
+  struct ChoiceStream {
+    CompletionText text;
+    std::optional<ToolCallStream> tool_calls;  // a chat with tools: its text through the parser
+    int32_t prev;                              // the token before the next one (for its logprobs' text)
+    size_t text_offset = 0;                    // of the next token's text, with logprobs
+    size_t sent = 0;                           // tokens written as events
+    bool role_sent = false;                    // a chat stream opens with the assistant's role
+    bool echo_sent = false;  // with echo: the prompt's event (its text and logprobs) is written
+    bool done = false;       // its last event (its finish_reason) is written
+  };
+
+  bool gone() {
+    server_.cancel_all(ids_);
+    return false;
+  }
+  bool end_with_error(httplib::DataSink& sink, const ApiError& e) {
+    server_.cancel_all(ids_);
+    const std::string event = "data: " + error_body(e) + "\n\n";
+    sink.write(event.data(), event.size());
+    sink.done();
+    return true;
+  }
+  static bool write_event(httplib::DataSink& sink, const std::string& text) {
+    return sink.write(text.data(), text.size());
+  }
+  bool write(httplib::DataSink& sink, nlohmann::ordered_json event, size_t index) {
+    event["choices"][0]["index"] = index;
+    return write_event(sink, sse_event(event));
+  }
+
+  // What comes before choice i's first token, once it has one (or ends): a chat's role event, and
+  // with echo the prompt's event.
+  bool write_opening(httplib::DataSink& sink, size_t i) {
+    ChoiceStream& c = choices_[i];
+    const Choice& now = now_[i];
+    const bool begun = (!now.ids.empty() || now.finished) && now.reason != FinishReason::cancelled;
+    if (header_.chat && !c.role_sent && begun) {
+      if (!write(sink, chat_role_chunk_json(header_), i)) return false;
+      c.role_sent = true;
+    }
+    if (header_.echo && !c.echo_sent && begun) {
+      if (!write(sink, echo_event(header_, *server_.pieces, now, prompt_, &c.text_offset), i)) return false;
+      c.echo_sent = true;
+    }
+    return true;
+  }
+
+  // An event for each of choice i's new tokens, up to a stop string.
+  bool write_tokens(httplib::DataSink& sink, size_t i) {
+    ChoiceStream& c = choices_[i];
+    const Choice& now = now_[i];
+    for (size_t k = 0; k < now.ids.size() && !c.text.stopped(); ++k) {
+      const int32_t token = now.ids[k];
+      std::string text = c.text.push(token);
+      if (c.tool_calls) text = c.tool_calls->push(text);
+      nlohmann::ordered_json event = stream_chunk_json(header_, text, {token}, nullptr);
+      if (header_.top_logprobs >= 0)
+        event["choices"][0]["logprobs"] = logprobs_json(header_.chat, *server_.pieces, c.prev, &token, 1,
+                                                        now.logprobs.data() + k * now.per_token, now.per_token,
+                                                        &c.text_offset);
+      c.prev = token;
+      if (!write(sink, std::move(event), i)) return false;
+      ++c.sent;
+    }
+    return true;
+  }
+
+  // Choice i has ended: writes its tool calls' event (if any) and makes its last event, with its
+  // finish_reason, into *last.
+  bool finish_choice(httplib::DataSink& sink, size_t i, nlohmann::ordered_json* last) {
+    ChoiceStream& c = choices_[i];
+    c.done = true;
+    std::string rest = c.text.finish();
+    const char* finish = c.text.stopped() || now_[i].reason == FinishReason::stop ? "stop" : "length";
+    if (c.tool_calls) {  // the calls in an event of their own, before the last
+      ToolCallStream::Ending end = c.tool_calls->finish(rest, finish);
+      rest = end.content;
+      finish = end.finish_reason;
+      if (!end.tool_calls.empty()) {
+        nlohmann::ordered_json calls = stream_chunk_json(header_, std::exchange(rest, ""), {}, nullptr);
+        put_tool_call_deltas(calls, end.tool_calls);
+        if (!write(sink, std::move(calls), i)) return false;
+      }
+    }
+    *last = stream_chunk_json(header_, rest, {}, finish);
+    (*last)["choices"][0]["index"] = i;
+    return true;
+  }
+
+  // The last choice's last event with the usage: the prompt once, every choice's tokens, what its
+  // least-cached choice found cached. As OpenAI's API, with include_usage every event before has
+  // usage null and the last has no choices, only usage; without, the usage is in the last event.
+  std::string closing_events(nlohmann::ordered_json last) const {
+    int64_t generated = 0, cached = static_cast<int64_t>(prompt_.size());
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      generated += static_cast<int64_t>(choices_[i].sent);
+      cached = std::min(cached, now_[i].cached_tokens);
+    }
+    const nlohmann::ordered_json usage = usage_json(static_cast<int64_t>(prompt_.size()), generated, cached);
+    if (!header_.include_usage) {
+      last["usage"] = usage;
+      return sse_event(last);
+    }
+    nlohmann::ordered_json usage_only = stream_chunk_json(header_, "", {}, nullptr);
+    usage_only["choices"] = nlohmann::ordered_json::array();
+    usage_only["usage"] = usage;
+    return sse_event(last) + sse_event(usage_only);
+  }
+
+  Impl& server_;
+  const CompletionHeader header_;
+  const std::shared_ptr<Channel> channel_;
+  const std::vector<uint64_t> ids_;  // the scheduler's id of each choice
+  const std::vector<int32_t> prompt_;
+  const std::shared_ptr<InFlight> flight_;  // counts the stream while it lives
+  const int socket_;
+  std::vector<ChoiceStream> choices_;
+  std::vector<Choice> now_ = std::vector<Choice>(ids_.size());  // each choice's tokens not yet sent, and how it stands
+};
+
+void ServeHttp::Impl::answer_stream(Response& res, const CompletionHeader& header,
+                                    const std::shared_ptr<Channel>& channel, const std::vector<uint64_t>& ids,
+                                    const std::vector<int32_t>& prompt, std::vector<std::string> stops,
+                                    std::shared_ptr<InFlight> flight, bool http11) {
+  auto stream = std::make_shared<EventStream>(*this, header, channel, ids, prompt, stops, std::move(flight));
+  res.set_header("Cache-Control", "no-cache");
+  httplib::ContentProviderWithoutLength provider = [stream](size_t, httplib::DataSink& sink) {
+    return stream->step(sink);
   };
   // note: chunked transfer coding is HTTP/1.1's; an HTTP/1.0 client's stream ends where its
   // connection does (RFC 9112, 6.3).
