@@ -1,6 +1,7 @@
 // The OpenAI-style completions API of `minfer serve`, without the HTTP: what a request may say
-// and how it is refused, the JSON of answers and errors, stop strings, and /metrics' text. The
-// HTTP layer (serve/serve_http.cpp) moves bytes; everything a client can get wrong is decided here.
+// and how it is refused, the JSON of errors, and each request's cache scope (the text of an answer
+// as its tokens come: serve/completion_text.h; the JSON of answers and /metrics: serve/answer_json.h).
+// The HTTP layer (serve/serve_http.cpp) moves bytes; everything a client can get wrong is decided here.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/scheduler.h"
+#include "serve/answer_json.h"
+#include "serve/completion_text.h"
 #include "serve/structured_output.h"
 #include "serve/tool_calls.h"
 #include "tokenizers/chat_template.h"
@@ -132,118 +135,8 @@ uint64_t draw_cache_secret();  // from std::random_device
 // match of one more token is not seen unless it completes a block.
 int64_t client_cached_tokens(int64_t cached_tokens, int64_t block_size);
 
-// Stop strings found in the bytes of tokens as they come, on the engine's thread. Allocates only
-// when made: the window holds the last (longest stop - 1) bytes plus one token's bytes, and its
-// capacity is reserved for the longest token piece up front.
-class StopMatcher {
- public:
-  StopMatcher() = default;
-  StopMatcher(std::vector<std::string> stops, size_t longest_piece);
-  bool empty() const { return stops_.empty(); }
-  // Appends the bytes of one token; true when the text now contains a stop string.
-  bool push(const std::string& piece);
-
- private:
-  std::vector<std::string> stops_;
-  size_t keep_ = 0;  // bytes kept between tokens: the longest stop string - 1
-  std::string window_;
-};
-
-// Where the text must be cut for the stop strings: the earliest position at which one begins
-// (npos when none does), and, for streaming, how many bytes at the end of `text` could still be
-// the start of one (to be held back until the next token decides).
-size_t find_stop(const std::string& text, const std::vector<std::string>& stops);
-size_t stop_prefix_at_end(const std::string& text, const std::vector<std::string>& stops);
-
-// The bytes each token adds to a stream, computed once for the whole vocabulary so that the
-// engine's thread can match stop strings without asking the tokenizer (whose token_bytes
-// allocates). note: TextTokenizer::token_bytes(prev, id) depends on prev only through prev == -1
-// (the start of a text) and prev == BOS (llama2.c's tokenizer drops the leading space after BOS),
-// so two entries per token describe every stream that follows a prompt.
-class TokenPieces {
- public:
-  explicit TokenPieces(const TextTokenizer& tokenizer);
-  // The bytes of `id` after `prev` (a token of the prompt or of the completion); empty for ids the
-  // tokenizer does not know (models pad their vocabularies).
-  const std::string& piece(int32_t prev, int32_t id) const;
-  bool byte_fallback(int32_t id) const {  // TextTokenizer::byte_fallback
-    return id >= 0 && static_cast<size_t>(id) < byte_fallback_.size() && byte_fallback_[static_cast<size_t>(id)];
-  }
-  size_t longest() const { return longest_; }
-
- private:
-  std::vector<std::string> after_token_, after_bos_;  // after_bos_ is empty when it would equal after_token_
-  std::vector<bool> byte_fallback_;
-  int32_t bos_ = -1;
-  size_t longest_ = 0;
-  std::string none_;
-};
-
-// The text of a stream's events as its tokens come: each token's bytes after the token before it
-// (the prompt's last token first, so that a leading space is kept and prompt + text reads as one
-// text), in whole UTF-8 characters, cut before the first stop string. Bytes that could begin a
-// stop string are held back until a later token decides. The events' texts add up to the whole
-// answer's text (the tokenizer's decode), invalid bytes included: a run of byte-fallback tokens is
-// held until it ends and then printed as decode prints it (its bytes, or one U+FFFD per token),
-// other invalid bytes become one U+FFFD per maximal invalid sequence (utf8::lossy), and an event
-// never ends inside a character the next token could still finish.
-class CompletionText {
- public:
-  CompletionText(const TokenPieces* pieces, int32_t prompt_last, std::vector<std::string> stops);
-  // The text that token `id` makes final; once a stop string is complete (stopped()), the text
-  // before it, and nothing from then on.
-  std::string push(int32_t id);
-  std::string finish();  // what was held back at the end (nothing after a stop string)
-  bool stopped() const { return stopped_; }
-
- private:
-  const TokenPieces* pieces_;
-  int32_t prev_;
-  std::string take(const std::string& bytes);  // through the UTF-8 and stop-string hold-backs
-  std::string end_run();                       // the byte-fallback run so far, as decode prints it
-
-  std::vector<std::string> stops_;
-  Utf8Stream utf8_;
-  std::string held_;
-  std::string run_;  // the bytes of byte-fallback tokens not yet printed ...
-  size_t run_tokens_ = 0;  // ... and how many tokens they came in
-  bool stopped_ = false;
-};
-
 // A client's text inside a one-line message: control characters become spaces, and it is cut
 // short after `max_bytes`.
 std::string one_line(const std::string& text, size_t max_bytes = 160);
-
-// The JSON of answers, fields in OpenAI's order. `created` is a Unix time; `model` the name echoed.
-struct CompletionHeader {
-  std::string id;  // "cmpl-N", "chatcmpl-N"
-  bool chat = false;  // chat.completion objects: a message (a delta in a stream), not a text
-  int64_t created = 0;
-  std::string model;
-  bool include_usage = false;  // streams: usage null in every event, then one event with usage only
-  std::optional<ToolCallParsing> tool_calls = {};  // a chat whose answer is parsed for tool calls
-  int top_logprobs = -1;  // CompletionRequest::top_logprobs: each choice carries its logprobs when >= 0
-  std::optional<std::string> echo = {};  // with echo: the prompt's text, put before each choice's
-};
-// prompt_tokens_details.cached_tokens: the prompt tokens found in cached blocks (prefix caching).
-nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
-nlohmann::ordered_json completion_json(const CompletionHeader& header, const std::string& text,
-                                       const std::vector<int32_t>& ids, const char* finish_reason,
-                                       int64_t prompt_tokens, int64_t cached_tokens);
-// A chat stream's first event: the assistant's role, no text yet (as OpenAI's API sends it).
-nlohmann::ordered_json chat_role_chunk_json(const CompletionHeader& header);
-// One server-sent event's JSON: a token (finish_reason null), or the last one (with usage).
-nlohmann::ordered_json stream_chunk_json(const CompletionHeader& header, const std::string& text,
-                                 const std::vector<int32_t>& ids, const char* finish_reason);
-// Text for the wire: invalid UTF-8 in generated text becomes U+FFFD instead of an exception.
-std::string dump_json(const nlohmann::ordered_json& value);
-
-// Per-reason counts of finished requests, kept by the server (the scheduler counts only the total
-// and the cancelled).
-struct FinishCounts {
-  uint64_t stop = 0, length = 0, cancelled = 0;
-};
-// The Prometheus text of /metrics.
-std::string prometheus_metrics(const SchedulerMetrics& metrics, const FinishCounts& finished, int64_t slots);
 
 }  // namespace minfer::serve

@@ -30,7 +30,7 @@
 
 namespace minfer::serve {
 
-class TokenPieces;  // serve/serve_api.h
+class TokenPieces;  // serve/completion_text.h
 
 // Whether this build has XGrammar; without it, the refusal's message.
 bool have_xgrammar();
