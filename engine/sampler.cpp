@@ -150,17 +150,25 @@ size_t nucleus(const float* probabilities, int64_t n, float top_p, ProbIndex* sc
   return count;
 }
 
+namespace {
+
+// The first of sorted[0..count) (count > 0) whose cumulative probability passes r, else the last.
+int32_t draw_sorted(const ProbIndex* sorted, size_t count, float r) {
+  float cdf = 0.0f;
+  for (size_t i = 0; i < count; ++i) {
+    cdf += sorted[i].prob;
+    if (r < cdf) return sorted[i].index;
+  }
+  return sorted[count - 1].index;
+}
+
+}  // namespace
+
 int32_t sample_topp(const float* probabilities, int64_t n, float top_p, float coin, ProbIndex* scratch) {
   float cumulative = 0.0f;
   const size_t count = nucleus(probabilities, n, top_p, scratch, &cumulative);
   if (count == 0) return sample_argmax(probabilities, n);
-  const float r = coin * cumulative;
-  float cdf = 0.0f;
-  for (size_t i = 0; i < count; ++i) {
-    cdf += scratch[i].prob;
-    if (r < cdf) return scratch[i].index;
-  }
-  return scratch[count - 1].index;
+  return draw_sorted(scratch, count, coin * cumulative);
 }
 
 int32_t Sampler::sample(float* logits) {
@@ -227,13 +235,7 @@ int32_t Sampler::choose(float* logits) {
     float total = 0.0f;
     const size_t count = cut(logits, &total);
     if (count == 0) return best;
-    const float r = coin * total;
-    float cdf = 0.0f;
-    for (size_t i = 0; i < count; ++i) {
-      cdf += candidates_[i].prob;
-      if (r < cdf) return candidates_[i].index;
-    }
-    return candidates_[count - 1].index;
+    return draw_sorted(candidates_.data(), count, coin * total);
   }
   if (top_p_ <= 0.0f || top_p_ >= 1.0f) return sample_mult(logits, vocab_size_, coin);
   return sample_topp(logits, vocab_size_, top_p_, coin, candidates_.data());

@@ -22,18 +22,7 @@ namespace {
 
 constexpr int64_t kVocab = 67;
 
-LlamaConfig small_config() {
-  LlamaConfig c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = kVocab;
-  c.n_ctx = 96;
-  c.shared_classifier = false;
-  return c;
-}
+LlamaConfig small_config() { return small_gqa_config(kVocab, 96); }
 
 std::vector<int32_t> prompt_of(int64_t n) {
   std::vector<int32_t> p;
