@@ -1,0 +1,54 @@
+// The per-type pieces of the packed layout (kernels/cpu/quant/packed.h): how a type packs a group
+// of 16 rows, unpacks one row back, and multiplies packed groups by activation rows. The driver
+// (packed.cpp) owns threads, activations and the rows past the last group; each type's file
+// (packed_legacy.cpp, packed_k.cpp) owns its layout, documented atop it with a drawing.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace minfer::cpu::packed {
+
+// One call's activations as the kernels read them, per run of G codes of each row (the same
+// arrays quant_gemm.cpp's split_activations makes).
+struct Activations {
+  const int8_t* q;         // (M, K): each row's codes, contiguous
+  const float* dx;         // (M, K / G): the scale of the run's block
+  const int32_t* shifted;  // (M, K / G): shift * sum of the run's codes (symmetric types)
+  const float* cx;         // (M, K / G): dx * sum of the run's codes (types with a minimum)
+  int64_t runs;            // K / G
+};
+
+// One register tile: activation rows [m, m + rows) times the 16 * groups weight rows of `groups`
+// consecutive packed groups, the first at w. out(r, j) for r < rows, j < 16 * groups, rows ld_out
+// apart. rows is 1 to 4 (AVX-512) or 1 to 2 (AVX2); groups is 1 or 2 (AVX-512) or 1 (AVX2).
+struct Tile {
+  const uint8_t* w;
+  int64_t group_bytes;  // 16 * the file's row bytes
+  int groups;
+  const Activations* a;
+  int64_t m;
+  int rows;
+  int64_t K;
+  float* out;
+  int64_t ld_out;
+};
+
+struct TypeKernels {
+  // 16 rows of nb blocks, the file's rows row_bytes apart at src, into one group at dst.
+  void (*pack_group)(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int64_t nb);
+  // Row r (< 16) of the group at src back into the file's nb blocks at dst.
+  void (*unpack_row)(uint8_t* dst, const uint8_t* group, int r, int64_t nb);
+  void (*tile)(const Tile& t);
+  int max_rows;    // of a Tile
+  int max_groups;  // of a Tile
+};
+
+// The kernels of type t in this build, or nullptr where t is not packed (packs(t) is false).
+// Defined by the type files: legacy_kernels for q8_0, q4_0, q4_1, q5_0, q5_1; k_kernels for
+// q2_k .. q6_k.
+const TypeKernels* legacy_kernels(DType t);
+const TypeKernels* k_kernels(DType t);
+
+}  // namespace minfer::cpu::packed
