@@ -265,9 +265,12 @@ class CudaBackend final : public Backend, private Recorder {
     return f32(t);
   }
 
-  // Prefill with quantized weights (Q8_0, Q4_0 .. Q6_K), as llama.cpp does it for large batches: a
-  // slab of weight rows at a time is dequantized to f16 and multiplied on Tensor Cores by cuBLASLt,
-  // so the f16 copy never needs more than kDequantSlab weights (32 MiB) however large the matrix.
+  // Products with quantized weights (Q8_0, Q4_0 .. Q6_K) of more rows than the matrix-vector kernel
+  // takes (cuda_product, engine/cuda_choices.h): prefill, and batched decode past that. As in
+  // llama.cpp's dequantize-to-f16 path for cuBLAS, a slab of weight rows at a time is dequantized
+  // to f16 and multiplied on Tensor Cores by cuBLASLt; every call dequantizes the whole matrix. A
+  // slab is a whole number of 256 rows, at least 256: at most kDequantSlab weights (32 MiB of f16)
+  // for rows of up to 65,536 weights (K), and 256 rows of K beyond that.
   void matmul_quantized_gemm(const Tensor& out, const Tensor& x, const Tensor& w) {
     const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
     constexpr int64_t kDequantSlab = int64_t(1) << 24;
