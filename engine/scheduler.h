@@ -194,12 +194,15 @@ class Scheduler {
   int64_t n_ctx() const { return decoder_.n_ctx(); }
   const Decoder& decoder() const { return decoder_; }
 
-  // Queues a request and returns its id. Throws Error (nothing queued) when it can never run: an
-  // empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with prompt_logprobs), a prompt
-  // plus max_tokens that needs more positions than a slot has ("prompt of P tokens + N new tokens
-  // needs ... > context C") or more blocks than the pool, prompt_logprobs without top_logprobs, or a
-  // full queue (QueueFullError). A preempted request
-  // goes back to the queue even when it is full.
+  // Queues a request and returns its id. Throws Error, with nothing queued, for a request that no
+  // waiting would let run: an empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with
+  // prompt_logprobs), a prompt plus max_tokens that needs more positions than a slot has ("prompt
+  // of P tokens + N new tokens needs ... > context C") or, with a block pool, more blocks than the
+  // pool has, temperature < 0, top_p outside (0, 1], seed 0, a SamplingOptions setting out of its
+  // range (check_sampling_options), top_logprobs outside [-1, 20], or prompt_logprobs without
+  // top_logprobs. Throws QueueFullError (an Error) when max_queue requests are waiting, which a
+  // later try may pass. Both count in requests_refused. A preempted request goes back to the
+  // front of the queue even when it is full.
   uint64_t submit(ServeRequest request);
   // Ends a request (queued or running) with FinishReason::cancelled at the start of the next step;
   // an id that has finished already is ignored.

@@ -183,9 +183,11 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   // note: this cache is (n_ctx, kv_dim) for one sequence, as in run.c. The engine's serves many
   // sequences from one pool of blocks (of 64 positions, fewer for a short context), (n_blocks,
   // n_kv_heads, block_size, head_dim) per layer, and a block table per sequence names its blocks
-  // (engine/kv_cache.h): the layout lets a sequence hold only the blocks its positions reach and
-  // two tables name the blocks of a shared prefix (the decoder still gives each sequence a whole
-  // context's blocks), and within a block one head's positions lie together for attention to stream.
+  // (engine/kv_cache.h): within a block one head's positions lie together for attention to stream.
+  // The server's continuous scheduler pages the pool: a sequence takes blocks as its positions reach
+  // them, and two tables name the blocks of a shared prefix. Every other decoder (generate, bench,
+  // chat, perplexity, speculative decoding, static batches) gives each sequence a whole context's
+  // blocks, its own, in order.
   //   forward_layer_*: be.kv_store (fused: be.rope_kv_store); ref::kv_store, cpu::kv_store, cuda::kv_store
   float* layer_keys = &key_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];      // (n_ctx, kv_dim)
   float* layer_values = &value_cache_[static_cast<size_t>(l * n_ctx_ * kv_dim)];  // (n_ctx, kv_dim)

@@ -1,8 +1,11 @@
 // llama2.c's tokenizer: the tokenizer.bin format, run.c's BPE encode and its decode.
 //
 // File: uint32 max_token_length, then for every token: float32 score, int32 length, the bytes.
-// The number of tokens is what the file holds (run.c takes it from the model instead; minfer
-// checks that the two agree).
+// The file does not store the number of tokens: minfer reads tokens until the file ends (run.c
+// reads the model's vocab_size of them instead). A tokenizer may hold fewer tokens than the model
+// has rows, never more: generate, chat, serve and perplexity refuse one with more
+// (check_tokenizer_fits in cli/cli_common.h), and naive refuses an id outside the model's
+// vocabulary when it reaches the model.
 //
 // Encode (run.c's encode(text, bos, eos)): optional BOS (1); a dummy-prefix space token when the
 // text is not empty; every UTF-8 character becomes its token if the vocabulary has it, else one

@@ -8,16 +8,21 @@
 
 namespace minfer {
 
-// Two algorithms compute the attention below, equal up to rounding; the CPU and CUDA backends
-// offer both (`--kernels unfused` picks the first, `fused` the second), and the reference backend
-// computes the exact answer for either:
-//   three_pass      scores = q K^T * scale for all keys, then softmax, then the
-//                   probability-weighted sum of V: three passes, the scores in a buffer between.
+// Two algorithms compute the attention below, equal up to rounding. The CPU and CUDA backends run
+// either (`--kernels unfused` picks the first, `fused` the second: engine/model.h's Kernels). The
+// reference backend runs neither: it ignores the choice and computes ref::attention below, in
+// double, each output rounded to f32 once.
+//   three_pass      scores = q K^T * scale for every key the row sees (0..pos, or its window's),
+//                   then softmax, then the probability-weighted sum of V: three passes, the
+//                   scores in a buffer between.
 //   online_softmax  one pass over the keys in blocks, keeping a running max and sum and
 //                   rescaling the partial output when the max grows (FlashAttention's
-//                   recurrence): the scores never leave registers or L1. On CUDA, decode splits
-//                   the keys into chunks across blocks and merges their partial states
-//                   (flash-decoding), and prefill runs 64-row tiles of queries on Tensor Cores.
+//                   recurrence): only one block's scores exist at a time, in registers, L1 or
+//                   shared memory. On CUDA, up to 64 rows (decode) split the keys into chunks
+//                   across blocks and merge their partial states (flash-decoding); more rows
+//                   take the prefill kernel, in 64-row tiles on Tensor Cores where the rows are
+//                   consecutive positions of one sequence and the cache is f16 or bf16 with a
+//                   head_dim of 64 or 128, else a warp per row (kernels/cuda/attention_prefill.cuh).
 enum class AttentionAlgorithm { three_pass, online_softmax };
 
 inline const char* attention_algorithm_name(AttentionAlgorithm a) {
