@@ -361,7 +361,8 @@ int cmd_bench(int argc, char** argv) {
              {"--device", "DEV", "ref, cpu, cuda or auto (default auto)"},
              {"--dtype", "LIST", "weights: auto (as stored; f32 for presets), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
                                  "                              presets also q2_k .. q6_k, q4_k_m and q5_k_m (default auto)"},
-             {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused)"},
+             {"--kernels", "LIST", "fused, unfused or fused,unfused (default fused); on cpu and cuda also\n"
+                                   "                              attention's algorithm: fused the online softmax, unfused three passes"},
              {"--kv-dtype", "TYPE", "the KV cache: f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights' type, f16 for quantized weights)"},
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},

@@ -25,7 +25,8 @@ std::vector<Option> engine_options() {
       {"--batch-invariant", "", "CPU: compute every row of a matrix product as a lone row, so greedy answers do not\n"
                                 "                              depend on how prompts are split into passes or batched; prefill\n"
                                 "                              is slower (docs/serving.md)"},
-      {"--kernels", "KIND", "fused or unfused (default fused)"},
+      {"--kernels", "KIND", "fused or unfused (default fused); on cpu and cuda also attention's algorithm: fused\n"
+                            "                              the online softmax, unfused three passes"},
       {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
                              "                              type, f16 for quantized weights); bf16 on CUDA and ref, not cpu"},
       {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled or mma (default cublas)"},

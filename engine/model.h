@@ -50,6 +50,8 @@ inline bool is_stop_token(const std::vector<int32_t>& stop_ids, int32_t token) {
 // store, the residual add fused into the next RMSNorm, one matmul for the gate and up
 // projections, online-softmax attention. `unfused`: the same model as the plain composition of
 // single ops (three-pass attention). Tests hold them equal; `--kernels` chooses at run time.
+// note: the set also decides the attention algorithm (AttentionAlgorithm, at the calls in
+// model/llama.cpp's forward_layer_*): no flag picks the algorithm without the rest of the set.
 enum class Kernels { fused, unfused };
 inline const char* kernels_name(Kernels k) { return k == Kernels::fused ? "fused" : "unfused"; }
 

@@ -532,7 +532,9 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
     be.add(v.k, v.k, v.bk);
     be.add(v.v, v.v, v.bv);
   }
-  if (config_.qk_norm) {  // each head of q and k on its own (rmsnorm's runs)
+  // note: per head only because q_norm and k_norm are head_dim wide: rmsnorm normalises each run of
+  // its weight's width on its own (engine/backend.h), so q's row is n_heads runs and k's n_kv_heads.
+  if (config_.qk_norm) {
     be.rmsnorm(v.q, v.q, v.q_norm, config_.rms_eps);
     be.rmsnorm(v.k, v.k, v.k_norm, config_.rms_eps);
   }
@@ -579,6 +581,8 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   matmul(be, v.h13, v.xb, v.w->w13);
   be.glu(v.hb, v.gate, v.up, config_.activation);
   matmul(be, v.proj, v.hb, v.w->w2);
+  // note: the attention algorithm comes with the kernel set, three passes here and the online
+  // softmax in forward_layer_fused: `--kernels` picks both, and no flag picks the algorithm alone.
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, eps);
   if (l + 1 < config_.n_layers)
     be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
@@ -605,8 +609,10 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   // Logits only where they are needed: gather those rows, normalise, classify.
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
   backend_.gather_rows(last, x, b.logit_rows, 1.0f);
+  // Per head only because q_norm and k_norm are head_dim wide (rmsnorm's runs: forward_layer_unfused).
   backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
   backend_.matmul(logits, last_norm, w_.classifier);
 }
 
 }  // namespace minfer
+  // The online softmax, chosen with the fused set (`--kernels fused`; forward_layer_unfused's note).

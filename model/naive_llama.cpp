@@ -204,7 +204,8 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     add(v, w.bv.data(), kv_dim);
   }
   // Qwen3 and Gemma 3 normalise every head of q and k on its own (config.qk_norm).
-  //   forward_layer_*: be.rmsnorm with a head-wide weight (its runs); ref::rmsnorm, ...
+  //   forward_layer_*: one be.rmsnorm over all of q (and one over k), per head only because the
+  //   weight is head_dim wide: rmsnorm normalises each run of its weight's width apart; ref::rmsnorm, ...
   if (c.qk_norm) {
     for (int64_t h = 0; h < c.n_heads; ++h) {
       float* head = &q_[static_cast<size_t>(h * hs)];  // (head_dim)
