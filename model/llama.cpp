@@ -541,6 +541,8 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
   be.rope(v.q, b.pos, v.rope, hd);
   be.rope(v.k, b.pos, v.rope, hd);
   be.kv_store(v.k_cache, v.v_cache, v.block_table, v.k, v.v, b.seq, b.pos);
+  // note: the attention algorithm comes with the kernel set, three passes here and the online
+  // softmax in forward_layer_fused: `--kernels` picks both, and no flag picks the algorithm alone.
   be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
                AttentionAlgorithm::three_pass);
   matmul(be, v.proj, v.att, v.w->wo);
@@ -567,11 +569,13 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   if (l == 0) be.rmsnorm(v.xb, v.x, v.rms_att, eps);
   matmul(be, v.qkv, v.xb, v.w->wqkv);
   if (config_.qkv_bias) be.add(v.qkv, v.qkv, v.bqkv);
+  // Per head only because q_norm and k_norm are head_dim wide (rmsnorm's runs: forward_layer_unfused).
   if (config_.qk_norm) {
     be.rmsnorm(v.q, v.q, v.q_norm, eps);
     be.rmsnorm(v.k, v.k, v.k_norm, eps);
   }
   be.rope_kv_store(v.k_cache, v.v_cache, v.block_table, v.q, v.k, v.v, b.seq, b.pos, v.rope, config_.head_dim());
+  // The online softmax, chosen with the fused set (`--kernels fused`; forward_layer_unfused's note).
   be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
                AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);
@@ -581,8 +585,6 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   matmul(be, v.h13, v.xb, v.w->w13);
   be.glu(v.hb, v.gate, v.up, config_.activation);
   matmul(be, v.proj, v.hb, v.w->w2);
-  // note: the attention algorithm comes with the kernel set, three passes here and the online
-  // softmax in forward_layer_fused: `--kernels` picks both, and no flag picks the algorithm alone.
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, eps);
   if (l + 1 < config_.n_layers)
     be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
@@ -609,10 +611,8 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   // Logits only where they are needed: gather those rows, normalise, classify.
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
   backend_.gather_rows(last, x, b.logit_rows, 1.0f);
-  // Per head only because q_norm and k_norm are head_dim wide (rmsnorm's runs: forward_layer_unfused).
   backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
   backend_.matmul(logits, last_norm, w_.classifier);
 }
 
 }  // namespace minfer
-  // The online softmax, chosen with the fused set (`--kernels fused`; forward_layer_unfused's note).
