@@ -32,7 +32,7 @@ namespace minfer {
 
 struct DecoderOptions {
   int64_t n_seqs = 1;               // the sequences decoded together (the batch size, -B)
-  int64_t n_ctx = 0;                // positions per sequence; 0 = the model's context length
+  int64_t n_ctx = 0;                // a sequence's context (--ctx), at most the model's; 0 = the model's
   // Rows per forward pass at most (prefill chunks, continuous batching's mixed steps). The decoder
   // raises it to n_seqs x logits_per_seq if smaller, since a decode step of every sequence is one
   // pass whatever this says; Decoder::pass_rows() is the limit it keeps.

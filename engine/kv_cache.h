@@ -53,7 +53,7 @@ class KvCache {
   const Tensor& block_table() const { return table_; }  // i32 (n_seqs, blocks_per_seq)
   int64_t n_layers() const { return n_layers_; }
   int64_t n_seqs() const { return n_seqs_; }
-  int64_t n_ctx() const { return n_ctx_; }  // positions a sequence may use
+  int64_t n_ctx() const { return n_ctx_; }  // a sequence's context: the positions it may use (not rounded up)
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t blocks_per_seq() const { return table_.size(1); }

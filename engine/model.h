@@ -27,7 +27,7 @@ struct ModelInfo {
   std::string name;            // "preset:stories15M" or the checkpoint's path
   std::string shape;           // the config in words
   int64_t vocab_size = 0;
-  int64_t n_ctx = 0;           // the longest context the model supports
+  int64_t n_ctx = 0;           // the model's context: the longest it supports (LlamaConfig::n_ctx)
   int64_t n_layers = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;

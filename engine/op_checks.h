@@ -28,7 +28,10 @@ struct CacheShape {
   int64_t n_seqs, width;  // the block table's rows and entries per row
   const int32_t* blocks;  // the block table's data, on the caches' device
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  int64_t n_ctx() const { return width * block_size; }  // positions a sequence can hold
+  // The positions a table row can address: a sequence's context (KvCache::n_ctx()) rounded up to
+  // whole blocks, so up to block_size - 1 more than the decoder lets a sequence use (100 in blocks
+  // of 64: 128). op_checks::positions() bounds pos by it; CUDA's three-pass scores buffer is sized by it.
+  int64_t n_ctx() const { return width * block_size; }  // = KvBlockTable::positions()
   ref::KvBlockTable table() const { return {blocks, width, block_size}; }
 };
 // Two same-shaped contiguous (blocks, kv_heads, block_size, head_dim) caches of f32, f16 or bf16,

@@ -29,7 +29,8 @@
 namespace minfer {
 
 struct PerplexityOptions {
-  int64_t n_ctx = 512;         // window length (>= 4, at most the model's context)
+  int64_t n_ctx = 512;         // a window's length (>= 4, at most the model's context; `-c`, llama.cpp's n_ctx),
+                               // and the context of the decoder that scores it
   int64_t max_windows = 0;     // 0: every whole window
   int64_t max_rows = 512;      // positions per forward pass
   std::optional<int32_t> bos;  // the token each window's first is replaced by; unset: the text's own

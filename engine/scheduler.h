@@ -145,7 +145,7 @@ class QueueFullError : public Error {
 struct SchedulerOptions {
   enum class Policy { continuous, static_batches };
   int64_t slots = 8;          // sequences decoded together
-  int64_t n_ctx = 0;          // positions per slot; 0: the model's context
+  int64_t n_ctx = 0;          // a slot's context (--ctx), at most the model's; 0: the model's
   int64_t pass_rows = 256;  // rows per forward pass at most (decode rows + prompt chunks), >= slots
   int64_t max_queue = 256;    // requests waiting for a slot; submit() refuses more (serve --max-queue)
   std::optional<DType> kv_dtype;  // the KV cache's type; unset: the decoder's default

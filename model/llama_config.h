@@ -80,7 +80,7 @@ struct LlamaConfig {
   int64_t n_heads = 0;      // query heads
   int64_t n_kv_heads = 0;   // key/value heads (grouped-query attention when < n_heads)
   int64_t vocab_size = 0;
-  int64_t n_ctx = 0;        // the longest context the model supports (llama2.c: seq_len)
+  int64_t n_ctx = 0;        // the model's context: the longest it supports (llama2.c: seq_len), the rope table's rows
   int64_t head_size = 0;    // the width of a head when it is not dim / n_heads (0: dim / n_heads)
   bool shared_classifier = true;  // the output classifier is the token embedding table
   bool qkv_bias = false;    // q, k and v each add a bias after their product (Qwen2)

@@ -30,7 +30,8 @@ namespace minfer {
 class NaiveLlama {
  public:
   // Copies the weights (host tensors of any float or quantized type, as the loaders in formats/
-  // return them) as f32, and keeps a KV cache of `n_ctx` positions (0: the model's context).
+  // return them) as f32, and keeps a KV cache of `n_ctx` positions, its sequence's context (0: the
+  // model's context, LlamaConfig::n_ctx).
   explicit NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx = 0);
   // Feeds `token` at position `pos` (0, 1, 2, ... in order) and returns the logits (vocab).
   const std::vector<float>& forward(int32_t token, int64_t pos);
