@@ -2,7 +2,7 @@
 // and cudaMallocHost (pinned host memory for transfers), kernels from kernels/cuda/, matrix
 // products through the kernels or cuBLAS/cuBLASLt, and decode steps recorded as CUDA Graphs.
 //
-// Scratch buffers (f16 copies of activations, attention scores and partial states) grow on first
+// Scratch buffers (16-bit copies of activations, attention scores and partial states) grow on first
 // use and are then reused; the first run of a recorded step is a normal run precisely so that
 // this growth, and cuBLASLt's algorithm queries, happen before anything is captured. A scratch
 // buffer that grows later (a larger request) moves, and every recording is invalidated before the
@@ -28,6 +28,7 @@
 #include "kernels/cuda/gemm_cublas.cuh"
 #include "kernels/cuda/gemm_mma.cuh"
 #include "kernels/cuda/gemm_naive.cuh"
+#include "kernels/cuda/gemm_quant_rows.cuh"
 #include "kernels/cuda/gemm_tiled.cuh"
 #include "kernels/cuda/kv_store.cuh"
 #include "kernels/cuda/matvec.cuh"
@@ -65,10 +66,12 @@ class CudaBackend final : public Backend, private Recorder {
         pinned_(make_cuda_pinned_upstream()) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     workspace_ = pool_.allocate(kBlasWorkspaceBytes);
+    f16_scale_ = pool_.allocate(4 * sizeof(float));
     blas_ = std::make_unique<cuda::BlasGemm>(stream_, workspace_.data(), workspace_.size());
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = detail::concat(prop.name, ", sm_", prop.major, prop.minor);
+    sm_count_ = prop.multiProcessorCount;
   }
 
   ~CudaBackend() override {
@@ -77,6 +80,7 @@ class CudaBackend final : public Backend, private Recorder {
     for (Tensor& t : scratch_) t = Tensor();
     blas_.reset();
     workspace_.reset();
+    f16_scale_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -135,6 +139,9 @@ class CudaBackend final : public Backend, private Recorder {
       case CudaProduct::matvec:
         cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         return;
+      case CudaProduct::quant_rows:
+        cuda::gemm_quant_rows(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
+        return;
       case CudaProduct::sgemm:
         blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
         return;
@@ -143,7 +150,7 @@ class CudaBackend final : public Backend, private Recorder {
         return;
       case CudaProduct::lt_gemm: {
         const Tensor& x16 = half_activations(x, w.dtype());
-        blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K);
+        blas_->lt_gemm(f32(out), ld(out), x16.data(), w.data(), w.dtype(), M, N, K, half_alpha(w.dtype()));
         return;
       }
       case CudaProduct::naive:
@@ -155,7 +162,7 @@ class CudaBackend final : public Backend, private Recorder {
       case CudaProduct::mma: {
         const Tensor& x16 = half_activations(x, DType::f16);
         cuda::gemm_mma(stream_, f32(out), ld(out), static_cast<const __half*>(x16.data()),
-                       static_cast<const __half*>(w.data()), M, N, K);
+                       static_cast<const __half*>(w.data()), half_alpha(DType::f16), M, N, K);
         return;
       }
     }
@@ -190,17 +197,19 @@ class CudaBackend final : public Backend, private Recorder {
                           v_cache.data(), k_cache.dtype(), s.cache.table(), i32(seq), i32(pos),
                           s.M,            s.n_heads,       s.n_kv_heads,    s.head_dim, spec.score_scale(),
                           spec.window};
-    switch (cuda_attention(algorithm, s.M)) {  // engine/cuda_choices.h
+    switch (cuda_attention(algorithm, s.M, k_cache.dtype(), s.head_dim)) {  // engine/cuda_choices.h
       case CudaAttention::three_pass:
         cuda::attention_three_pass(stream_, a, scratch(Scratch::attention_scores, cuda::attention_scores_floats(
                                                            s.M, s.n_heads, s.cache.n_ctx())));
         return;
-      case CudaAttention::prefill:
-        cuda::attention_prefill(stream_, a);
+      case CudaAttention::prefill_tiles:
+        // One prompt's tiles on Tensor Cores, every other row (a mixed step's decode rows) by
+        // flash-decoding; each launch skips the other's rows.
+        cuda::attention_prefill_tiles(stream_, a);
+        flash_decode(a, s.cache.n_ctx(), true);
         return;
       case CudaAttention::flash_decode:
-        cuda::attention_flash_decode(stream_, a, scratch(Scratch::flash_partials, cuda::flash_decode_floats(
-                                                             s.M, s.n_heads, s.head_dim, s.cache.n_ctx())));
+        flash_decode(a, s.cache.n_ctx(), false);
         return;
     }
   }
@@ -255,6 +264,15 @@ class CudaBackend final : public Backend, private Recorder {
   }
   void destroy(void* recording) noexcept override { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(recording)); }
 
+  // Flash-decoding with its splits sized for this GPU and step (flash_decode_splits): max_keys is
+  // the block table's capacity, which bounds every row at this step and at every replay of it.
+  void flash_decode(const cuda::AttentionArgs& a, int64_t max_keys, bool skip_prompt_tiles) {
+    const int64_t splits = flash_decode_splits(a.M * a.n_heads, max_keys, sm_count_);
+    const int64_t floats = cuda::flash_decode_floats(a.M, a.n_heads, a.head_dim, splits);
+    cuda::attention_flash_decode(stream_, a, splits, skip_prompt_tiles,
+                                 floats > 0 ? scratch(Scratch::flash_partials, floats) : nullptr);
+  }
+
   // The scratch buffers, each kept and grown on its own.
   enum class Scratch { attention_scores, flash_partials, sum_partials, count };
 
@@ -285,17 +303,28 @@ class CudaBackend final : public Backend, private Recorder {
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
       const int64_t n = std::min(rows, N - n0);
       cuda::dequantize_rows(stream_, static_cast<__half*>(slab.data()), weights + n0 * row_bytes, w.dtype(), n, K);
-      blas_->lt_gemm(f32(out) + n0, ld(out), x16.data(), slab.data(), DType::f16, M, n, K);
+      blas_->lt_gemm(f32(out) + n0, ld(out), x16.data(), slab.data(), DType::f16, M, n, K, half_alpha(DType::f16));
     }
   }
 
-  // x (M, K) f32 converted to a dense f16/bf16 copy for the Tensor Core products.
+  // x (M, K) f32 converted to a dense f16/bf16 copy for the Tensor Core products. f16 is scaled
+  // by a power of two where some value would overflow it (cast_rows_f16_scaled), and the product
+  // then takes half_alpha(f16) as its alpha; bf16 has f32's range and is not scaled.
   const Tensor& half_activations(const Tensor& x, DType dtype) {
     const int64_t M = x.size(0), K = x.size(1);
     Tensor& t = scratch_half_[dtype == DType::bf16 ? 1 : 0];
     recordings_.grow(&t, M * K, dtype, kCuda, pool_);
-    cuda::cast_rows(stream_, t.data(), dtype, f32(x), ld(x), M, K);
+    if (dtype == DType::f16)
+      cuda::cast_rows_f16_scaled(stream_, static_cast<__half*>(t.data()), f32(x), ld(x), M, K, half_alpha(dtype),
+                                 reinterpret_cast<unsigned*>(static_cast<float*>(f16_scale_.data()) + 2));
+    else
+      cuda::cast_rows(stream_, t.data(), dtype, f32(x), ld(x), M, K);
     return t;
+  }
+  // {alpha, beta} on the device for a product of the last half_activations of `dtype`: the f16
+  // scale's inverse, or nullptr (alpha 1) for bf16.
+  float* half_alpha(DType dtype) {
+    return dtype == DType::f16 ? static_cast<float*>(f16_scale_.data()) : nullptr;
   }
 
   int device_;
@@ -304,11 +333,13 @@ class CudaBackend final : public Backend, private Recorder {
   CachingPool pinned_;
   cudaStream_t stream_ = nullptr;
   PoolBlock workspace_;
+  PoolBlock f16_scale_;  // {alpha, beta, largest |x| as bits}: cast_rows_f16_scaled's, on the device
+  int64_t sm_count_ = 1;
   std::unique_ptr<cuda::BlasGemm> blas_;
   std::string device_name_;
   Tensor scratch_[static_cast<int>(Scratch::count)];
   Tensor scratch_half_[2];
-  Tensor scratch_dequant_;  // f16 weights dequantized from a quantized type for prefill
+  Tensor scratch_dequant_;  // f16 weights dequantized from a quantized type for prefill (over kQuantRowsMaxRows rows)
   RecordingCache recordings_{*this};
 };
 

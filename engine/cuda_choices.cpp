@@ -1,5 +1,7 @@
 #include "engine/cuda_choices.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cuda/launch_limits.h"
 
@@ -19,13 +21,27 @@ CudaProduct cuda_product(GemmKind gemm, int64_t M, DType w) {
   }
   if (M <= cuda::kMatvecMaxRows) return CudaProduct::matvec;
   if (w == DType::f32) return CudaProduct::sgemm;
-  if (is_quantized(w)) return CudaProduct::dequantize_lt_gemm;
+  if (is_quantized(w)) return M <= cuda::kQuantRowsMaxRows ? CudaProduct::quant_rows : CudaProduct::dequantize_lt_gemm;
   return CudaProduct::lt_gemm;
 }
 
-CudaAttention cuda_attention(AttentionAlgorithm algorithm, int64_t M) {
+bool attention_prefill_on_tensor_cores(DType cache_dtype, int64_t head_dim) {
+  return (cache_dtype == DType::f16 || cache_dtype == DType::bf16) && (head_dim == 64 || head_dim == 128);
+}
+
+CudaAttention cuda_attention(AttentionAlgorithm algorithm, int64_t M, DType cache_dtype, int64_t head_dim) {
   if (algorithm == AttentionAlgorithm::three_pass) return CudaAttention::three_pass;
-  return M > kDecodeAttentionRows ? CudaAttention::prefill : CudaAttention::flash_decode;
+  return M > kDecodeAttentionRows && attention_prefill_on_tensor_cores(cache_dtype, head_dim)
+             ? CudaAttention::prefill_tiles
+             : CudaAttention::flash_decode;
+}
+
+int64_t flash_decode_splits(int64_t row_heads, int64_t max_keys, int64_t sm_count) {
+  MINFER_CHECK(row_heads >= 1 && max_keys >= 1 && sm_count >= 1, "flash_decode_splits: ", row_heads,
+               " (row, head) pairs, ", max_keys, " keys, ", sm_count, " SMs");
+  const int64_t to_fill = (kFlashBlocksPerSm * sm_count + row_heads - 1) / row_heads;
+  const int64_t most = (max_keys + cuda::kFlashMinChunkKeys - 1) / cuda::kFlashMinChunkKeys;
+  return std::max<int64_t>(1, std::min(to_fill, most));
 }
 
 }  // namespace minfer

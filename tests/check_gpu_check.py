@@ -34,12 +34,14 @@ def main() -> int:
                 names = set(n.lstrip("./") for n in tar.getnames())
             for needed in ["tests.json", "tests.log", "bench-decode.json", "bench-decode.md", "bench-prefill.json",
                            "progress.log", "summary.txt", "devices.txt", "demos.md", "demos/batching.json",
-                           "speculative.md", "demos/speculative.json", "serving.md", "sanitizer.md"]:
+                           "speculative.md", "demos/speculative.json", "serving.md", "sanitizer.md",
+                           "bench-quant-rows.json", "bench-quant-rows.md"]:
                 if needed not in names:
                     problems.append(f"the archive lacks {needed}")
         for needed in ["== minfer gpu-check: dry run", "build: ", " failed, ", "bench:", "| preset:stories15M",
                        "peer", "demos:", "conclusion:", "timing:", "speculative:", "q8_0-draft: ",
-                       "ids equal the plain run's", "serving:", "blocks (64 slots", "| continuous |"]:
+                       "ids equal the plain run's", "serving:", "blocks (64 slots", "| continuous |",
+                       "mixed steps (--slots"]:
             if needed not in summary:
                 problems.append(f"the summary lacks '{needed}'")
         if "FAIL: bench-serve failed" in summary:

@@ -1,6 +1,10 @@
-// The CUDA backend end to end, against the CPU and against llama2.c's run.c. Every test here
-// needs a GPU and says so when there is none; the op-by-op checks are in test_backend_ops.cpp.
+// The CUDA backend end to end, against the CPU and against llama2.c's run.c, and the cases of
+// issue 57's GPU cliffs against the plain-loop references. Every test here needs a GPU and says
+// so when there is none; the op-by-op checks are in test_backend_ops.cpp, the host's choices of
+// kernel in test_cuda_choices.cpp.
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "engine/backend.h"
 #include "engine/decoder.h"
@@ -8,6 +12,9 @@
 #include "tests/greedy_check.h"
 #include "tests/test_support.h"
 #include "formats/model_files.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/matmul.h"
+#include "tests/op_harness.h"
 
 namespace minfer::test {
 namespace {
@@ -161,6 +168,119 @@ TEST(Cuda, GraphsSurviveALargerRequestOnTheSameBackend) {
     first.decode(next);
   }
   EXPECT_EQ(ids, expected);
+}
+
+// Gemma-like activations near 1e5, past f16's 65504 (issue 57): the products that round
+// activations to f16 for Tensor Cores (f16 weights through cuBLASLt, quantized weights of more
+// than kQuantRowsMaxRows rows dequantized to f16 slabs, --gemm mma) scale them by a power of two
+// instead of overflowing to inf; bf16 has the range; gemm_quant_rows (9 to 64 rows of quantized
+// weights) stays f32. Each against ref::matmul: finite, within f16 products' NMSE.
+TEST(Cuda, ProductsTakeActivationsPastF16Range) {
+  SKIP_WITHOUT_CUDA();
+  struct Product {
+    const char* backend;
+    DType w;
+    int64_t M;
+  };
+  const int64_t N = 96, K = 512;
+  for (const Product& p : {Product{"cuda", DType::f16, 16}, Product{"cuda", DType::bf16, 16},
+                           Product{"cuda", DType::q8_0, 100}, Product{"cuda", DType::q4_k, 100},
+                           Product{"cuda", DType::q4_k, 9}, Product{"cuda", DType::q6_k, 64},
+                           Product{"cuda-mma", DType::f16, 16}}) {
+    const std::string label = std::string(p.backend) + " " + dtype_name(p.w) + " M" + std::to_string(p.M);
+    std::string reason;
+    Backend* backend = backend_by_name(p.backend, &reason);
+    ASSERT_NE(backend, nullptr) << reason;
+    std::mt19937 rng(57);
+    Tensor x = host_random({p.M, K}, rng, -1.0f, 1.0f);
+    float* xs = x.data_as<float>();
+    for (int64_t i = 0; i < x.numel(); i += 7) xs[i] = (i % 2 == 0 ? 1.0f : -1.0f) * (0.8e5f + 0.4e5f * xs[i + 1]);
+    Tensor w = host_random({N, K}, rng, -1.0f, 1.0f, p.w);
+    Tensor out = backend->empty({p.M, N}, DType::f32);
+    backend->matmul(out, to_backend(*backend, x), to_backend(*backend, w));
+    Tensor expected = host_tensor({p.M, N}, DType::f32);
+    ref::matmul(expected.data_as<float>(), N, xs, K, w.data(), p.w, p.M, N, K);
+    expect_close(expected, to_host(out), 5e-4, label);
+  }
+}
+
+// A mixed serving step of more than 64 rows (issue 57): decode rows of three sequences around a
+// prompt's 200 consecutive rows, so that tiles 0 and 3 of 64 rows mix kinds and tiles 1 and 2 are
+// one prompt's. The Tensor Core tiles take tiles 1 and 2, flash-decoding every other row, each
+// skipping the other's; every row must equal ref::attention's (within the tiles' f16 and bf16
+// rounding), none twice written or left out. An f32 cache takes flash-decoding for every row.
+TEST(Cuda, MixedStepAttendsEveryRowOnce) {
+  SKIP_WITHOUT_CUDA();
+  auto backend = make_backend(BackendKind::cuda);
+  const int64_t heads = 4, kv_heads = 2, n_seqs = 4, block = 16, width = 32;  // 512 positions a sequence
+  std::mt19937 rng(57);
+  std::vector<int32_t> seq, pos;
+  auto decode_rows = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      seq.push_back(static_cast<int32_t>(rng() % 3));
+      pos.push_back(static_cast<int32_t>(rng() % (width * block)));
+    }
+  };
+  decode_rows(40);
+  for (int32_t p = 100; p < 300; ++p) {  // rows 40 .. 239
+    seq.push_back(3);
+    pos.push_back(p);
+  }
+  decode_rows(10);  // rows 240 .. 249, in tile 3 with the prompt's last 48
+  const int64_t M = static_cast<int64_t>(seq.size());
+  std::vector<int32_t> table(static_cast<size_t>(n_seqs * width));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  auto ids = [&](const std::vector<int32_t>& v) {
+    Tensor h = host_tensor({int64_t(v.size())}, DType::i32);
+    std::copy(v.begin(), v.end(), h.data_as<int32_t>());
+    return to_backend(*backend, h);
+  };
+  for (DType cache : {DType::f16, DType::bf16, DType::f32})
+    for (int64_t head_dim : {64, 128}) {
+      const std::string label = std::string(dtype_name(cache)) + " cache, heads of " + std::to_string(head_dim);
+      Tensor k = host_random({n_seqs * width, kv_heads, block, head_dim}, rng, -1, 1, cache);
+      Tensor v = host_random({n_seqs * width, kv_heads, block, head_dim}, rng, -1, 1, cache);
+      Tensor q = host_random({M, heads * head_dim}, rng, -2, 2);
+      Tensor out = backend->empty({M, heads * head_dim}, DType::f32);
+      const AttentionSpec spec{head_dim, 0.0f, 0};
+      backend->attention(out, to_backend(*backend, q), to_backend(*backend, k), to_backend(*backend, v),
+                         ids(table).reshape({n_seqs, width}), ids(seq), ids(pos), spec,
+                         AttentionAlgorithm::online_softmax);
+      Tensor expected = host_tensor({M, heads * head_dim}, DType::f32);
+      ref::attention(expected.data_as<float>(), heads * head_dim, q.data_as<float>(), heads * head_dim, k.data(),
+                     v.data(), cache, {table.data(), width, block}, seq.data(), pos.data(), M, heads, kv_heads,
+                     head_dim, spec.score_scale(), 0);
+      expect_close(expected, to_host(out), cache == DType::f32 ? 1e-9 : cache == DType::f16 ? 5e-4 : 2e-3, label);
+    }
+}
+
+// Flash-decoding's splits depend on the rows, heads and SMs, not on the positions (issue 57): a
+// decode step recorded at position 3 must replay correctly at positions that fill many chunks
+// (Qwen3's shape, one layer: 16 heads of 128, a context of 2048, so 32 splits of at least 64
+// keys on any GPU of 64 SMs or more). Graphs on against off, f16 and bf16 caches.
+TEST(Cuda, RecordedDecodeStaysRightAsPositionsGrow) {
+  SKIP_WITHOUT_CUDA();
+  auto run = [](bool graphs, DType kv) {
+    BackendOptions options;
+    options.graphs = graphs;
+    auto backend = make_backend(BackendKind::cuda, options);
+    LlamaOptions f16;
+    f16.dtype = DType::f16;
+    auto model = load_model("preset:qwen3-0.6b:layers=1", *backend, f16);
+    DecoderOptions dec;
+    dec.n_ctx = 2048;
+    dec.kv_dtype = kv;
+    Decoder decoder(*model, dec);
+    decoder.prefill({{1, 7, 9}});
+    std::vector<int32_t> next, ids;
+    for (int i = 0; i < 600; ++i) {
+      decoder.argmax(&next);
+      ids.push_back(next[0]);
+      decoder.decode(next);
+    }
+    return ids;
+  };
+  for (DType kv : {DType::f16, DType::bf16}) EXPECT_EQ(run(true, kv), run(false, kv)) << dtype_name(kv);
 }
 
 TEST(Cuda, DecodeLoopAllocatesNothing) {

@@ -1,8 +1,10 @@
 // The CUDA backend's host-side choices (engine/cuda_choices.h), tested without a GPU: the kernel
-// for each product by rows, weight type and --gemm, the refusals, and the attention kernel by
-// algorithm and rows. The KV cache's default type is tested with the decoder (test_decoder.cpp).
+// for each product by rows, weight type and --gemm, the refusals, the attention kernel by
+// algorithm, rows and cache, and flash-decoding's splits and chunks (kernels/cuda/launch_limits.h).
+// The KV cache's default type is tested with the decoder (test_decoder.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -27,8 +29,20 @@ TEST(CudaChoices, ProductsByRowsAndWeightType) {
     EXPECT_EQ(cuda_product(GemmKind::cublas, M, DType::f32), CudaProduct::sgemm) << M;
     EXPECT_EQ(cuda_product(GemmKind::cublas, M, DType::f16), CudaProduct::lt_gemm) << M;
     EXPECT_EQ(cuda_product(GemmKind::cublas, M, DType::bf16), CudaProduct::lt_gemm) << M;
-    for (DType q : kQuantized)
-      EXPECT_EQ(cuda_product(GemmKind::cublas, M, q), CudaProduct::dequantize_lt_gemm) << dtype_name(q);
+  }
+}
+
+// Issue 57: quantized products of 9 to 64 rows read each weight once (gemm_quant_rows) instead
+// of dequantizing the whole matrix to f16 at every call; from 65 rows the f16 slabs and cuBLASLt.
+TEST(CudaChoices, QuantizedProductsOfAFewRowsReadEachWeightOnce) {
+  const int64_t edge = cuda::kQuantRowsMaxRows;
+  ASSERT_EQ(edge, 64);
+  for (DType q : kQuantized) {
+    EXPECT_EQ(cuda_product(GemmKind::cublas, cuda::kMatvecMaxRows, q), CudaProduct::matvec) << dtype_name(q);
+    for (int64_t M : {cuda::kMatvecMaxRows + 1, int64_t(16), edge})
+      EXPECT_EQ(cuda_product(GemmKind::cublas, M, q), CudaProduct::quant_rows) << dtype_name(q) << " M " << M;
+    for (int64_t M : {edge + 1, int64_t(512)})
+      EXPECT_EQ(cuda_product(GemmKind::cublas, M, q), CudaProduct::dequantize_lt_gemm) << dtype_name(q) << " M " << M;
   }
 }
 
@@ -61,13 +75,66 @@ TEST(CudaChoices, ImpossibleProductsAreRefusedByName) {
   }
 }
 
-TEST(CudaChoices, AttentionByAlgorithmAndRows) {
+// Issue 57: above 64 rows the prefill tiles run only where they run on Tensor Cores, beside
+// flash-decoding for the step's other rows; every other cache and head size is flash-decoding's.
+TEST(CudaChoices, AttentionByAlgorithmRowsAndCache) {
+  const AttentionAlgorithm online = AttentionAlgorithm::online_softmax;
   for (int64_t M : {int64_t(1), kDecodeAttentionRows, kDecodeAttentionRows + 1, int64_t(2048)})
-    EXPECT_EQ(cuda_attention(AttentionAlgorithm::three_pass, M), CudaAttention::three_pass) << M;
-  EXPECT_EQ(cuda_attention(AttentionAlgorithm::online_softmax, 1), CudaAttention::flash_decode);
-  EXPECT_EQ(cuda_attention(AttentionAlgorithm::online_softmax, kDecodeAttentionRows), CudaAttention::flash_decode);
-  EXPECT_EQ(cuda_attention(AttentionAlgorithm::online_softmax, kDecodeAttentionRows + 1), CudaAttention::prefill);
-  EXPECT_EQ(cuda_attention(AttentionAlgorithm::online_softmax, 2048), CudaAttention::prefill);
+    EXPECT_EQ(cuda_attention(AttentionAlgorithm::three_pass, M, DType::f16, 64), CudaAttention::three_pass) << M;
+  for (DType cache : {DType::f16, DType::bf16})
+    for (int64_t head_dim : {64, 128}) {
+      EXPECT_TRUE(attention_prefill_on_tensor_cores(cache, head_dim));
+      EXPECT_EQ(cuda_attention(online, 1, cache, head_dim), CudaAttention::flash_decode);
+      EXPECT_EQ(cuda_attention(online, kDecodeAttentionRows, cache, head_dim), CudaAttention::flash_decode);
+      EXPECT_EQ(cuda_attention(online, kDecodeAttentionRows + 1, cache, head_dim), CudaAttention::prefill_tiles);
+      EXPECT_EQ(cuda_attention(online, 2048, cache, head_dim), CudaAttention::prefill_tiles);
+    }
+  for (auto [cache, head_dim] : {std::pair{DType::f32, int64_t(64)}, std::pair{DType::f16, int64_t(256)},
+                                 std::pair{DType::bf16, int64_t(32)}, std::pair{DType::f32, int64_t(128)}}) {
+    EXPECT_FALSE(attention_prefill_on_tensor_cores(cache, head_dim)) << dtype_name(cache) << " " << head_dim;
+    EXPECT_EQ(cuda_attention(online, 2048, cache, head_dim), CudaAttention::flash_decode)
+        << dtype_name(cache) << " " << head_dim;
+  }
+}
+
+// Issue 57: flash-decoding launched n_ctx / 256 splits whatever the positions. Now: enough blocks
+// to fill the GPU (kFlashBlocksPerSm per SM), at most what the longest row may need at
+// kFlashMinChunkKeys a chunk, at least one; at the edges of both.
+TEST(CudaChoices, FlashDecodingSplitsFillTheGpuAndNoMore) {
+  const int64_t chunk = cuda::kFlashMinChunkKeys, sms = 132, fill = kFlashBlocksPerSm * sms;
+  EXPECT_EQ(flash_decode_splits(1, 1, sms), 1);
+  EXPECT_EQ(flash_decode_splits(1, chunk, sms), 1);
+  EXPECT_EQ(flash_decode_splits(1, chunk + 1, sms), 2);
+  EXPECT_EQ(flash_decode_splits(1, 1 << 20, sms), fill);                  // one sequence, one head
+  EXPECT_EQ(flash_decode_splits(32, 1 << 20, sms), (fill + 31) / 32);     // 32 heads: 33
+  EXPECT_EQ(flash_decode_splits(32, 4 * chunk, sms), 4);                  // a short context
+  EXPECT_EQ(flash_decode_splits(fill, 1 << 20, sms), 1);                  // rows x heads fill it alone
+  EXPECT_EQ(flash_decode_splits(fill - 1, 1 << 20, sms), 2);
+  EXPECT_EQ(flash_decode_splits(64 * 32, 32768, sms), 1);                 // 64 rows at 32k: was 128
+  EXPECT_EQ(flash_decode_splits(8, 32768, 1), 1);                         // one SM
+  EXPECT_THROW(flash_decode_splits(0, 100, sms), Error);
+  EXPECT_THROW(flash_decode_splits(1, 0, sms), Error);
+}
+
+// The chunks a row's keys are split into (computed on the device from its own position): they
+// cover its n_keys keys exactly, in at most n_splits chunks of at least kFlashMinChunkKeys, for
+// every length up to the capacity the splits were chosen for. That is what keeps a recorded step
+// right at every later position: the splits are fixed, the chunks grow with the row.
+TEST(CudaChoices, FlashDecodingChunksCoverEveryRowAtAnyPosition) {
+  for (int64_t max_keys : {int64_t(1), int64_t(64), int64_t(65), int64_t(300), int64_t(4096), int64_t(32768)})
+    for (int64_t row_heads : {int64_t(1), int64_t(14), int64_t(256), int64_t(5000)}) {
+      const int64_t splits = flash_decode_splits(row_heads, max_keys, 132);
+      auto check = [&](int64_t n) {
+        const int64_t chunk = cuda::flash_chunk_keys(n, splits), used = cuda::flash_used_splits(n, splits);
+        ASSERT_GE(chunk, cuda::kFlashMinChunkKeys);
+        ASSERT_GE(used, 1);
+        ASSERT_LE(used, splits) << "keys " << n << " of " << max_keys << " need more than " << splits << " splits";
+        ASSERT_GE(used * chunk, n) << "keys " << n << " left out";
+        ASSERT_LT((used - 1) * chunk, n) << "keys " << n << ": an empty chunk counted as used";
+      };
+      for (int64_t n = 1; n < max_keys; n += n < 300 ? 1 : 97) check(n);
+      check(max_keys);
+    }
 }
 
 }  // namespace

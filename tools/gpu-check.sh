@@ -142,7 +142,7 @@ test_status=$?
 say "CUDA tests: exit $test_status"
 
 # --- compute-sanitizer: memcheck and racecheck over paged attention, Tensor Core prefill and the ---
-# quantized matvec, a few op-harness cases each (tests/test_backend_ops.cpp), every one of which
+# quantized products, a few op-harness cases each (tests/test_backend_ops.cpp), every one of which
 # must exist; sanitizer.md has a line per tool: its error count, the tests passed, the seconds.
 sanitizer_cases=(
   cuda_KV_STORE_M3_4x2x10_f16_strided_scattered                    # paged: writes through a scattered table
@@ -157,6 +157,8 @@ sanitizer_cases=(
   cuda_MUL_MAT_M1_33x512_q4_k
   cuda_MUL_MAT_M3_33x512_q6_k_strided
   cuda_MUL_MAT_M8_33x512_q5_k
+  cuda_MUL_MAT_M17_33x512_q4_k_strided                             # gemm_quant_rows (9 to 64 rows)
+  cuda_ATTENTION_ONLINE_SOFTMAX_M512_8x2x64_f16                    # prefill tiles beside flash-decoding
 )
 sanitize() {
   local filter="" c tool cs listed
@@ -221,6 +223,13 @@ if [ $dry -eq 0 ]; then
   # Gemma 3: GeGLU, post norms, heads of 256 (the exact prefill path), windows of 512 in 5 layers
   # of 6 (a prompt of 1024 crosses them), a 262,144 x 640 classifier
   bench gemma3 -m preset:gemma3-270m -p 1024 -n 128 -B 1,8 --dtype f16,q4_k_m -r 2 --roofline
+  # Issue 57's GPU cliffs (the serving trace of mixed steps is in serving(), the activations past
+  # f16's range are Cuda.ProductsTakeActivationsPastF16Range among the CUDA tests). Quantized
+  # products of a few rows read each weight once: batched decode at 8 rows (matvec), 9 to 64
+  # (gemm_quant_rows) and 65 (f16 slabs and cuBLASLt); tok/s should not fall from 8 to 9 rows.
+  bench quant-rows -m preset:llama-7b -p 0 -n 32 -B 8,9,16,32,64,65 --dtype q4_k,q8_0 -r 2
+  # Flash-decoding's splits by the GPU and the step, not n_ctx / 256: one long sequence, and 16.
+  bench flash-splits -m preset:qwen2.5-0.5b -p 4096 -n 64 -B 1,16 --dtype f16 -r 2
 else
   bench decode -m preset:stories15M -p 0 -n 8 -B 1,4 -r 1 --device cpu
   bench decode-q8_0 -m preset:stories15M -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
@@ -230,6 +239,7 @@ else
   bench graphs-fusion -m preset:tiny -p 0 -n 8 -B 1 --kernels fused,unfused -r 1 --device cpu
   bench qwen2 -m preset:qwen2.5-0.5b:layers=1 -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
   bench gemma3 -m preset:gemma3-270m:layers=1 -p 16 -n 8 -B 1 --dtype q8_0 -r 1 --device cpu
+  bench quant-rows -m preset:stories15M -p 0 -n 4 -B 8,9 --dtype q8_0 -r 1 --device cpu
 fi
 
 # --- speculative decoding: the same greedy ids with fewer target passes ---
@@ -258,7 +268,10 @@ speculative() {
 speculative
 
 # --- serving with a pool of KV blocks: one trace in a budget of 4 whole contexts, as 4 slots and ---
-# as blocks shared by up to 64 slots (engine/block_pool.h); serving.md has each run's table.
+# as blocks shared by up to 64 slots (engine/block_pool.h); then (issue 57) mixed steps of more
+# than 64 rows, 96 slots decoding beside prompt chunks of 256 rows in contexts of 8192 positions
+# that the requests fill a fraction of: the prefill tiles and flash-decoding in one step, and
+# flash-decoding's splits sized by the step rather than the context. serving.md has each table.
 serving() {
   local limit=$(( $(left) - 60 )) model=preset:llama-1b args=(--dtype f16) requests=128 prompts=16-512 outputs=16-256
   [ $dry -eq 1 ] && { model=preset:tiny; args=(--device cpu); requests=16 prompts=8-64 outputs=8-32; }
@@ -280,6 +293,13 @@ serving() {
         | grep -E '^\| continuous' || echo "  FAIL: bench-serve failed: $(tail -1 "$work/serving-$name.log")"
     } >> "$work/serving.md"
   done
+  local mixed=(--slots 96 --ctx 8192 --step-tokens 256)
+  [ $dry -eq 1 ] && mixed=(--slots 8 --ctx 512 --step-tokens 32)
+  { echo "$model, mixed steps (${mixed[*]}):"
+    timeout "$limit" "$bin" bench-serve -m "$model" "${args[@]}" --policy continuous "${mixed[@]}" \
+      --requests "$requests" --prompt-len "$prompts" --output-len "$outputs" 2> "$work/serving-mixed.log" \
+      | grep -E '^\| continuous' || echo "  FAIL: bench-serve failed: $(tail -1 "$work/serving-mixed.log")"
+  } >> "$work/serving.md"
   grep -q FAIL "$work/serving.md" && status=1
   say "serving done"
 }

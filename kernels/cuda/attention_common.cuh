@@ -71,6 +71,24 @@ __device__ __forceinline__ void warp_attend(WarpAttention& state, const float (&
   }
 }
 
+// The prefill kernel's tiles (attention_prefill.cuh): rows 64 t .. 64 t + 63 of a step.
+constexpr int kPrefillTileRows = 64;
+
+// Whether the tile that holds row m is one prompt's: its rows consecutive positions of one
+// sequence. When a step has both kinds, the prefill kernel runs such tiles on Tensor Cores and
+// flash-decoding every other tile's rows (a mixed serving step's decode rows), and both ask here,
+// so each row is attended once. Every thread of a one-dimensional block must call it (it ends in
+// a barrier); all get the answer.
+__device__ __forceinline__ bool tile_is_one_prompt(const AttentionArgs& a, int64_t m) {
+  const int64_t m0 = m / kPrefillTileRows * kPrefillTileRows;
+  const int64_t rows = min(int64_t(kPrefillTileRows), a.M - m0);
+  const int32_t seq0 = a.seq[m0], pos0 = a.pos[m0];
+  bool one = true;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    one = one && a.seq[m0 + r] == seq0 && a.pos[m0 + r] == pos0 + r;
+  return __syncthreads_and(one) != 0;
+}
+
 // This lane's dimensions of row q (head_dim wide), scaled.
 __device__ __forceinline__ void load_query(float (&q_scaled)[kDimsPerLane], const float* q, int head_dim,
                                            float scale) {

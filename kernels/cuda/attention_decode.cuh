@@ -11,13 +11,16 @@
 //   weighted  one block per (row, head); thread d sums p_t v_t[d] over the keys
 // Every score makes a round trip through global memory, and the three launches serialise.
 //
-// online_softmax, flash-decoding: the keys of each (row, head) are split into chunks of kSplitKeys
-// positions, one block per chunk, so even a single sequence fills the GPU. Each block runs the
-// online softmax of kernels/cuda/attention_common.cuh over its chunk (4 warps, combined in
-// shared memory) and writes a partial state (max, sum, weighted sum); a second kernel combines
-// the chunks' partials. The number of chunks depends only on n_ctx, never on the position, so a
-// decode step can be captured once in a CUDA Graph and replayed at every position (chunks past a
-// row's position write an empty state).
+// online_softmax, flash-decoding: the keys each (row, head) sees are split n_splits ways, one
+// block per chunk, so even a single sequence fills the GPU. Each block runs the online softmax of
+// kernels/cuda/attention_common.cuh over its chunk (4 warps, combined in shared memory) and
+// writes a partial state (max, sum, weighted sum); a second kernel combines the chunks' partials
+// (with one split the block writes the output, and there is no second kernel).
+// note: n_splits is chosen on the host from the rows, heads and SMs (flash_decode_splits,
+// engine/cuda_choices.h), never from the positions, which live on the device; each row divides
+// its own keys into n_splits chunks (flash_chunk_keys, launch_limits.h), so a short row leaves its
+// last splits empty and a long one gets long chunks. A decode step captured once in a CUDA Graph
+// thus replays correctly at every later position.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,15 +32,16 @@
 
 namespace minfer::cuda {
 
-constexpr int64_t kSplitKeys = 256;
-
 using AttentionArgs = minfer::AttentionArgs;  // kernels/ref/attention.h
 
 // Floats of scratch each variant needs.
 int64_t attention_scores_floats(int64_t M, int64_t n_heads, int64_t n_ctx);
-int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_ctx);
+int64_t flash_decode_floats(int64_t M, int64_t n_heads, int64_t head_dim, int64_t n_splits);  // 0 for one split
 
 void attention_three_pass(cudaStream_t stream, const AttentionArgs& a, float* scores);
-void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, float* partials);
+// skip_prompt_tiles: leave the rows of one-prompt tiles (tile_is_one_prompt,
+// attention_common.cuh) to attention_prefill_tiles, in the same step.
+void attention_flash_decode(cudaStream_t stream, const AttentionArgs& a, int64_t n_splits, bool skip_prompt_tiles,
+                            float* partials);  // (M, n_heads, n_splits, head_dim + 2); unused for one split
 
 }  // namespace minfer::cuda

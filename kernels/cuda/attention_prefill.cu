@@ -11,35 +11,10 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kRows = 64;    // query rows per block
+constexpr int kRows = kPrefillTileRows;  // query rows per block
 constexpr int kKeys = 64;    // keys per tile
 constexpr int kWarps = 4;    // warp w owns rows 16 w .. 16 w + 15
 constexpr int kThreads = kWarps * kWarpSize;
-
-// One warp per row, exact f32: rows m0 + warp, m0 + warp + 4, ...
-template <class T>
-__device__ void rows_exact(const AttentionArgs& a, int64_t m0, int64_t rows, int64_t h) {
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  for (int64_t r = warp; r < rows; r += kWarps) {
-    const int64_t m = m0 + r;
-    float q_scaled[kDimsPerLane];
-    load_query(q_scaled, a.q + m * a.ld_q + h * a.head_dim, static_cast<int>(a.head_dim), a.scale);
-    WarpAttention state;
-    warp_attend(state, q_scaled, head_rows<T>(a, m, h), static_cast<int>(a.head_dim),
-                attention_first_key(a.pos[m], a.window), int64_t(a.pos[m]) + 1, 1);
-#pragma unroll
-    for (int j = 0; j < kDimsPerLane; ++j) {
-      const int d = lane + kWarpSize * j;
-      if (d < a.head_dim) a.out[m * a.ld_out + h * a.head_dim + d] = state.acc[j] / state.softmax.sum;
-    }
-  }
-}
-
-template <class T>
-__global__ void prefill_exact_kernel(AttentionArgs a) {
-  const int64_t m0 = blockIdx.x * int64_t(kRows);
-  rows_exact<T>(a, m0, min(int64_t(kRows), a.M - m0), blockIdx.y);
-}
 
 // Shared memory of the Tensor Core path, in elements; every row is padded (ldm) so that WMMA
 // pointers stay 32-byte aligned and rows do not all start on the same bank.
@@ -198,15 +173,9 @@ __global__ void prefill_tensor_core_kernel(AttentionArgs a) {
   const int64_t rows = min(int64_t(kRows), a.M - m0);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
 
-  // Are these rows consecutive positions of one sequence? If not, the exact path.
-  const int32_t seq0 = a.seq[m0], pos0 = a.pos[m0];
-  bool uniform = true;
-  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
-    uniform = uniform && a.seq[m0 + r] == seq0 && a.pos[m0 + r] == pos0 + r;
-  if (!__syncthreads_and(uniform)) {
-    rows_exact<T>(a, m0, rows, h);
-    return;
-  }
+  // Rows that are not one prompt's consecutive positions are flash-decoding's, in the same step.
+  if (!tile_is_one_prompt(a, m0)) return;
+  const int64_t pos0 = a.pos[m0];
 
   __shared__ int64_t row_offset[kKeys];
   const HeadRows<T> head = head_rows<T>(a, m0, h);
@@ -240,19 +209,17 @@ void launch_tensor_cores(cudaStream_t stream, const AttentionArgs& a, dim3 grid)
 
 }  // namespace
 
-void attention_prefill(cudaStream_t stream, const AttentionArgs& a) {
+void attention_prefill_tiles(cudaStream_t stream, const AttentionArgs& a) {
   if (a.M == 0) return;
-  MINFER_CHECK(a.head_dim <= kMaxHeadDim, "CUDA attention supports head_dim up to ", kMaxHeadDim, ", got ", a.head_dim);
   const dim3 grid(static_cast<unsigned>((a.M + kRows - 1) / kRows), static_cast<unsigned>(a.n_heads));
+  // note: the cases of attention_prefill_on_tensor_cores (engine/cuda_choices.h), which chooses this kernel.
   if (a.cache_dtype == DType::f16 && a.head_dim == 64) launch_tensor_cores<__half, 64>(stream, a, grid);
   else if (a.cache_dtype == DType::f16 && a.head_dim == 128) launch_tensor_cores<__half, 128>(stream, a, grid);
   else if (a.cache_dtype == DType::bf16 && a.head_dim == 64) launch_tensor_cores<__nv_bfloat16, 64>(stream, a, grid);
   else if (a.cache_dtype == DType::bf16 && a.head_dim == 128) launch_tensor_cores<__nv_bfloat16, 128>(stream, a, grid);
   else
-    dispatch_float_type(a.cache_dtype, [&](auto type) {
-      using T = decltype(type);
-      prefill_exact_kernel<T><<<grid, kThreads, 0, stream>>>(a);
-    });
+    fail("the prefill tiles take f16 or bf16 caches with heads of 64 or 128, not ", dtype_name(a.cache_dtype),
+         " and ", a.head_dim);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -39,8 +39,8 @@ void BlasGemm::sgemm(float* out, int64_t ld_out, const float* x, int64_t ld_x, c
                            out, static_cast<int>(ld_out)));
 }
 
-BlasGemm::Plan& BlasGemm::plan_for(DType dtype, int64_t M, int64_t N, int64_t K, int64_t ld_out) {
-  auto key = std::make_tuple(static_cast<int>(dtype), M, N, K, ld_out);
+BlasGemm::Plan& BlasGemm::plan_for(DType dtype, int64_t M, int64_t N, int64_t K, int64_t ld_out, bool device_alpha) {
+  auto key = std::make_tuple(static_cast<int>(dtype), M, N, K, ld_out, device_alpha);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto* plan = new Plan();
@@ -50,6 +50,10 @@ BlasGemm::Plan& BlasGemm::plan_for(DType dtype, int64_t M, int64_t N, int64_t K,
   const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  if (device_alpha) {
+    const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)));
+  }
   // Column-major layouts as stored: A = w' (K x N), B = x' (K x M), C = D = out' (N x M).
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, input, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, input, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
@@ -71,10 +75,11 @@ BlasGemm::Plan& BlasGemm::plan_for(DType dtype, int64_t M, int64_t N, int64_t K,
 }
 
 void BlasGemm::lt_gemm(float* out, int64_t ld_out, const void* x16, const void* w16, DType dtype, int64_t M,
-                       int64_t N, int64_t K) {
-  Plan& plan = plan_for(dtype, M, N, K, ld_out);
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, plan.op, &alpha, w16, plan.a, x16, plan.b, &beta, out, plan.c, out, plan.c,
+                       int64_t N, int64_t K, const float* alpha_beta) {
+  Plan& plan = plan_for(dtype, M, N, K, ld_out, alpha_beta != nullptr);
+  const float ones[2] = {1.0f, 0.0f};
+  const float* ab = alpha_beta != nullptr ? alpha_beta : ones;
+  CUBLAS_CHECK(cublasLtMatmul(lt_, plan.op, &ab[0], w16, plan.a, x16, plan.b, &ab[1], out, plan.c, out, plan.c,
                               &plan.algo, workspace_, workspace_bytes_, stream_));
 }
 

@@ -36,22 +36,24 @@ class BlasGemm {
              const float* x, int64_t ld_x,  // (M, K)
              const float* w,                // (N, K), dense
              int64_t M, int64_t N, int64_t K);
-  // out f32 (M, N) = x16 (M, K) * w16 (N, K)^T with x16 and w16 both f16 or both bf16
+  // out f32 (M, N) = alpha * x16 (M, K) * w16 (N, K)^T with x16 and w16 both f16 or both bf16;
+  // alpha_beta: {alpha, beta = 0} on the device (cast_rows_f16_scaled's unscaling), or nullptr for 1
   void lt_gemm(float* out, int64_t ld_out,  // (M, N)
                const void* x16,             // (M, K), dense
                const void* w16,             // (N, K), dense
-               DType dtype, int64_t M, int64_t N, int64_t K);
+               DType dtype, int64_t M, int64_t N, int64_t K,
+               const float* alpha_beta = nullptr);  // (2), device
 
  private:
   struct Plan;
-  Plan& plan_for(DType dtype, int64_t M, int64_t N, int64_t K, int64_t ld_out);
+  Plan& plan_for(DType dtype, int64_t M, int64_t N, int64_t K, int64_t ld_out, bool device_alpha);
 
   cudaStream_t stream_;
   void* workspace_;
   size_t workspace_bytes_;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, Plan*> plans_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool>, Plan*> plans_;
 };
 
 }  // namespace minfer::cuda

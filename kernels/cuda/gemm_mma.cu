@@ -15,8 +15,8 @@ constexpr int kTile = 64, kSlice = 32, kWarps = 4;
 constexpr int kLd = kSlice + 8;
 constexpr int kLdOut = kTile + 4;
 
-__global__ void gemm_mma_kernel(float* out, int64_t ld_out, const __half* x, const __half* w, int64_t M, int64_t N,
-                                int64_t K) {
+__global__ void gemm_mma_kernel(float* out, int64_t ld_out, const __half* x, const __half* w, const float* alpha,
+                                int64_t M, int64_t N, int64_t K) {
   __shared__ __align__(32) __half xs[kTile * kLd];
   __shared__ __align__(32) __half ws[kTile * kLd];
   __shared__ __align__(32) float result[kTile * kLdOut];
@@ -51,18 +51,19 @@ __global__ void gemm_mma_kernel(float* out, int64_t ld_out, const __half* x, con
       wmma::store_matrix_sync(result + (32 * wm + 16 * i) * kLdOut + 32 * wn + 16 * j, acc[i][j], kLdOut,
                               wmma::mem_row_major);
   __syncthreads();
+  const float scale = *alpha;
   for (int i = threadIdx.x; i < kTile * kTile; i += kWarps * kWarpSize) {
     const int r = i / kTile, c = i % kTile;
-    if (m0 + r < M && n0 + c < N) out[(m0 + r) * ld_out + n0 + c] = result[r * kLdOut + c];
+    if (m0 + r < M && n0 + c < N) out[(m0 + r) * ld_out + n0 + c] = scale * result[r * kLdOut + c];
   }
 }
 }  // namespace
 
-void gemm_mma(cudaStream_t stream, float* out, int64_t ld_out, const __half* x16, const __half* w, int64_t M,
-              int64_t N, int64_t K) {
+void gemm_mma(cudaStream_t stream, float* out, int64_t ld_out, const __half* x16, const __half* w, const float* alpha,
+              int64_t M, int64_t N, int64_t K) {
   if (M == 0 || N == 0) return;
   const dim3 grid(blocks_for(N, kTile), blocks_for(M, kTile));
-  gemm_mma_kernel<<<grid, kWarps * kWarpSize, 0, stream>>>(out, ld_out, x16, w, M, N, K);
+  gemm_mma_kernel<<<grid, kWarps * kWarpSize, 0, stream>>>(out, ld_out, x16, w, alpha, M, N, K);
   CUDA_CHECK_LAUNCH();
 }
 
