@@ -60,17 +60,16 @@ void weighted_sum_scalar(float* out, const float* p, const typename W::Stored* v
 // two inner loops are hand-vectorised: q sits in HV vectors, each key costs HV FMAs into its own
 // accumulator, and L keys' accumulators are reduced to L scores by one shared transpose-and-add
 // (simd::sum_each) instead of L horizontal sums. Eigen's general matrix-vector product spends
-// most of its time on setup at these tiny sizes (on AVX2, at head_dim 48 and 16 sequences, the
-// Eigen path took about a tenth longer: 605 against 543 ms; bench/results/NOTES.md).
+// most of its time on setup at these tiny sizes (bench/results/NOTES.md, "CPU attention").
 constexpr int L = simd::kWidth;
 
 // Requests rows [t0, t0 + 16) of `rows` (up to n_rows; rows of L * HV values) into L2.
 // The kernels below request, 16 rows per 16 keys, the rows for_each_run names: the next block of
 // this head's keys, or the next task's first block (why: the note there).
-// note: into L2 (prefetcht1), not L1 (prefetcht0): decode attention from DRAM took 0.7x the time
-// at B = 1 and 2048 positions, and 0.8x at B = 16 and 512, on a Zen 4 (bench/results/NOTES.md,
-// "Decode attention: prefetching into L2, a KV head at a time"). Our reading: a prefetch into L1 holds one of its few
-// miss buffers until the line comes, so fewer lines are on their way from DRAM at once.
+// note: into L2 (prefetcht1), not L1 (prefetcht0): a prefetch into L1 holds one of L1's few miss
+// buffers until the line comes, so fewer lines are on their way from DRAM at once (our reading of
+// the measurements in bench/results/NOTES.md, "Decode attention: prefetching into L2, a KV head at
+// a time").
 template <class W, int HV>
 inline void prefetch_rows(const typename W::Stored* rows, int64_t n_rows, int64_t t0) {
   if (rows == nullptr) return;
@@ -257,11 +256,10 @@ struct HeadTask {
 // for the next) or there are none.
 // note: a run is one block of one head (16 KiB at 64 f32 rows of 64), and the next run of the same
 // head lies in the next block of the pool, after the other heads' runs of this one (or anywhere,
-// in a scattered table), where the hardware
-// prefetcher, which stops at 4 KiB pages, does not follow; asking for the next block in software
-// made decode attention from DRAM 10% faster at B = 1 and 2048 positions, and asking for it again
-// when another query head of the group has just read it cost 10% at B = 16 (bench/results/NOTES.md,
-// "A paged KV cache").
+// in a scattered table), where the hardware prefetcher, which stops at 4 KiB pages, does not
+// follow: so the next block is asked for in software. Not when another query head of the group
+// has just read it: those lines are in cache already, and asking again only costs
+// (bench/results/NOTES.md, "A paged KV cache").
 template <class W, class Visit>
 void for_each_run(const HeadTask<W>& t, int64_t i0, int64_t i1, Visit&& visit) {
   using Stored = typename W::Stored;
@@ -332,9 +330,8 @@ void attend_three_pass(const HeadBlocks<W>& blocks, const HeadTask<W>& t, Scratc
 // the running sum at the end.
 // note: each block of keys and values is read by every head of the group in turn before the next
 // block, so the heads after the first find it in L1 or L2; a head at a time over all the keys
-// left the second and third heads of SmolLM2's 9 on 3 KV heads to read them from L2 or L3 again.
-// Decode attention of 16 sequences at 512 positions took 0.87x the time (bench/results/NOTES.md,
-// "Decode attention: prefetching into L2, a KV head at a time").
+// left the second and third heads of SmolLM2's 9 on 3 KV heads to read them from L2 or L3 again
+// (bench/results/NOTES.md, "Decode attention: prefetching into L2, a KV head at a time").
 template <class W>
 void attend_online_softmax(const HeadBlocks<W>& blocks, const HeadTask<W>* t, int64_t n, Scratch& scratch) {
   scratch.resize(static_cast<size_t>(kKeyBlock));

@@ -68,8 +68,8 @@ Kernel choose_kernel(int64_t M, DType w_dtype, bool batch_invariant) {
 // One activation row against weight rows [n0, n1), the rows read one after another: a single
 // sequential stream (prefetched simd::kStreamAhead ahead).
 // note: at one row this beats small_m's 4-row tile (tuned/matmul_tuned.cpp), whose four rows are
-// four interleaved streams (by a quarter on stories110M; bench/results/NOTES.md), once each step
-// reads 256 bytes.
+// four interleaved streams, once each step reads 256 bytes (bench/results/NOTES.md, "One-sequence
+// decode reads weight rows one after another").
 template <class W>
 void one_row(float* out, const float* x, const typename W::Stored* w, int64_t n0, int64_t n1, int64_t K) {
   // U vectors a step: 256 bytes of weights with AVX-512, 128 with AVX2

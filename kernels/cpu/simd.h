@@ -206,11 +206,10 @@ struct F16 {
 
 // How far ahead of the weight stream decode's one-row kernels (kernels/cpu/matmul.cpp's one_row,
 // tuned/matmul_tuned.cpp's one_row_bf16) prefetch every cache line, in bytes: 4 KiB with AVX-512,
-// 256 B with AVX2. On the Intel AVX-512 VM 4 KiB read a fifth more GB/s than 512 B; on a Zen 2
-// (AVX2) 4 KiB cost a sixth at one thread against 256 B, which beat 1 KiB, 0 and no prefetch, and
-// on a Zen 3 256 B was level with 512 B (bench/results/NOTES.md).
-// note: keyed on the vector width, the machines measured so far: Intel and AMD Zen 4 with
-// AVX-512, AMD Zen 2 and Zen 3 with AVX2.
+// 256 B with AVX2, the distances that read fastest on the machines measured
+// (bench/results/NOTES.md, "CPU matrix products": the prefetch distance).
+// note: keyed on the vector width because the machines measured so far split that way: Intel and
+// AMD Zen 4 with AVX-512, AMD Zen 2 and Zen 3 with AVX2.
 constexpr int64_t kStreamAhead = kWidth >= 16 ? 4096 : 256;
 
 // Prefetches the cache lines of [p + kStreamAhead, p + kStreamAhead + bytes).

@@ -13,8 +13,8 @@ constexpr int64_t kBlock = 1 << 16;  // floats per block: 256 KiB
 float sum_block(const float* x, int64_t n) {
   constexpr int U = 8;
   constexpr int VW = simd::kWidth;
-  // note: a software prefetch 1 KiB ahead beats the hardware prefetcher alone by a few percent
-  // (bench/results/NOTES.md); the probe should be the fastest read the machine does.
+  // note: a software prefetch 1 KiB ahead on top of the hardware prefetcher, which it beat
+  // (bench/results/NOTES.md, "Bandwidth probe"): the probe should be the fastest read the machine does.
   constexpr int64_t kPrefetch = 256;
   simd::Vec acc[U];
   for (auto& a : acc) a = simd::zero();

@@ -118,9 +118,9 @@ void small_m_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x,
 // bf16 weights, one activation row, as one_row but 2 * VW weights a load, split into their even-
 // and odd-indexed halves by load_bf16_pairs and met by the activations split the same way once
 // per call; the rest of a row (under one step) as one_row does it.
-// note: load_bf16 widens 16 weights with a shuffle across the register's lanes (vpmovzxwd), and on
-// Zen 4 that shuffle, not the memory, bounded bf16 decode: the 4096 x 768 product of
-// stories110M:layers=15 read 25 GB/s of bf16 against 40 of f32 in one run (bench/results/NOTES.md).
+// note: load_bf16 widens 16 weights with a shuffle across the register's lanes (vpmovzxwd), and
+// that shuffle, not the memory, can bound bf16 decode: it did on a Zen 4 (bench/results/NOTES.md,
+// "bf16 decode on AMD Zen 4: the widening shuffle bound it"). The pairs need no shuffle.
 void one_row_bf16(float* out,            // (N) of which [n0, n1)
                   const float* x,        // (K)
                   const float* x_even,   // (K / 2): x[2i]
@@ -197,7 +197,7 @@ void pack_transposed(float* xt, const float* x, int64_t ld_x, int64_t rows, int6
 // Weight w[r, k] of a tile, as an address the FMA can take as its memory operand: two pointers
 // that move along k (rows 0-7 and 8-15) plus a loop-invariant offset register scaled by 1, 2 or
 // 4. With a pointer per row, as the plain `w[r * K + k]` compiles, 16 rows need more registers
-// than x86 has and the loop spills them, at four fifths of the speed (bench/results/NOTES.md).
+// than x86 has and the loop spills them (bench/results/NOTES.md, "Outer products for batched decode").
 struct RowOffsets {
   int64_t b1, b3, b5, b7;  // 1, 3, 5 and 7 rows, in bytes
   explicit RowOffsets(int64_t K) : b1(K * 4), b3(3 * b1), b5(5 * b1), b7(7 * b1) {}
@@ -230,7 +230,7 @@ inline void outer_step(simd::Vec* acc, simd::Vec xv, const char* rows0, const ch
 // kOuterRows * K floats, kOuterRows * K / 16 lines): at K = 288 this tile, the next one and xt
 // are 18 KB each, more than the 48 KB L1 holds. From L2 the tile's own lines are requested into
 // L1 two lines ahead of use, one row per step, instead of all 16 rows missing together every 16
-// steps (a few percent at 16 sequences; bench/results/NOTES.md).
+// steps (bench/results/NOTES.md, "Outer products for batched decode").
 inline void outer_tile(float* out, int64_t ld_out, int64_t rows, const float* xt, const float* w,
                        int64_t K, const float* next) {
   simd::Vec acc[kOuterRows];
@@ -316,20 +316,17 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
 // (12 FMAs in flight, as many as two FMA units of four or five cycles' latency need, in 16
 // registers); AVX-512 8 (16 accumulators of its 32 registers). The outer-product tile keeps 8
 // accumulators (16 with AVX-512) and needs a broadcast load per FMA; Eigen's blocked GEMM, called per slice of weight
-// rows, repacks the activations each time. On a Zen 2 core (AVX2, 107 GFLOP/s of FMAs), one thread,
-// 256 x 4096 x 768: 83 GFLOP/s against Eigen's 60; stories110M's pp256 with f16 weights 1.65x, bf16
-// 1.41x, Q8_0 1.30x what Eigen did. On a Zen 4 (AVX-512), 2 threads, 256 x 2304 x 768: f16 1.6x and
-// bf16 1.25x Eigen's widened GEMM, rows of 8 and 12 alike (bench/results/NOTES.md).
+// rows, repacks the activations each time (the panels against both: bench/results/NOTES.md, "f32
+// prefill on AVX2", "The panels for f16, bf16 and Q8_0 on AVX2", "The panels on AVX-512").
 constexpr int kPanelCols = 2 * simd::kWidth;                // weight rows per panel: the output's columns
 constexpr int kPanelRows = simd::kWidth == 16 ? 8 : 6;      // activation rows per register tile
 // note: a panel is packed and multiplied kPanelDepth values of k at a time, so that the slice every
 // register tile reads (256 x 32 floats, 32 KiB, with AVX-512; 16 KiB with AVX2) stays in a 48 KiB L1
 // while all M rows pass over it; a whole panel of K = 768 (96 KiB) was read from L2 by every tile.
-// The slices after the first add to the outputs. Intel Xeon (AVX-512, 2 threads), 256 x 2304 x 768:
-// 191-198 GFLOP/s whole, 261-274 in slices of 256 (128: 257-264); the same source built for AVX2,
-// 118-159 against 177-182; stories110M's pp256 with slices of 128 was 4% slower than with 256
-// (bench/results/NOTES.md). In a 32 KiB L1 (Zen 2, Zen 4) an AVX-512 slice leaves no room for the
-// activations and an AVX2 one half; the slices are not measured there.
+// The slices after the first add to the outputs. 256 was chosen on a 48 KiB L1 (bench/results/
+// NOTES.md, "The panels in slices of k, packed through registers"). In a 32 KiB L1 (Zen 2, Zen 4)
+// an AVX-512 slice leaves no room for the activations and an AVX2 one half; the slices are not
+// measured there.
 constexpr int64_t kPanelDepth = 256;
 
 // Column c of a packed panel, values [from, to) of its slice: row[k] widened a vector at a time,
@@ -351,8 +348,9 @@ void pack_column(float* panel, int64_t c, const typename W::Stored* row, int64_t
 
 // Packs k0 .. k0 + depth of weight rows w[0 .. cols) (cols, K) transposed into panel
 // (depth, kPanelCols), widened to f32 a vector at a time; columns past `cols` are zeros.
-// note: with AVX-512, 16 rows x 16 values of k go through registers (simd::transpose16) where the
-// per-value stores of pack_column took a fifth of the f32 products' time (perf, stories110M pp256).
+// note: with AVX-512, 16 rows x 16 values of k go through registers (simd::transpose16) instead of
+// pack_column's store per value, whose cost perf showed in the f32 products (bench/results/NOTES.md,
+// "The panels in slices of k, packed through registers").
 template <class W>
 void pack_panel(float* panel, const typename W::Stored* w, int64_t cols, int64_t K, int64_t k0, int64_t depth) {
   int64_t c0 = 0, k_vectors = 0;
@@ -414,9 +412,9 @@ void panel_tail(int rows, float* out, int64_t ld_out, const float* x, int64_t ld
 // slice is requested, one weight row per tile (all of it when M >= kPanelRows * kPanelCols, 256
 // rows with AVX-512 and 96 with AVX2; the first rows of it below that).
 // note: packing a slice reads up to 1 KiB (256 f32 values) from each of the panel's rows, too short
-// a stream for the hardware prefetcher; asking ahead took stories110M's f32 pp256 from 1027-1061 to 1095-1126
-// tokens/s on an Intel Xeon (3 interleaved rounds; asking for the next panel's first slice too
-// gained nothing more; bench/results/NOTES.md).
+// a stream for the hardware prefetcher, so the next slice is asked for while the tiles compute;
+// asking for the next panel's first slice too gained nothing more (bench/results/NOTES.md, "The
+// panels in slices of k, packed through registers").
 template <class W>
 void panel_product(float* out, int64_t ld_out, const float* x, int64_t ld_x, const typename W::Stored* w,
                    int64_t M, int64_t cols, int64_t K, float* panel) {
