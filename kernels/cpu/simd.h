@@ -206,8 +206,8 @@ struct F16 {
 
 // How far ahead of the weight stream decode's one-row kernels (kernels/cpu/matmul.cpp's one_row,
 // tuned/matmul_tuned.cpp's one_row_bf16) prefetch every cache line, in bytes: 4 KiB with AVX-512,
-// 256 B with AVX2, the distances that read fastest on the machines measured
-// (bench/results/NOTES.md, "CPU matrix products": the prefetch distance).
+// 256 B with AVX2, each chosen by measuring several distances (bench/results/NOTES.md, "CPU matrix
+// products": the prefetch distance).
 // note: keyed on the vector width because the machines measured so far split that way: Intel and
 // AMD Zen 4 with AVX-512, AMD Zen 2 and Zen 3 with AVX2.
 constexpr int64_t kStreamAhead = kWidth >= 16 ? 4096 : 256;
