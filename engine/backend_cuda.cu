@@ -283,8 +283,8 @@ class CudaBackend final : public Backend, private Recorder {
     return f32(t);
   }
 
-  // Products with quantized weights (Q8_0, Q4_0 .. Q6_K) of more rows than the matrix-vector kernel
-  // takes (cuda_product, engine/cuda_choices.h): prefill, and batched decode past that. As in
+  // Products with quantized weights (Q8_0, Q4_0 .. Q6_K) of more rows than gemm_quant_rows takes
+  // (kQuantRowsMaxRows; cuda_product, engine/cuda_choices.h), a prompt's or a large step's. As in
   // llama.cpp's dequantize-to-f16 path for cuBLAS, a slab of weight rows at a time is dequantized
   // to f16 and multiplied on Tensor Cores by cuBLASLt; every call dequantizes the whole matrix. A
   // slab is a whole number of 256 rows, at least 256: at most kDequantSlab weights (32 MiB of f16)

@@ -223,7 +223,7 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   // scales the scores by query_pre_attn_scalar^-1/2 (config.attention_scale) instead of 1/sqrt(hs).
   //   forward_layer_*: be.attention, three passes (unfused) or one with an online softmax (fused);
   //   ref::attention (both algorithms); cpu::attention; cuda::attention_three_pass and
-  //   attention_flash_decode (attention_decode.cu), attention_prefill (attention_prefill.cu)
+  //   attention_flash_decode (attention_decode.cu), attention_prefill_tiles (attention_prefill.cu)
   const int64_t group = c.n_heads / c.n_kv_heads;
   const float scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(float(hs));
   const int64_t first = c.layer_slides(l) ? std::max<int64_t>(0, pos - c.sliding_window + 1) : 0;

@@ -17,12 +17,13 @@ namespace minfer {
 //                   scores in a buffer between.
 //   online_softmax  one pass over the keys in blocks, keeping a running max and sum and
 //                   rescaling the partial output when the max grows (FlashAttention's
-//                   recurrence): only one block's scores exist at a time, in registers, L1 or
-//                   shared memory. On CUDA, up to 64 rows (decode) split the keys into chunks
-//                   across blocks and merge their partial states (flash-decoding); more rows
-//                   take the prefill kernel, in 64-row tiles on Tensor Cores where the rows are
-//                   consecutive positions of one sequence and the cache is f16 or bf16 with a
-//                   head_dim of 64 or 128, else a warp per row (kernels/cuda/attention_prefill.cuh).
+//                   recurrence): no buffer holds a row's scores, a block's live in registers,
+//                   L1 or shared memory while it is used. On CUDA a row's keys are split into
+//                   chunks across blocks whose partial states merge (flash-decoding; the more
+//                   rows and heads, the fewer chunks), except in steps of more than
+//                   64 rows with an f16 or bf16 cache and a head_dim of 64 or 128, where each
+//                   tile of 64 rows that are one prompt's consecutive positions runs on Tensor
+//                   Cores instead (cuda_attention, engine/cuda_choices.h).
 enum class AttentionAlgorithm { three_pass, online_softmax };
 
 inline const char* attention_algorithm_name(AttentionAlgorithm a) {
