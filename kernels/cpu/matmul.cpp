@@ -30,9 +30,10 @@
 //   any       quantized  matmul_quant.cpp: integer dot products below the rows from which the
 //                                      integer GEMM wins (5 to 24 by type with AVX-512 VNNI, 5 to 33
 //                                      with AVX2: quant_gemm_min_rows; every M with batch_invariant),
-//                                      the integer GEMM from there; where it does not run (Q8_0 on
-//                                      AVX2, no AVX2), dot products up to 32 rows and dequantized
-//                                      tiles into the panels or Eigen's GEMM above
+//                                      the integer GEMM from there; Q8_0 on AVX2: dot products up
+//                                      to 32 rows and dequantized tiles into the panels above;
+//                                      without AVX2: dot products for every M (invariant). The
+//                                      backend's packed weights take matmul_packed (quant/packed.h)
 //
 // choose_kernel() below is this table, and this file holds it, the dispatch and one_row, the plain
 // SIMD dot product decode runs; the other f32/f16/bf16 kernels of the table, tuned for their

@@ -21,34 +21,10 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant/quant_dot.h"
 #include "kernels/cpu/quant/quant_gemm.h"
+#include "tests/isa/random_blocks.h"
 
 namespace minfer::cpu {
 namespace {
-
-constexpr DType kTypes[] = {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
-                            DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k};
-
-// Sets every f16 scale of the blocks to f16(b), b the block's index.
-template <class F16>
-void set_scales(DType t, std::vector<uint8_t>& bytes, F16&& f16) {
-  const int64_t nb = int64_t(bytes.size()) / dtype_block_bytes(t);
-  for (int64_t b = 0; b < nb; ++b)
-    for (int i = 0; i < scale_offsets(t).count; ++i) {
-      const uint16_t h = f16(b);
-      std::memcpy(bytes.data() + b * dtype_block_bytes(t) + scale_offsets(t).at[i], &h, 2);
-    }
-}
-
-// Random blocks: random bytes everywhere, then f16 scales set to finite values of either sign.
-// `edge`: scales at the extremes a file can hold (zero, tiny, large) and codes all at their top.
-std::vector<uint8_t> random_blocks(DType t, int64_t nb, std::mt19937& rng, bool edge) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(nb * dtype_block_bytes(t)));
-  for (auto& b : bytes) b = static_cast<uint8_t>(edge ? 0xFF : rng());
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-  const float edges[] = {0.0f, 6.1e-5f, -3.0f, 1.0f};
-  set_scales(t, bytes, [&](int64_t b) { return f32_to_f16(edge ? edges[b % 4] : scale(rng)); });
-  return bytes;
-}
 
 // The activations as the kernel sees them, dequantized.
 std::vector<double> act_values(DType t, const std::vector<uint8_t>& act, int64_t K) {
@@ -201,7 +177,7 @@ TEST_P(QuantDot, DequantizeMatchesTheReferenceBitForBit) {
   for (int64_t rows : {1, 3, 5, 63, 65}) check_dequantize(GetParam(), rows, seed++);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryType, QuantDot, testing::ValuesIn(kTypes),
+INSTANTIATE_TEST_SUITE_P(EveryType, QuantDot, testing::ValuesIn(kQuantTypes),
                          [](const testing::TestParamInfo<DType>& param) { return std::string(dtype_name(param.param)); });
 
 // One activation row against bf16 weights (decode): whole steps of the even/odd loop, the vector
@@ -262,7 +238,7 @@ TEST(BatchInvariant, EveryRowEqualsTheRowAlone) {
   ThreadPool pool(2);
   constexpr int64_t N = 45;
   std::vector<DType> types = {DType::f32, DType::f16, DType::bf16};
-  types.insert(types.end(), std::begin(kTypes), std::end(kTypes));
+  types.insert(types.end(), std::begin(kQuantTypes), std::end(kQuantTypes));
   for (DType t : types) {
     const int64_t K = !is_quantized(t) ? 99 : is_k_quant(t) ? 2 * kQK : 9 * 32, ld_x = K + 3, ld_out = N + 5;
     std::vector<uint8_t> w;

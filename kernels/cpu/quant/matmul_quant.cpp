@@ -19,11 +19,13 @@
 //   - with AVX-512 VNNI, the integer GEMM of kernels/cpu/quant/quant_gemm.h multiplies the codes in
 //     register tiles of 4 rows x 32 columns; with AVX2, in tiles of 2 rows x 16 columns (every
 //     type but Q8_0);
-//   - otherwise (and Q8_0 on AVX2), above 32 rows, each thread dequantizes 256 weight rows at a
-//     time to f32 (kernels/cpu/quant/dequantize.h, vector code bit for bit as dequantize_row) and
-//     multiplies them with the rounded activations by the f32 prefill kernel on that thread
-//     (matmul_f32_on_this_thread: the panels with AVX2 or AVX-512, Eigen's GEMM without them),
-//     where the dequantization is paid once for all M rows.
+//   - Q8_0 on AVX2 (in the file's layout: the backend packs it, kernels/cpu/quant/packed.h), above
+//     32 rows, each thread dequantizes 256 weight rows at a time to f32
+//     (kernels/cpu/quant/dequantize.h, vector code bit for bit as dequantize_row) and multiplies
+//     them with the rounded activations by the f32 prefill kernel on that thread
+//     (matmul_f32_on_this_thread: the panels), where the dequantization is paid once for all M rows;
+//   - without AVX2, where neither the integer GEMM nor the packed layout exists, the dot products
+//     take every M, so that a row's result never depends on the batch (below).
 //
 // note: each choice above was measured (bench/results/NOTES.md, "Q8_0 products" and "Prefill with
 // quantized weights"): the integer GEMM runs pp256 2.67x (Q4_K_M) and 3.00x (Q8_0) as fast as the
@@ -37,6 +39,10 @@
 // a time, a sequence decoded alone or in a batch of 16. At a near-tie that flips a greedy token
 // (docs/serving.md counts how often).
 // batch_invariant sends every M to the dot products instead (pp256 at 0.29x the tokens/s there).
+// The packed layout (kernels/cpu/quant/packed.h) serves every M with the GEMM's arithmetic, so the
+// backend packs the types it can; builds without AVX2 have neither it nor the GEMM, and take the
+// dot products for every M by default: they give a row the same bits whatever the rows of a call
+// (tests/isa/test_packed.cpp checks both), at the dot products' prefill speed.
 //
 // note: rounding the activations is what llama.cpp's CPU backend does for every product with
 // quantized weights, so `minfer perplexity` agrees with llama-perplexity's, at the price of a
@@ -50,6 +56,7 @@
 #include "core/error.h"
 #include "core/quants.h"
 #include "kernels/cpu/quant/dequantize.h"
+#include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant/quant_dot.h"
 #include "kernels/cpu/quant/quant_gemm.h"
@@ -143,8 +150,8 @@ void matmul_quant(ThreadPool& pool, float* out, int64_t ld_out, const float* x, 
   MINFER_CHECK(K % dtype_block(w_dtype) == 0, dtype_name(w_dtype), " matmul: K = ", K, " is not whole blocks of ",
                dtype_block(w_dtype));
   if (M <= 0 || N <= 0) return;
-  const bool integer = quant_gemm_supports(w_dtype);
-  if (batch_invariant || M < (integer ? quant_gemm_min_rows(w_dtype) : kSmallMaxRows + 1))
+  const bool integer = quant_gemm_supports(w_dtype), invariant = batch_invariant || (!integer && !packs(w_dtype));
+  if (invariant || M < (integer ? quant_gemm_min_rows(w_dtype) : kSmallMaxRows + 1))
     small_rows(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);
   else if (integer)
     integer_gemm(pool, out, ld_out, x, ld_x, w, w_dtype, M, N, K);

@@ -53,4 +53,14 @@ void matmul_packed(ThreadPool& pool,
                    const void* w, DType t,        // (N, K / block) blocks, packed
                    int64_t M, int64_t N, int64_t K);
 
+// The arithmetic of the top in plain C++, one output element at a time (std::fma), on a matrix in
+// the file's layout (N rows, any N): what matmul_packed computes for the rows past the last whole
+// group, and the oracle the packed kernels are tested against. Builds with AVX2 and up (it reads
+// the codes through quant_unpack.h), for every quantized type.
+void matmul_run_order(ThreadPool& pool,
+                      float* out, int64_t ld_out,    // (M, N)
+                      const float* x, int64_t ld_x,  // (M, K)
+                      const void* w, DType t,        // (N, K / block) blocks, the file's layout
+                      int64_t M, int64_t N, int64_t K);
+
 }  // namespace minfer::cpu

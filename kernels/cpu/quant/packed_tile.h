@@ -7,18 +7,13 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/quant/act_runs.h"
 
 namespace minfer::cpu::packed {
 
-// One call's activations as the kernels read them, per run of G codes of each row (the same
-// arrays quant_gemm.cpp's split_activations makes).
-struct Activations {
-  const int8_t* q;         // (M, K): each row's codes, contiguous
-  const float* dx;         // (M, K / G): the scale of the run's block
-  const int32_t* shifted;  // (M, K / G): shift * sum of the run's codes (symmetric types)
-  const float* cx;         // (M, K / G): dx * sum of the run's codes (types with a minimum)
-  int64_t runs;            // K / G
-};
+// One call's activations as the kernels read them, per run of G codes of each row
+// (kernels/cpu/quant/act_runs.h, the same arrays quant_gemm.cpp reads).
+using Activations = cpu::Activations;
 
 // One register tile: activation rows [m, m + rows) times the 16 * groups weight rows of `groups`
 // consecutive packed groups, the first at w. out(r, j) for r < rows, j < 16 * groups, rows ld_out

@@ -28,9 +28,6 @@
 // note: on AVX2 (AMD Zen 2, stories110M's shape, Q4_K_M, pp256, 3 interleaved rounds) this GEMM
 // against the dequantized tiles and Eigen: 1.85x at 2 threads (about 1000 against 540 tokens/s),
 // 1.64x at one (bench/results/NOTES.md).
-// note: the activations are copied once per call out of their blocks into contiguous rows (the
-// K-quants' blocks put d before the codes and the bsums after), so that a row's 4-byte
-// broadcasts step through one array and the per-run dx and sums sit in arrays of their own.
 #include "kernels/cpu/quant/quant_gemm.h"
 
 #include <algorithm>
@@ -39,7 +36,7 @@
 
 #include "core/error.h"
 #include "core/quants_blocks.h"
-#include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/act_runs.h"
 #include "kernels/cpu/quant/quant_unpack.h"
 
 namespace minfer::cpu {
@@ -55,80 +52,6 @@ namespace minfer::cpu {
 namespace {
 
 constexpr int kStrip = 32;    // weight columns per strip: two vectors of 16 int32 lanes (four of 8 on AVX2)
-
-// The shift that makes a symmetric type's codes unsigned bytes: the stored code itself (Q4_0's
-// q + 8 .. Q6_K's q + 32), Q8_0's q + 128; 0 for the types with a minimum.
-int code_shift(DType t) {
-  switch (t) {
-    case DType::q8_0: return 128;
-    case DType::q4_0: return 8;
-    case DType::q5_0: return 16;
-    case DType::q3_k: return 4;
-    case DType::q6_k: return 32;
-    default: return 0;
-  }
-}
-
-// A vector grown once, then reused, whose data starts on a 64-byte line, so that the kernel's
-// 64-byte loads never straddle two lines (std::vector's large buffers start 16 bytes into one).
-template <class T>
-T* aligned_64(std::vector<T>& buffer, size_t n) {
-  buffer.resize(n + 64 / sizeof(T));
-  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
-  return reinterpret_cast<T*>((address + 63) & ~uintptr_t(63));
-}
-
-// The activations of a call in the form the kernel reads, per run of G codes of each row: dx,
-// and either shift * sum(a) (symmetric types, int32) or dx * sum(a) (the others, f32).
-struct Activations {
-  const int8_t* q;          // (M, K): the codes of each row, contiguous
-  const float* dx;          // (M, K / G)
-  const int32_t* shifted;   // (M, K / G): shift * sum of the run's codes
-  const float* cx;          // (M, K / G): dx * sum of the run's codes
-  int64_t runs;             // K / G
-};
-
-template <class ActBlock>
-void split_row(const ActBlock* blocks,  // (K / block) activation blocks of one row
-               int block, int G, int shift, int64_t K,
-               int8_t* q,               // (K)
-               float* dx,               // (K / G)
-               int32_t* shifted,        // (K / G)
-               float* cx) {             // (K / G)
-  for (int64_t k0 = 0; k0 < K; k0 += G) {
-    const ActBlock& b = blocks[k0 / block];
-    const int8_t* src = b.q + k0 % block;
-    int32_t sum = 0;
-    for (int j = 0; j < G; ++j) sum += src[j];
-    std::memcpy(q + k0, src, size_t(G));
-    dx[k0 / G] = b.d;
-    shifted[k0 / G] = shift * sum;
-    cx[k0 / G] = b.d * float(sum);
-  }
-}
-
-Activations split_activations(ThreadPool& pool, DType w, const uint8_t* act, int64_t M, int64_t K, int G,
-                              int shift) {
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> scales;
-  thread_local std::vector<int32_t> sums;
-  const int64_t runs = K / G;
-  int8_t* qp = aligned_64(q, size_t(M * K));
-  float* dx = aligned_64(scales, size_t(2 * M * runs));
-  float* cx = dx + M * runs;
-  int32_t* shifted = aligned_64(sums, size_t(M * runs));
-  const size_t row_bytes = act_row_bytes(w, K);
-  pool.parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m) {
-      const uint8_t* row = act + size_t(m) * row_bytes;
-      int8_t* qm = qp + m * K;
-      float *dm = dx + m * runs, *cm = cx + m * runs;
-      int32_t* sm = shifted + m * runs;
-      with_act_blocks(w, row, [&](const auto* blocks, int block) { split_row(blocks, block, G, shift, K, qm, dm, sm, cm); });
-    }
-  });
-  return {qp, dx, shifted, cx, runs};
-}
 
 // One strip: the codes of up to 32 weight columns, and each run's dl and ml. Columns past n_cols
 // are zero (they add nothing).
