@@ -139,9 +139,13 @@ class CudaBackend final : public Backend, private Recorder {
       case CudaProduct::matvec:
         cuda::matvec(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
         return;
-      case CudaProduct::quant_rows:
-        cuda::gemm_quant_rows(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K);
+      case CudaProduct::quant_rows: {
+        const int64_t splits = quant_rows_splits(N, K, sm_count_);
+        const int64_t floats = cuda::gemm_quant_rows_floats(M, N, splits);
+        cuda::gemm_quant_rows(stream_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), M, N, K, splits,
+                              floats > 0 ? scratch(Scratch::quant_rows_partials, floats) : nullptr);
         return;
+      }
       case CudaProduct::sgemm:
         blas_->sgemm(f32(out), ld(out), f32(x), ld(x), f32(w), M, N, K);
         return;
@@ -267,6 +271,7 @@ class CudaBackend final : public Backend, private Recorder {
   // Flash-decoding with its splits sized for this GPU and step (flash_decode_splits): max_keys is
   // the block table's capacity, which bounds every row at this step and at every replay of it.
   void flash_decode(const cuda::AttentionArgs& a, int64_t max_keys, bool skip_prompt_tiles) {
+    if (a.M == 0) return;
     const int64_t splits = flash_decode_splits(a.M * a.n_heads, max_keys, sm_count_);
     const int64_t floats = cuda::flash_decode_floats(a.M, a.n_heads, a.head_dim, splits);
     cuda::attention_flash_decode(stream_, a, splits, skip_prompt_tiles,
@@ -274,7 +279,7 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   // The scratch buffers, each kept and grown on its own.
-  enum class Scratch { attention_scores, flash_partials, sum_partials, count };
+  enum class Scratch { attention_scores, flash_partials, sum_partials, quant_rows_partials, count };
 
   // A device buffer of at least `floats` floats.
   float* scratch(Scratch which, int64_t floats) {

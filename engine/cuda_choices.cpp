@@ -44,4 +44,13 @@ int64_t flash_decode_splits(int64_t row_heads, int64_t max_keys, int64_t sm_coun
   return std::max<int64_t>(1, std::min(to_fill, most));
 }
 
+int64_t quant_rows_splits(int64_t N, int64_t K, int64_t sm_count) {
+  MINFER_CHECK(N >= 1 && K >= cuda::kQuantRowsSlice && sm_count >= 1, "quant_rows_splits: N ", N, ", K ", K, ", ",
+               sm_count, " SMs");
+  const int64_t tiles = (N + cuda::kQuantRowsTileN - 1) / cuda::kQuantRowsTileN;
+  const int64_t to_fill = (kQuantRowsBlocksPerSm * sm_count + tiles - 1) / tiles;
+  const int64_t most = K / cuda::kQuantRowsSlice / cuda::kQuantRowsMinSplitSlices;
+  return std::max<int64_t>(1, std::min(to_fill, most));
+}
+
 }  // namespace minfer

@@ -16,7 +16,8 @@ namespace minfer {
 enum class CudaProduct {
   matvec,              // up to kMatvecMaxRows rows (kernels/cuda/matvec.cuh), any weight type
   quant_rows,          // quantized weights, kMatvecMaxRows + 1 to kQuantRowsMaxRows rows: tiles
-                       // dequantized in shared memory, each weight read once (gemm_quant_rows.cuh)
+                       // dequantized in shared memory, each weight read once, K split among
+                       // blocks (quant_rows_splits; gemm_quant_rows.cuh)
   sgemm,               // cuBLAS, f32 weights
   lt_gemm,             // cuBLASLt on Tensor Cores, f16 or bf16 weights (activations rounded to them)
   dequantize_lt_gemm,  // quantized weights dequantized to f16 a slab at a time, then cuBLASLt
@@ -27,6 +28,14 @@ enum class CudaProduct {
 // M. Error naming the fix where no kernel takes the weights: quantized weights on a hand-written
 // GEMM, or mma (f16 on Tensor Cores) with other than f16.
 CudaProduct cuda_product(GemmKind gemm, int64_t M, DType w);
+
+// gemm_quant_rows's split of K (kernels/cuda/gemm_quant_rows.cuh): an (N / 64) x k_splits grid
+// of blocks, enough to give every SM kQuantRowsBlocksPerSm (a matrix of 4096 rows is 64 tiles, half
+// an H100), never splits of fewer than kQuantRowsMinSplitSlices slices of 32, at least 1. The
+// splits' partial sums are added in split order by a second kernel, so a product's result depends
+// on N, K and the GPU, never on M or on timing.
+constexpr int64_t kQuantRowsBlocksPerSm = 4;
+int64_t quant_rows_splits(int64_t N, int64_t K, int64_t sm_count);
 
 // The online softmax takes flash-decoding (parallel over rows, heads and chunks of keys) for
 // every row up to this many rows; above it the prefill kernel's Tensor Core tiles where they apply.

@@ -75,6 +75,31 @@ TEST(CudaChoices, ImpossibleProductsAreRefusedByName) {
   }
 }
 
+// gemm_quant_rows splits K among blocks so that a matrix of few 64-row tiles still fills the GPU,
+// in whole slices of 32, at least 4 slices a split; the splits cover K whatever it is (a split
+// past the last slice, possible when K is not a multiple of the share, writes zeros).
+TEST(CudaChoices, QuantizedRowsSplitKToFillTheGpu) {
+  const int64_t sms = 132, fill = kQuantRowsBlocksPerSm * sms;
+  EXPECT_EQ(quant_rows_splits(4096, 4096, sms), (fill + 63) / 64);           // llama-7b's q, k, v, o: 9
+  EXPECT_EQ(quant_rows_splits(fill * 64, 4096, sms), 1);                    // enough tiles alone
+  EXPECT_EQ(quant_rows_splits(fill * 64 - 64, 4096, sms), 2);
+  EXPECT_EQ(quant_rows_splits(33, 96, sms), 1);                             // 3 slices: too few to split
+  EXPECT_EQ(quant_rows_splits(33, 4 * cuda::kQuantRowsSlice * cuda::kQuantRowsMinSplitSlices - 32, sms), 3);
+  EXPECT_EQ(quant_rows_splits(33, 512, sms), 4);                            // 16 slices, 4 each
+  EXPECT_EQ(quant_rows_splits(128, 1 << 16, 1), 2);                         // one SM, 2 tiles
+  EXPECT_THROW(quant_rows_splits(0, 512, sms), Error);
+  for (int64_t K : {int64_t(32), int64_t(96), int64_t(256), int64_t(288), int64_t(512), int64_t(4096),
+                    int64_t(14336)})
+    for (int64_t N : {int64_t(1), int64_t(33), int64_t(896), int64_t(4096)}) {
+      const int64_t splits = quant_rows_splits(N, K, sms), share = cuda::quant_rows_split_slices(K, splits);
+      ASSERT_GE(splits, 1);
+      ASSERT_GE(splits * share * cuda::kQuantRowsSlice, K) << "N " << N << " K " << K << ": slices left out";
+      if (splits > 1) {
+        ASSERT_GE(share, cuda::kQuantRowsMinSplitSlices) << "N " << N << " K " << K;
+      }
+    }
+}
+
 // Issue 57: above 64 rows the prefill tiles run only where they run on Tensor Cores, beside
 // flash-decoding for the step's other rows; every other cache and head size is flash-decoding's.
 TEST(CudaChoices, AttentionByAlgorithmRowsAndCache) {

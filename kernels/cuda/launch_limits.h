@@ -17,6 +17,18 @@ constexpr int64_t kMatvecMaxRows = 8;
 // many rows: each weight is read from memory once for all the rows, where the slabs of
 // dequantize-to-f16 and cuBLASLt write and read every weight as f16 again at every call.
 constexpr int64_t kQuantRowsMaxRows = 64;
+// Its tiles: 64 weight rows a block, K in slices of 32 weights (a legacy block, or 4 groups of 8
+// of a K-quant super-block); K may be split among blocks in whole slices (quant_rows_splits,
+// engine/cuda_choices.h), each split at least kQuantRowsMinSplitSlices slices.
+constexpr int64_t kQuantRowsTileN = 64;
+constexpr int64_t kQuantRowsSlice = 32;
+constexpr int64_t kQuantRowsMinSplitSlices = 4;
+
+// The slices of K each of k_splits splits takes (the last may take fewer).
+MINFER_HOST_DEVICE inline int64_t quant_rows_split_slices(int64_t K, int64_t k_splits) {
+  const int64_t slices = K / kQuantRowsSlice;
+  return (slices + k_splits - 1) / k_splits;
+}
 
 // Flash-decoding (attention_decode.cuh) splits the keys each row sees into n_splits chunks, one
 // block each. n_splits is fixed per launch on the host (flash_decode_splits, engine/cuda_choices.h),
