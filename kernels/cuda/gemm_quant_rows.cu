@@ -17,16 +17,18 @@ __global__ void gemm_quant_rows_kernel(float* out, int64_t ld_out, const float* 
                                        int64_t M, int64_t N, int64_t K, float* partials) {
   constexpr int kWeights = blocks::Traits<Block>::kWeights;
   constexpr int kPatchM = TM / 16;
-  // note: both tiles are k-major ([k][row]), as in gemm_tiled, so that the inner loop reads
-  // consecutive rows of one k on consecutive threads; +1 column of padding keeps the transposing
-  // stores off a single bank.
-  __shared__ float xs[kSlice][TM + 1];
-  __shared__ float ws[kSlice][kTileN + 1];
+  // note: both tiles are k-major ([k][row]), as in gemm_tiled, so that a thread reads its 4 weight
+  // rows (and with 64 rows its 4 activation rows) of one k in one 16-byte load; rows padded by 4
+  // floats keep those loads aligned. The dequantizing threads take consecutive weight rows, so a
+  // warp's stores of one k fall on 32 different banks.
+  constexpr int kLdX = TM + 4, kLdW = kTileN + 4;
+  __shared__ __align__(16) float xs[kSlice][kLdX];
+  __shared__ __align__(16) float ws[kSlice][kLdW];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, tid = threadIdx.x;
   const int64_t n0 = blockIdx.x * int64_t(kTileN);
   const int64_t blocks_per_row = K / kWeights;
   // The weight group this thread dequantizes at every slice: row n0 + wr, weights 8 wg .. 8 wg + 7.
-  const int wr = tid / (kSlice / 8), wg = tid % (kSlice / 8);
+  const int wr = tid % kTileN, wg = tid / kTileN;
   const Block* w_row = n0 + wr < N ? w + (n0 + wr) * blocks_per_row : nullptr;
   float acc[kPatchM][kPatchN] = {};
   const int64_t split_k = quant_rows_split_slices(K, gridDim.y) * kSlice;
@@ -48,11 +50,16 @@ __global__ void gemm_quant_rows_kernel(float* out, int64_t ld_out, const float* 
     __syncthreads();
 #pragma unroll 8
     for (int k = 0; k < kSlice; ++k) {
-      float a[kPatchM], b[kPatchN];
+      float a[kPatchM];
+      if constexpr (kPatchM == 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(&xs[k][ty * 4]);
+        a[0] = a4.x; a[1] = a4.y; a[2] = a4.z; a[3] = a4.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < kPatchM; ++i) a[i] = xs[k][ty * kPatchM + i];
-#pragma unroll
-      for (int j = 0; j < kPatchN; ++j) b[j] = ws[k][tx * kPatchN + j];
+        for (int i = 0; i < kPatchM; ++i) a[i] = xs[k][ty * kPatchM + i];
+      }
+      const float4 b4 = *reinterpret_cast<const float4*>(&ws[k][tx * kPatchN]);
+      const float b[kPatchN] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
       for (int i = 0; i < kPatchM; ++i)
 #pragma unroll
@@ -85,8 +92,9 @@ __global__ void add_splits_kernel(float* out, int64_t ld_out, const float* parti
   }
 }
 
-// note: 64 weight rows x 32 weights of a slice are 256 groups of 8, one per thread.
-static_assert(kTileN * kSlice / 8 == kThreads, "one weight group per thread and slice");
+// note: 64 weight rows x 32 weights of a slice are 256 groups of 8, one per thread; a thread's
+// patch of 4 weight rows is one float4.
+static_assert(kTileN * kSlice / 8 == kThreads && kPatchN == 4, "one weight group per thread and slice");
 
 template <class Block, int TM>
 void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w, int64_t M,
