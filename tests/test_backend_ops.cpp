@@ -159,8 +159,9 @@ void rope_table_default(float* table, int64_t positions, int64_t head_dim) {
 }
 
 // Positions per block of the harness's caches: shorter than the decoder's (64, engine/kv_cache.h),
-// and dividing neither a CPU key chunk (64), a CUDA split (256) and prefill tile (64), nor the
-// caches' lengths (300, 40, M + 70), so that chunks, splits and tiles begin and end inside blocks.
+// and dividing neither a CPU key chunk (64), a CUDA flash-decoding chunk (its own keys over the
+// splits, at least 64) and prefill tile (64), nor the caches' lengths (300, 40, M + 70), so that
+// chunks and tiles begin and end inside blocks.
 constexpr int64_t kBlock = 24;
 
 struct BlockTables {
@@ -472,8 +473,8 @@ std::vector<Case> all_cases() {
         // sets of accumulators on AVX2 (32) and one set of 16 (128)
         cases.push_back({backend, op, M, 8, 2, 64, DType::f16, strided});
         // Sliding windows (with Gemma 3's scale): shorter than most positions (7), longer than a key
-        // block of the CPU (100 > 64) and a CUDA split (257 > 256), so that a row's first key falls
-        // inside a block or split, and as long as the cache (300 = n_ctx: no key masked).
+        // block of the CPU and a CUDA chunk of 64 keys (100, 257), so that a row's first key falls
+        // inside a block or chunk, and as long as the cache (300 = n_ctx: no key masked).
         for (int64_t window : {7, 100, 257, 300}) {
           cases.push_back({backend, op, M, 4, 1, 16, DType::f32, strided, window});
           cases.push_back({backend, op, M, 4, 2, 64, DType::f16, !strided, window});
@@ -548,7 +549,8 @@ std::vector<Case> all_cases() {
   // with 1 to 3 left over, and 57 columns, a strip of 32 and one of 25; on the CPU the integer GEMM
   // takes over from the dot products at 5 to 24 rows by type with AVX-512 VNNI, 5 to 33 with AVX2
   // (quant_gemm_min_rows), so 5 to 7, 9, 17, 21 and 25 put its tiles of 4 rows with 1 to 3 left
-  // over near those boundaries; on CUDA M <= 8 is the matvec, above it the f16 slabs and cuBLASLt).
+  // over near those boundaries; on CUDA M <= 8 is the matvec, 9 to 64 gemm_quant_rows, above it
+  // the f16 slabs and cuBLASLt).
   for (const std::string backend : {"cpu", "cuda"})
     for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
                     DType::q5_k, DType::q6_k}) {
@@ -567,13 +569,13 @@ std::vector<Case> all_cases() {
     cases.push_back({backend, Op::matmul, 35, 57, 320, 0, DType::q8_0, false});
   }
   // Prefill-shaped rows (consecutive positions of one sequence): on CUDA the Tensor Core tiles of
-  // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and the
-  // exact path for f32 caches.
+  // 64 rows for 16-bit caches of head_dim 64 and 128, full (512) and partial (100, 130), and
+  // flash-decoding for f32 caches.
   for (const std::string backend : {"cpu", "cuda"})
     for (int64_t M : {8, 100, 130, 512}) {
       cases.push_back({backend, Op::attention_prefill, M, 8, 2, 64, DType::f32, false});
       // Windows of 20, shorter than every row's position (37 on), and of 130, which the rows past
-      // position 129 slide in (M = 100 and up). On CUDA these f32 caches take the exact path; the
+      // position 129 slide in (M = 100 and up). On CUDA these f32 caches take flash-decoding; the
       // f16 and bf16 cases with a window of 100 below take the Tensor Core tiles, from the tile
       // that holds the first row's first key.
       for (int64_t window : {20, 130}) cases.push_back({backend, Op::attention_prefill, M, 4, 2, 64, DType::f32, false, window});
