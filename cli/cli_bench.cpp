@@ -367,7 +367,8 @@ int cmd_bench(int argc, char** argv) {
              {"--gemm", "KIND", "CUDA matrix products: cublas, naive, tiled, mma (default cublas)"},
              {"--graphs", "LIST", "CUDA: on, off or on,off: decode steps as CUDA Graphs (default on)"},
              {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
-             {"--batch-invariant", "", "CPU: every row of a matrix product computed as a lone row (docs/serving.md)"},
+             {"--batch-invariant", "", "CPU: every row of a product with f32/f16/bf16 (or unpacked quantized) weights\n"
+                                       "                              computed as a lone row; packed weights are without it (docs/serving.md)"},
              {"--roofline", "", "measure each memory level's read bandwidth and the matmul peak first; rows show % of theirs"},
              {"--profile", "", "time every op (serialising the device) and print a table per test"},
              {"--draft", "MODEL", "also time greedy generation of each -n plainly and with speculative decoding:\n"

@@ -22,9 +22,10 @@ std::vector<Option> engine_options() {
                           "                              and presets)"},
       {"--threads", "N", "CPU threads, 1 to 1024 (default: every core)"},
       {"--spin-us", "US", "microseconds idle CPU workers spin before sleeping (default 200)"},
-      {"--batch-invariant", "", "CPU: compute every row of a matrix product as a lone row, so greedy answers do not\n"
-                                "                              depend on how prompts are split into passes or batched; prefill\n"
-                                "                              is slower (docs/serving.md)"},
+      {"--batch-invariant", "", "CPU: compute every row of a product with f32, f16 or bf16 weights (and quantized\n"
+                                "                              types this build does not pack) as a lone row, so greedy answers do\n"
+                                "                              not depend on how prompts are split into passes or batched; prefill\n"
+                                "                              is slower. Packed quantized weights are so without it (docs/serving.md)"},
       {"--kernels", "KIND", "fused or unfused (default fused); on cpu and cuda also attention's algorithm: fused\n"
                             "                              the online softmax, unfused three passes"},
       {"--kv-dtype", "TYPE", "the KV cache as f32, f16 or bf16 (default: f32 on the CPU; on CUDA the weights'\n"
@@ -171,9 +172,10 @@ std::unique_ptr<LlamaModel> load_draft_model(const std::string& spec, const Llam
 void describe_model(const LlamaModel& model, const Backend& backend, const char* what) {
   const ModelInfo& info = model.info();
   const std::string types = info.weight_types.empty() ? dtype_name(info.dtype) : "mixed (" + info.weight_types + ")";
-  std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights on %s\n", what, info.name.c_str(),
+  const std::string layout = model.weight_layout().empty() ? "" : " (" + model.weight_layout() + ")";
+  std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights%s on %s\n", what, info.name.c_str(),
                info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(), types.c_str(),
-               backend.name().c_str());
+               layout.c_str(), backend.name().c_str());
 }
 
 }  // namespace minfer::cli

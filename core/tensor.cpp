@@ -8,6 +8,8 @@
 
 namespace minfer {
 
+const char* row_layout_name(RowLayout layout) { return layout == RowLayout::packed16 ? "packed16" : "file"; }
+
 void Tensor::set_shape(const int64_t* shape, size_t ndim) {
   MINFER_CHECK(ndim > 0 && ndim <= kMaxDims, "a tensor has 1 to ", kMaxDims, " dimensions, got ", ndim);
   ndim_ = static_cast<int>(ndim);
@@ -80,6 +82,7 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::reshaped(const int64_t* shape, size_t ndim) const {
   MINFER_CHECK(is_contiguous(), "reshape of a non-contiguous tensor ", str());
+  MINFER_CHECK(layout_ == RowLayout::file, "reshape of ", str(), ": its rows are packed");
   Tensor t = *this;
   t.set_shape(shape, ndim);
   MINFER_CHECK(t.numel() == numel(), "reshape of ", str(), " to ", t.str(), " changes its size");
@@ -101,6 +104,10 @@ Tensor Tensor::slice(int dim, int64_t begin, int64_t end) const {
   dim = check_dim(dim);
   MINFER_CHECK(0 <= begin && begin <= end && end <= shape_[dim], "slice [", begin, ", ", end,
                ") out of range for dimension ", dim, " of ", str());
+  MINFER_CHECK(layout_ == RowLayout::file ||
+                   (dim == 0 && begin % kPackedGroupRows == 0 && (end % kPackedGroupRows == 0 || end == shape_[0])),
+               "slice [", begin, ", ", end, ") of dimension ", dim, " of ", str(), ": rows of a packed matrix are cut at ",
+               "multiples of ", kPackedGroupRows, " (or at its end)");
   Tensor t = *this;
   t.shape_[dim] = end - begin;
   t.data_ = data_ + dtype_bytes(dtype_, static_cast<uint64_t>(begin * stride_[dim]));
@@ -112,12 +119,21 @@ Tensor Tensor::slice(int dim, int64_t begin, int64_t end) const {
 Tensor Tensor::select(int dim, int64_t index) const {
   dim = check_dim(dim);
   MINFER_CHECK(ndim_ > 1, "select on a 1-dimensional tensor ", str());
+  MINFER_CHECK(layout_ == RowLayout::file, "select on ", str(), ": its rows are packed");
   Tensor t = slice(dim, index, index + 1);
   for (int d = dim; d + 1 < ndim_; ++d) {
     t.shape_[d] = t.shape_[d + 1];
     t.stride_[d] = t.stride_[d + 1];
   }
   --t.ndim_;
+  return t;
+}
+
+Tensor Tensor::with_row_layout(RowLayout layout) const {
+  MINFER_CHECK(layout == RowLayout::file || (ndim_ == 2 && is_quantized(dtype_) && is_contiguous()),
+               "only a contiguous 2-D quantized matrix has its rows packed, not ", str());
+  Tensor t = *this;
+  t.layout_ = layout;
   return t;
 }
 
@@ -143,6 +159,7 @@ void Tensor::copy_from(const Tensor& src) const {
   MINFER_CHECK(same_shape(src), "copy of ", src.str(), " into ", str(),
                ": shapes differ");
   MINFER_CHECK(src.dtype_ == dtype_, "copy of ", src.str(), " into ", str(), ": dtypes differ");
+  MINFER_CHECK(src.layout_ == layout_, "copy of ", src.str(), " into ", str(), ": row layouts differ");
   if (numel() == 0) return;
   if (is_contiguous() && src.is_contiguous()) {
     copy_bytes(data_, device_, src.data_, src.device_, nbytes());
@@ -173,6 +190,8 @@ void Tensor::convert_from(const Tensor& src) const {
   MINFER_CHECK(device_ == DeviceKind::cpu && src.device_ == DeviceKind::cpu,
                "convert_from works on host tensors only");
   MINFER_CHECK(is_contiguous() && src.is_contiguous(), "convert_from needs contiguous tensors");
+  MINFER_CHECK((layout_ == RowLayout::file && src.layout_ == RowLayout::file) || src.dtype_ == dtype_, "convert of ",
+               src.str(), " into ", str(), ": packed rows are only copied, into a matrix packed the same way");
   if (src.dtype_ == dtype_) {
     copy_from(src);
   } else if (src.dtype_ == DType::f32) {
@@ -189,6 +208,7 @@ std::string Tensor::str() const {
   out << dtype_name(dtype_) << "[";
   for (int d = 0; d < ndim_; ++d) out << (d ? ", " : "") << shape_[d];
   out << "] " << device_name(device_);
+  if (layout_ != RowLayout::file) out << " " << row_layout_name(layout_);
   return out.str();
 }
 

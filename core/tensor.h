@@ -7,6 +7,10 @@
 //
 // Kernels take raw pointers, row strides and sizes; the backends unpack tensors into those, so
 // the tensor itself stays a small, device-agnostic value type.
+//
+// A quantized weight matrix may hold its rows in a backend's own layout instead of the file's
+// (RowLayout): the tensor says so, and the views and copies that would read its rows as the
+// file's are refused.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +26,15 @@
 #include "core/pool.h"
 
 namespace minfer {
+
+// How a 2-D quantized matrix holds its rows. file: row after row, each row's blocks as the model
+// file stores them. packed16: each group of 16 rows (kPackedGroupRows) is rearranged within the
+// bytes of those 16 rows, and the last rows % 16 rows are as in the file (the CPU's packed
+// kernels: kernels/cpu/quant/packed.h). So rows [begin, end) of a packed16 matrix are a packed16
+// matrix when begin is a multiple of 16 and end is too or is the last row.
+enum class RowLayout : uint8_t { file, packed16 };
+constexpr int64_t kPackedGroupRows = 16;
+const char* row_layout_name(RowLayout layout);  // "file", "packed16"
 
 class Tensor {
  public:
@@ -46,6 +59,7 @@ class Tensor {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   DeviceKind device() const { return device_; }
+  RowLayout row_layout() const { return layout_; }
   // Bytes per element of a plain dtype; Error for a quantized one, whose elements have no whole
   // size (its blocks do: dtype_block_bytes).
   size_t element_size() const { return static_cast<size_t>(dtype_bytes(dtype_, 1)); }
@@ -65,15 +79,22 @@ class Tensor {
   Tensor reshape(const std::vector<int64_t>& shape) const;
   Tensor slice(int dim, int64_t begin, int64_t end) const;   // [begin, end) along dim
   Tensor select(int dim, int64_t index) const;               // drops dim
+  // The same memory with its rows tagged as `layout`; the bytes are not touched (whoever tags a
+  // matrix packed16 has rearranged them). packed16: a contiguous 2-D quantized tensor. A packed16
+  // tensor keeps its tag in its views: it is sliced along its rows only, at the boundaries RowLayout
+  // names, and reshaped not at all.
+  Tensor with_row_layout(RowLayout layout) const;
 
-  // Copies src's elements into this tensor: same shape and dtype, any devices. Host-to-host copies
-  // take any strides; copies that involve a device need dense rows on both sides.
+  // Copies src's elements into this tensor: same shape, dtype and row layout, any devices.
+  // Host-to-host copies take any strides; copies that involve a device need dense rows on both
+  // sides.
   void copy_from(const Tensor& src) const;
   // Host only: copies with conversion to or from f32 (f16, bf16, quantized blocks; only the legacy
-  // quantized types are made from f32), same shape, contiguous.
+  // quantized types are made from f32), same shape, contiguous, file row layout (a packed16
+  // tensor is only copied, into one packed the same way).
   void convert_from(const Tensor& src) const;
 
-  std::string str() const;  // e.g. "f32[3, 64] cpu"
+  std::string str() const;  // e.g. "f32[3, 64] cpu", "q4_0[64, 64] cpu packed16"
 
  private:
   struct Storage {
@@ -87,6 +108,7 @@ class Tensor {
   int64_t stride_[kMaxDims] = {0, 0, 0, 0};
   DType dtype_ = DType::f32;
   DeviceKind device_ = DeviceKind::cpu;
+  RowLayout layout_ = RowLayout::file;
 
   void set_shape(const int64_t* shape, size_t ndim);
   Tensor reshaped(const int64_t* shape, size_t ndim) const;

@@ -51,9 +51,10 @@ struct BackendOptions {
   int spin_us = ThreadPool::kDefaultSpinMicros;  // how long idle CPU workers spin before sleeping
   GemmKind gemm = GemmKind::cublas;            // CUDA matrix products
   bool graphs = true;                          // CUDA: record decode steps as CUDA Graphs
-  // CPU: every row of a matrix product computed as a lone row is, whatever the rows with it
+  // CPU: every row of a product with f32, f16 or bf16 weights, or a quantized type the CPU does
+  // not pack (pack_weights), computed as a lone row is, whatever the rows with it
   // (kernels/cpu/matmul.h), so greedy answers do not depend on how prompts are split into passes
-  // or batched; prefill is slower.
+  // or batched; prefill is slower. Packed weights give that without it.
   bool batch_invariant = false;
 };
 
@@ -72,6 +73,12 @@ class Backend {
   // Throws Error naming `model` and the type when this backend cannot multiply or look up
   // weights of type t (i32 on every backend).
   virtual void check_weights(DType t, const std::string& model) const;
+  // Rearranges the rows of a weight matrix w (N, K), in place, into the layout this backend
+  // multiplies fastest, and returns the view to multiply (matmul) and look up (gather_rows) from
+  // then on; w's own view must not be used again. A backend without a layout of its own returns
+  // w. The CPU backend packs the quantized types cpu::packs() names (RowLayout::packed16, whose
+  // products give a row the same result whatever rows share it); w's bytes stay as many.
+  virtual Tensor pack_weights(const Tensor& w) { return w; }
 
   // Uninitialised memory on this backend's device.
   Tensor empty(const std::vector<int64_t>& shape, DType dtype) {

@@ -1,5 +1,9 @@
 #include "engine/backend_cpu.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "core/error.h"
 #include "engine/op_checks.h"
 #include "kernels/cpu/add.h"
@@ -9,6 +13,7 @@
 #include "kernels/cpu/fill.h"
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
@@ -22,6 +27,7 @@ using op_checks::f32;
 using op_checks::i32;
 using op_checks::ld;
 constexpr DeviceKind kCpu = DeviceKind::cpu;
+static_assert(cpu::kPackRows == kPackedGroupRows, "RowLayout::packed16 is the packed kernels' layout");
 
 namespace {
 
@@ -41,10 +47,30 @@ std::string CpuBackend::name() const {
                         batch_invariant_ ? ", batch-invariant" : "", ")");
 }
 
+Tensor CpuBackend::pack_weights(const Tensor& w) {
+  if (w.row_layout() != RowLayout::file || !cpu::packs(w.dtype())) return w;
+  MINFER_CHECK(w.device() == kCpu && w.ndim() == 2 && w.is_contiguous(), "pack_weights: ", w.str(),
+               " is not a dense matrix in host memory");
+  // note: rows from a multiple of 16 on pack as they do in the whole matrix (packed.h), so each
+  // thread packs chunks of 1024 rows through a buffer of its own instead of a copy of w.
+  const int64_t N = w.size(0), K = w.size(1), chunk = 64 * kPackedGroupRows;
+  const auto row_bytes = static_cast<int64_t>(dtype_bytes(w.dtype(), uint64_t(K)));
+  char* bytes = static_cast<char*>(w.data());
+  threads_.parallel_for((N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<char> buffer(size_t(std::min(chunk, N - c0 * chunk) * row_bytes));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t rows = std::min(chunk, N - c * chunk);
+      cpu::pack_rows(w.dtype(), buffer.data(), bytes + c * chunk * row_bytes, rows, K);
+      std::memcpy(bytes + c * chunk * row_bytes, buffer.data(), size_t(rows * row_bytes));
+    }
+  });
+  return w.with_row_layout(RowLayout::packed16);
+}
+
 void CpuBackend::gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) {
   checks::gather_rows(out, table, ids, kCpu);
-  cpu::gather_rows(threads_, f32(out), ld(out), table.data(), table.dtype(), i32(ids), out.size(0),
-                 out.size(1), table.size(0), scale);
+  cpu::gather_rows(threads_, f32(out), ld(out), table.data(), table.dtype(), table.row_layout() == RowLayout::packed16,
+                   i32(ids), out.size(0), out.size(1), table.size(0), scale);
 }
 
 void CpuBackend::rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
@@ -61,6 +87,9 @@ void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tens
 
 void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
   checks::matmul(out, x, w, kCpu);
+  if (w.row_layout() == RowLayout::packed16)  // one kernel for every M: batch-invariant by construction
+    return cpu::matmul_packed(threads_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0), w.size(0),
+                              w.size(1));
   cpu::matmul(threads_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0),
               w.size(0), w.size(1), batch_invariant_);
 }

@@ -1,5 +1,6 @@
 // The CPU backend: Eigen and hand-written SIMD kernels from kernels/cpu/, a thread pool, and a
-// caching pool over ordinary host memory.
+// caching pool over ordinary host memory. Quantized weights are repacked at load where this build
+// has packed kernels for their type (pack_weights, kernels/cpu/quant/packed.h).
 #pragma once
 
 #include "engine/backend.h"
@@ -16,6 +17,8 @@ class CpuBackend final : public Backend {
   CachingPool& pool() override { return pool_; }
   CachingPool& host_pool() override { return pool_; }
   ThreadPool& threads() { return threads_; }
+  // Quantized matrices of the types cpu::packs() names become RowLayout::packed16.
+  Tensor pack_weights(const Tensor& w) override;
 
   void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;

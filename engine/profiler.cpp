@@ -18,12 +18,14 @@ void ProfilingBackend::timed(const std::string& op, Fn&& fn) {
 }
 
 namespace {
-// "matmul [16, 288] x [1536, 288]^T f32": the shapes and the weight type tell the products apart.
+// "matmul [16, 288] x [1536, 288]^T f32", "... q4_0 packed16": the shapes, the weight type and
+// its row layout (core/tensor.h) tell the products apart.
 std::string matmul_label(const Tensor& x, const Tensor& w) {
-  char text[80];
-  std::snprintf(text, sizeof(text), "matmul [%lld, %lld] x [%lld, %lld]^T %s", static_cast<long long>(x.size(0)),
+  char text[100];
+  std::snprintf(text, sizeof(text), "matmul [%lld, %lld] x [%lld, %lld]^T %s%s", static_cast<long long>(x.size(0)),
                 static_cast<long long>(x.size(1)), static_cast<long long>(w.size(0)),
-                static_cast<long long>(w.size(1)), dtype_name(w.dtype()));
+                static_cast<long long>(w.size(1)), dtype_name(w.dtype()),
+                w.row_layout() == RowLayout::packed16 ? " packed16" : "");
   return text;
 }
 }  // namespace

@@ -22,6 +22,7 @@ class ProfilingBackend final : public Backend {
   CachingPool& pool() override { return inner_.pool(); }
   CachingPool& host_pool() override { return inner_.host_pool(); }
   void synchronize() override { inner_.synchronize(); }
+  Tensor pack_weights(const Tensor& w) override { return inner_.pack_weights(w); }
 
   void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, float scale) override;
   void rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, float eps) override;

@@ -370,6 +370,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const 
     put(dst.w2.tensor(), src.w2);
   }
   backend_.synchronize();
+  pack_weights();
   // The staging buffers of the conversions (pinned memory on CUDA, up to the largest matrix in
   // f32) go back to the system instead of staying cached for the life of the process.
   backend_.host_pool().release_cached();
@@ -410,6 +411,45 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
     fill(dst.w2.tensor(), WeightKind::w2, l);
   }
   backend_.synchronize();
+  pack_weights();
+}
+
+// note: the unfused path multiplies rows [0, q), [q, q + kv) and [q + kv, q + 2 kv) of wqkv and
+// [0, h), [h, 2 h) of w13 apart (forward_layer_unfused), and a packed matrix is cut only at
+// multiples of 16 rows (RowLayout): a part that such a cut crosses elsewhere stays in the file's
+// layout, and its products take the file's kernels (and --batch-invariant). Each part of a matrix
+// in several types (Q4_K_M's V in Q6_K) is packed on its own.
+void LlamaModel::pack_weights() {
+  const int64_t q = config_.q_dim(), kv = config_.kv_dim(), h = config_.hidden_dim;
+  auto pack = [&](Tensor& t, bool cuttable) {
+    if (cuttable) t = backend_.pack_weights(t);
+    ++matrices_;
+    packed_ += t.row_layout() != RowLayout::file;
+  };
+  auto pack_parts = [&](RowBlocks& w, std::initializer_list<int64_t> cuts) {
+    int64_t first = 0;  // of the part
+    for (Tensor& part : w.parts) {
+      const int64_t end = first + part.size(0);
+      pack(part, std::all_of(cuts.begin(), cuts.end(), [&](int64_t c) {
+             return c <= first || c >= end || (c - first) % kPackedGroupRows == 0;
+           }));
+      first = end;
+    }
+  };
+  pack(w_.classifier, true);
+  if (config_.shared_classifier) w_.token_embedding = w_.classifier;  // gather_rows reads either layout
+  for (Layer& layer : w_.layers) {
+    pack_parts(layer.wqkv, {q, q + kv});
+    pack_parts(layer.wo, {});
+    pack_parts(layer.w13, {h});
+    pack_parts(layer.w2, {});
+  }
+}
+
+std::string LlamaModel::weight_layout() const {
+  if (packed_ == 0) return "";
+  return std::to_string(packed_) + " of " + std::to_string(matrices_) + " matrices " +
+         row_layout_name(RowLayout::packed16);
 }
 
 void LlamaModel::describe_types() {

@@ -67,6 +67,10 @@ class LlamaModel final : public Model {
   }
   Kernels kernels() const override { return kernels_; }
   uint64_t graph_epoch() const override { return graph_epoch_; }
+  // How many of the matrices multiplied (the classifier and each part of each layer's) the backend
+  // holds in a layout of its own (Backend::pack_weights), e.g. "29 of 31 matrices packed16"; empty
+  // when none.
+  std::string weight_layout() const;
 
   // Bytes of weights the model stores on the device for (config, dtype), and for host weights
   // stored as `dtype` asks (unset: as they are).
@@ -76,6 +80,7 @@ class LlamaModel final : public Model {
  private:
   void allocate(const std::string& name, const LlamaHostWeights* host);
   void describe_types();  // info_.dtype and info_.weight_types
+  void pack_weights();    // hands the classifier and the layers' matrices to Backend::pack_weights
   // Calls fn(tensor) for the embedding table, the classifier when it is a matrix of its own, and
   // every part of every layer's matrices: every weight tensor but the norms and the RoPE table.
   template <class Fn>
@@ -97,6 +102,7 @@ class LlamaModel final : public Model {
   Kernels kernels_;
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;
+  int64_t matrices_ = 0, packed_ = 0;  // of pack_weights
   // note: Q, K and V weights are stored as one (q_dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
   // unfused path multiplies its row blocks separately; the memory is the same. Where a file

@@ -40,6 +40,7 @@ class FaultBackend final : public Backend, private Recorder {
   CachingPool& host_pool() override { return host_pool_ ? *host_pool_ : inner_->host_pool(); }
   void synchronize() override;
   void check_weights(DType t, const std::string& model) const override { inner_->check_weights(t, model); }
+  Tensor pack_weights(const Tensor& w) override { return inner_->pack_weights(w); }
 
   void copy_async(const Tensor& dst, const Tensor& src) override;
   void run_recorded(const std::string& key, FunctionRef<void()> body) override { recordings_.run(key, body); }

@@ -44,20 +44,22 @@ namespace minfer::test {
 namespace {
 
 enum class Op {
-  gather_rows, gather_rows_scaled, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store,
+  gather_rows, gather_rows_scaled, gather_rows_packed, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store,
   rope_kv_store, attention_three_pass, attention_online_softmax, attention_prefill, swiglu, geglu, add, add_row, argmax,
-  fill, sum
+  fill, sum, matmul_packed
 };
 
 const char* op_name(Op op) {
   switch (op) {
     case Op::gather_rows: return "GATHER_ROWS";
     case Op::gather_rows_scaled: return "GATHER_ROWS_SCALED";  // Gemma's embedding scale
+    case Op::gather_rows_packed: return "GATHER_ROWS_PACKED";  // from a table the backend packed
     case Op::rmsnorm: return "RMS_NORM";
     case Op::rmsnorm_small: return "RMS_NORM_SMALL_X";
     case Op::rmsnorm_groups: return "RMS_NORM_GROUPS";  // weight (b), each row's a / b runs apart
     case Op::residual_rmsnorm: return "RESIDUAL_RMS_NORM";
     case Op::matmul: return "MUL_MAT";
+    case Op::matmul_packed: return "MUL_MAT_PACKED";  // weights the backend packed (pack_weights)
     case Op::rope: return "ROPE";
     case Op::kv_store: return "KV_STORE";
     case Op::rope_kv_store: return "ROPE_KV_STORE";
@@ -148,6 +150,15 @@ class BackendOps : public ::testing::TestWithParam<Case> {
     return cuda() && k.dtype != DType::f32 ? 5e-4 : limit_reduction();
   }
   Backend* backend_ = nullptr;
+  // The weights on the backend, packed by it for the _PACKED ops (skips where it does not pack them).
+  void weights(const Tensor& host, Tensor* w) {
+    *w = to_backend(*backend_, host);
+    const Op op = GetParam().op;
+    if (op != Op::matmul_packed && op != Op::gather_rows_packed) return;
+    *w = backend_->pack_weights(*w);
+    if (w->row_layout() == RowLayout::file)
+      GTEST_SKIP() << "skipped: " << backend_->name() << " does not pack " << dtype_name(host.dtype()) << " in this build";
+  }
   std::mt19937 rng_{12345};
 };
 
@@ -217,14 +228,19 @@ TEST_P(BackendOps, MatchesReference) {
   const int64_t M = k.M;
   switch (k.op) {
     case Op::gather_rows:
-    case Op::gather_rows_scaled: {
+    case Op::gather_rows_scaled:
+    case Op::gather_rows_packed: {
       const int64_t D = k.a, V = k.b;
       const float scale = k.op == Op::gather_rows_scaled ? std::sqrt(640.0f) : 1.0f;
       Tensor table = host_random({V, D}, rng_, -1, 1, k.dtype);
       std::vector<int32_t> ids;
       for (int64_t m = 0; m < M; ++m) ids.push_back(static_cast<int32_t>(rng_() % V));
+      if (k.op == Op::gather_rows_packed) ids.back() = static_cast<int32_t>(V - 1);  // a row past the last group
+      Tensor backend_table;
+      weights(table, &backend_table);
+      if (IsSkipped()) return;
       GuardedOutput out(*backend_, M, D, ld(D));
-      backend_->gather_rows(out.view(), to_backend(*backend_, table), indices(ids), scale);
+      backend_->gather_rows(out.view(), backend_table, indices(ids), scale);
       Tensor expected = host_tensor({M, D}, DType::f32);
       ref::gather_rows(expected.data_as<float>(), D, table.data(), k.dtype, ids.data(), M, D, V, scale);
       expect_close(expected, out.check(label), 0.0, label);
@@ -254,12 +270,16 @@ TEST_P(BackendOps, MatchesReference) {
       expect_close(expected, out.check(label), limit_elementwise(), label);
       break;
     }
-    case Op::matmul: {
+    case Op::matmul:
+    case Op::matmul_packed: {
       const int64_t N = k.a, K = k.b;
       auto [x, x_host] = activation(M, K);
       Tensor w = host_random({N, K}, rng_, -1, 1, k.dtype);
+      Tensor backend_w;
+      weights(w, &backend_w);
+      if (IsSkipped()) return;
       GuardedOutput out(*backend_, M, N, ld(N));
-      backend_->matmul(out.view(), x, to_backend(*backend_, w));
+      backend_->matmul(out.view(), x, backend_w);
       Tensor expected = host_tensor({M, N}, DType::f32);
       ref::matmul(expected.data_as<float>(), N, x_host.data_as<float>(), K, w.data(), k.dtype, M, N, K);
       expect_close(expected, out.check(label), limit_product(), label);
@@ -562,6 +582,17 @@ std::vector<Case> all_cases() {
         cases.push_back({backend, Op::gather_rows, M, K, 301, 0, t, M == 5});
       cases.push_back({backend, Op::fill, 1, 1024, 0, 0, t, false});  // K-quants: synthetic blocks
     }
+  // Weights the CPU backend packs at load (kernels/cpu/quant/packed.h), every quantized type: groups
+  // of 16 weight rows and the rows past the last group in the file's layout (N = 37: 2 groups and
+  // 5 rows; 16: one group; 7: no group), for 1 to 40 activation rows; and a table's rows unpacked
+  // (one of the ids its last row, past the last group), exactly as from the file's layout.
+  for (DType t : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k,
+                  DType::q5_k, DType::q6_k}) {
+    const int64_t K = is_k_quant(t) ? 512 : 96;
+    for (auto [M, N] : {std::pair<int64_t, int64_t>{1, 37}, {3, 16}, {17, 37}, {40, 7}, {40, 37}})
+      cases.push_back({"cpu", Op::matmul_packed, M, N, K, 0, t, M == 3});
+    cases.push_back({"cpu", Op::gather_rows_packed, 5, K, 37, 0, t, true});
+  }
   // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile,
   // and through the integer GEMM's tiles with rows left over.
   for (const std::string backend : {"cpu", "cuda"}) {

@@ -2,6 +2,7 @@
 // refusal of sizes that overflow.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "core/device.h"
@@ -85,6 +86,62 @@ TEST(Tensor, ConvertsBetweenFloatTypes) {
   Tensor back = Tensor::empty({3, 5}, DType::f32, DeviceKind::cpu, host_pool());
   back.convert_from(h);
   for (int i = 0; i < 15; ++i) EXPECT_EQ(back.data_as<float>()[i], float(i));
+}
+
+// The message of the Error fn throws ("" when it throws none).
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A packed16 matrix (RowLayout) is cut only where its groups of 16 rows begin, or at its end, and
+// copied only into one packed the same way; its views keep the tag.
+TEST(Tensor, PackedRowsAreCutAtGroupsOnly) {
+  Tensor file = Tensor::empty({40, 64}, DType::q8_0, DeviceKind::cpu, host_pool());
+  EXPECT_EQ(file.row_layout(), RowLayout::file);
+  Tensor w = file.with_row_layout(RowLayout::packed16);
+  EXPECT_EQ(w.row_layout(), RowLayout::packed16);
+  EXPECT_EQ(w.data(), file.data());
+  EXPECT_EQ(w.str(), "q8_0[40, 64] cpu packed16");
+  EXPECT_EQ(w.nbytes(), file.nbytes());
+
+  Tensor groups = w.slice(0, 16, 32);
+  EXPECT_EQ(groups.row_layout(), RowLayout::packed16);
+  EXPECT_EQ(static_cast<char*>(groups.data()) - static_cast<char*>(w.data()), 16 * 68);
+  EXPECT_EQ(w.slice(0, 32, 40).size(0), 8);  // the tail: 8 rows in the file's layout
+  EXPECT_EQ(w.slice(0, 16, 40).size(0), 24);
+  EXPECT_EQ(w.slice(0, 0, 0).size(0), 0);
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{17, 32}, {16, 17}, {0, 39}, {32, 33}, {1, 40}}) {
+    const std::string message = error_of([&] { w.slice(0, begin, end); });
+    EXPECT_NE(message.find("slice [" + std::to_string(begin) + ", " + std::to_string(end) + ")"), std::string::npos)
+        << begin << ", " << end << ": " << message;
+    EXPECT_NE(message.find("multiples of 16"), std::string::npos) << message;
+  }
+  EXPECT_NE(error_of([&] { w.slice(1, 0, 32); }).find("packed"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.select(0, 0); }).find("packed"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.reshape({40 * 64}); }).find("packed"), std::string::npos);
+  EXPECT_NO_THROW(file.slice(0, 17, 33));  // the file's layout is cut anywhere
+
+  Tensor other = Tensor::empty({40, 64}, DType::q8_0, DeviceKind::cpu, host_pool());
+  EXPECT_NE(error_of([&] { other.copy_from(w); }).find("row layouts differ"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.copy_from(other); }).find("row layouts differ"), std::string::npos);
+  EXPECT_NE(error_of([&] { other.convert_from(w); }).find("row layouts differ"), std::string::npos);
+  Tensor wide = Tensor::empty({40, 64}, DType::f32, DeviceKind::cpu, host_pool());
+  EXPECT_NE(error_of([&] { wide.convert_from(w); }).find("packed rows are only copied"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.convert_from(wide); }).find("packed rows are only copied"), std::string::npos);
+  std::memset(file.data(), 7, file.nbytes());
+  Tensor packed_copy = other.with_row_layout(RowLayout::packed16);
+  packed_copy.copy_from(w);  // packed the same way: a copy of the bytes
+  EXPECT_EQ(std::memcmp(packed_copy.data(), file.data(), file.nbytes()), 0);
+
+  EXPECT_THROW(iota({4, 4}).with_row_layout(RowLayout::packed16), Error);  // not quantized
+  EXPECT_THROW(Tensor::empty({2, 40, 64}, DType::q8_0, DeviceKind::cpu, host_pool()).with_row_layout(RowLayout::packed16),
+               Error);  // not 2-D
 }
 
 TEST(Tensor, RefusesSizesThatOverflow) {
