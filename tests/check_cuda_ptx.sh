@@ -3,7 +3,7 @@
 #   1. the Tensor Core kernels compile to PTX that contains Tensor Core instructions
 #      (mma.sync, which WMMA lowers to as wmma.mma.sync, or wgmma) for sm_80 and sm_90;
 #   2. ptxas compiles at least one kernel of each file and reports no register spills in the hot kernels (decode matvec, attention, RMSNorm,
-#      RoPE, the Tensor Core GEMM and prefill attention) for sm_80 and sm_90.
+#      RoPE, the Tensor Core GEMM, prefill attention and the quantized rows product) for sm_80 and sm_90.
 # Usage: check_cuda_ptx.sh NVCC SOURCE_DIR
 set -euo pipefail
 nvcc=$1
@@ -27,7 +27,7 @@ for arch in 80 90; do
 done
 
 for arch in 80 90; do
-  for file in matvec attention_decode attention_prefill rmsnorm rope gemm_mma; do
+  for file in matvec attention_decode attention_prefill rmsnorm rope gemm_mma gemm_quant_rows; do
     "$nvcc" "${flags[@]}" -arch=sm_$arch -Xptxas -v -c "$src/kernels/cuda/$file.cu" -o "$work/$file.o" \
       2> "$work/$file.$arch.log"
     functions=$(grep -c "Compiling entry function" "$work/$file.$arch.log" || true)
