@@ -11,9 +11,11 @@
 //   - a token a step, each step with 3 rows of another sequence's prompt (a server's mixed step);
 //   - one pass of 24 rows of the other sequence, then the 40.
 // Every position's logits must be the one pass's, bit for bit, with fused and unfused kernels,
-// without --batch-invariant. A type this build does not pack is reported skipped.
+// without --batch-invariant. The same holds on the quantized files of tests/data/models. A type
+// this build does not pack is reported skipped.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -23,6 +25,7 @@
 
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
+#include "formats/model_files.h"
 #include "kernels/cpu/quant/packed.h"
 #include "model/llama.h"
 
@@ -161,6 +164,28 @@ TEST_P(BatchInvariance, EveryPositionsLogitsWhateverThePasses) {
 INSTANTIATE_TEST_SUITE_P(Types, BatchInvariance,
                          ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                                            "q6_k", "q4_k_m"),
+                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
+
+// The same on files llama.cpp's llama-quantize wrote (tests/data/models/kq-*.gguf: 4 heads over 2
+// KV heads, an untied classifier in Q6_K, the _M mixes' V and w2 in Q6_K in some layers), loaded
+// as they are, without --batch-invariant: real blocks, scales and mixes rather than synthetic ones.
+// A file with a matrix this build does not pack is reported skipped.
+class BatchInvarianceFiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchInvarianceFiles, EveryPositionsLogitsWhateverThePasses) {
+  const std::string path = std::string(MINFER_SOURCE_DIR) + "/tests/data/models/kq-" + GetParam() + ".gguf";
+  auto backend = make_backend(BackendKind::cpu);
+  auto model = load_model(path, *backend, LlamaOptions{});
+  const std::string layout = model->weight_layout();  // "P of M matrices packed16"
+  int packed = 0, matrices = -1;
+  std::sscanf(layout.c_str(), "%d of %d", &packed, &matrices);
+  if (packed != matrices)
+    GTEST_SKIP() << "skipped: this build packs " << (layout.empty() ? "none" : layout) << " of kq-" << GetParam();
+  shapes_that_differ(*backend, *model, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, BatchInvarianceFiles,
+                         ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k"),
                          [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
 
 // A part that the unfused path cuts off a group boundary stays in the file's layout: heads of 40
