@@ -4,8 +4,8 @@
   minfer JSON              the rows of `minfer bench -o json`, one a line: test, tok/s, GB/s, bytes per step,
                            model bytes, the device's name ("na" fields where the run failed)
   llama JSON               the rows of `llama-bench -o json`, one a line: test (pp256, tg128), tok/s
-  ops JSON                 the BM_MatmulFromDram rows of a minfer_microbench --benchmark_format=json run, one a
-                           line: dtype, threads, weight bytes per second / 1e9
+  ops JSON                 the rows of a minfer_microbench --benchmark_format=json run (BM_MatmulFromDram,
+                           BM_QuantLayoutFromDram), one a line: benchmark,NxK,dtype,layout then threads and weight GB/s
   layers B1 B2 TARGET      the layers a preset needs for TARGET bytes of weights, given its bytes at 1 layer (B1)
                            and at 2 (B2); at most 1024 (model/presets.h, kMaxPresetLayers)
   summary DIR              DIR/results.tsv and DIR/greedy.*.json as markdown (DIR/summary.md) and JSON
@@ -51,8 +51,17 @@ def cmd_ops(path):
     for r in rows:
         if r.get("run_type") == "aggregate":
             continue
-        args = dict(p.split(":") for p in r["name"].split("/")[1:] if ":" in p)
-        print(DTYPES[int(args["dtype"])], args["threads"], f"{r['weight B/s'] / 1e9:.4f}")
+        parts = r["name"].split("/")
+        args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
+        layout = {"0": "file", "1": "packed"}.get(args.get("packed"), "-")
+        print(f"{parts[0][3:]},{args['N']}x{args['K']},{DTYPES[int(args['dtype'])]},{layout}", args["threads"],
+              f"{r['weight B/s'] / 1e9:.4f}")
+
+
+def ops_f32(label):
+    """The f32 row an ops row is compared with: the same benchmark, shape and threads (f32 runs the file's path)."""
+    bench, shape, _, layout = label.split(",")
+    return ",".join([bench, shape, "f32", "file" if layout != "-" else "-"])
 
 
 def cmd_layers(b1, b2, target):
@@ -119,6 +128,11 @@ def cmd_summary(outdir):
     out.append("- minfer's ISA as its bench names it: " + ", ".join(f"{e}: {isa[e]}" for e in engines if e in isa))
     out.append(f"- last cache (lscpu): {meta.get('l3_mib')} MiB; {meta.get('rounds')} interleaved rounds, each engine once "
                f"per round per file (order rotated), -r {meta.get('reps')} after one warm-up; {meta.get('date')}")
+    loads = [num(r["load1"]) for r in rows if num(r["load1"]) is not None]
+    if loads:
+        out.append(f"- 1-minute load average before each measurement: min {min(loads):.2f}, median "
+                   f"{statistics.median(loads):.2f}, max {max(loads):.2f} (a run of its own keeps it near {meta.get('threads', '?')}; "
+                   "above that others shared the cores)")
     if meta.get("probe"):
         out.append(f"- streaming reads by working set (new's bench --roofline): {meta['probe']}")
     out.append("")
@@ -171,25 +185,37 @@ def cmd_summary(outdir):
                                    "ratio_f32": med(per), "per_round": per})
                 out.append(f"| {k[1]} | {e} | {f(xl3, 1)} | {f(med(g))} | {f(med(per), 3)} | "
                            + " ".join(f(x, 3) for x in per) + " |")
+        # the files of the speed step, against the same binary's f32 (other rounds: a ratio of medians)
+        for k in [k for k in speed if k[2].startswith("tg")]:
+            for e in [e for e in engines if f32 and any(x is not None for x in series(f32[0], e, "gbps"))]:
+                g, gf = med(series(k, e, "gbps")), med(series(f32[0], e, "gbps"))
+                size = med([num(cells[k][i].get(e, {}).get("model_bytes")) for i in sorted(cells[k])])
+                xl3 = size / (l3 * 2**20) if size and l3 else None
+                js["dram"].append({"model": f"file {k[1]}", "engine": e, "x_last_cache": xl3, "gbps": g,
+                                   "ratio_f32": ratio(g, gf), "per_round": []})
+                out.append(f"| file {k[1]} ({k[2]}) | {e} | {f(xl3, 1)} | {f(g)} | {f(ratio(g, gf), 3)} (of medians) | |")
         out.append("")
-        out.append("The speed table's files decode at the GB/s in its last column; their sizes against the last "
-                   "cache are in files.tsv. Rows under 8x the last cache are partly served by it.\n")
+        out.append("Preset rows: stories110M's shape, every matrix in the row's type, decoded in the same rounds as f32. "
+                   "File rows: the speed step's decode, against the f32 preset's median (a file is several types; "
+                   "files.tsv has its types and its size against the last cache, which serves part of a file under "
+                   "several times its size).\n")
 
     # ---- ops: BM_MatmulFromDram
     ops = [k for k in order if k[0] == "ops"]
     if ops:
-        out.append("## BM_MatmulFromDram, M=1 (weight GB/s; ratio to f32 at the same threads, median of per-round)\n")
-        out.append("| dtype | threads | engine | GB/s | ratio to f32 |")
-        out.append("|---|---:|---|---:|---:|")
+        out.append("## Microbenchmarks from DRAM, M=1 (weight GB/s; ratio to f32 of the same benchmark, shape and threads "
+                   "(0: every core), median of per-round)\n")
+        out.append("| benchmark | N x K | dtype | layout | threads | engine | GB/s | ratio to f32 |")
+        out.append("|---|---|---|---|---:|---|---:|---:|")
         for k in ops:
-            dtype, threads = k[1], k[2]
+            label, threads = k[1], k[2]
             for e in engines:
                 g = series(k, e, "gbps")
                 if all(x is None for x in g):
                     continue
-                per = [ratio(x, y) for x, y in zip(g, series(("ops", "f32", threads), e, "gbps"))]
-                js["ops"].append({"dtype": dtype, "threads": threads, "engine": e, "gbps": med(g), "ratio_f32": med(per)})
-                out.append(f"| {dtype} | {threads} | {e} | {f(med(g))} | {f(med(per), 3)} |")
+                per = [ratio(x, y) for x, y in zip(g, series(("ops", ops_f32(label), threads), e, "gbps"))]
+                js["ops"].append({"bench": label, "threads": threads, "engine": e, "gbps": med(g), "ratio_f32": med(per)})
+                out.append("| " + " | ".join(label.split(",")) + f" | {threads} | {e} | {f(med(g))} | {f(med(per), 3)} |")
         out.append("")
 
     # ---- greedy shapes
@@ -221,7 +247,7 @@ def cmd_summary(outdir):
         x = s["ratios"].get("new/llama.cpp")
         t.append((f"{s['test']} {s['file']}: new >= 1.2x llama.cpp", f(x, 3), met(x, 1.2)))
     for d in js["dram"]:
-        if d["model"] != "f32" and d["engine"] in ("new", "new-avx2"):
+        if d["model"] != "f32" and not d["model"].startswith("file ") and d["engine"] in ("new", "new-avx2"):
             t.append((f"decode from DRAM {d['model']} ({d['engine']}): >= 0.9 of f32's bytes/s "
                       f"({f(d['x_last_cache'], 1)} times the last cache)", f(d["ratio_f32"], 3), met(d["ratio_f32"], 0.9)))
     if t:

@@ -11,11 +11,12 @@
 #        PY (default /work/venv-measure/bin/python, with gguf==0.19.0: the tensor types of each file),
 #        BASE_AVX2, NEW_AVX2 (optional: the same two commits built for AVX2 alone, e.g.
 #        cmake -DMINFER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=haswell; measured in the same rounds),
-#        OPS_BASE, OPS_NEW (optional: minfer_microbench binaries for step ops), THREADS (default 2),
+#        OPS_BASE, OPS_NEW (optional: minfer_microbench binaries for step ops), OPS_FILTER (their
+#        --benchmark_filter; default BM_MatmulFromDram at 2048x768 and BM_QuantLayoutFromDram, M=1), THREADS (default 2),
 #        PROMPT (256), GEN (128), REPS (timed repetitions per measurement, after one warm-up; default 1),
 #        DRAM_X (the DRAM step's models hold at least this many times the last cache; default 8),
-#        DRAM_TYPES (default "f32 q8_0 q4_0 q4_1 q4_k q6_k"), DRAM_GEN (default 64), DRAM_ROUNDS (default rounds),
-#        DRAM_ENGINES (the binaries the dram step runs, default "new new-avx2": each load makes ~4 GB of weights,
+#        DRAM_TYPES (default "f32 q8_0 q4_0 q4_1 q4_k"), DRAM_GEN (default 64), DRAM_ROUNDS (default rounds),
+#        DRAM_ENGINES (the binaries the dram step runs, default "new": each load makes ~4 GB of weights,
 #        about a minute on 2 cores, so base's figures come from a run of their own),
 #        GREEDY (the binaries greedy_shapes.py runs, of base new base-avx2 new-avx2; default "new"),
 #        GREEDY_LLAMA (1: llama-server's answers too; default 0), TMO (seconds one measurement may take
@@ -33,8 +34,9 @@
 #           shapes; Qwen's 896 is no whole K-quant super-block, so minfer's q4_k of that shape is q5_0) with as
 #           many layers as make DRAM_X times the last cache in each of DRAM_TYPES (at most 1024); bench's GB/s
 #           (bytes a step reads x steps per second) against f32's in the same round and binary
-#   ops     each round, BM_MatmulFromDram at M=1 (stories110M's 2048x768, a working set of 4x the last
-#           cache) in OPS_BASE and OPS_NEW: weight bytes per second against f32's
+#   ops     each round, BM_MatmulFromDram (stories110M's 2048x768) and BM_QuantLayoutFromDram (Qwen's MLP, file
+#           layout and packed) at M=1, working sets of 4x the last cache, in OPS_BASE and OPS_NEW: weight bytes per
+#           second against f32's in the same benchmark, shape and threads
 #   greedy  bench/peers/greedy_shapes.py on smollm2-q4_1 and qwen-q4_k_m for each binary in GREEDY
 #   summary medians and medians of per-round ratios, and the issue's targets (measure_layout.py summary)
 # results.tsv columns: kind (speed|dram|ops), round, engine, model, test, tok_s, gbps, bytes_per_step,
@@ -55,13 +57,14 @@ PROMPT=${PROMPT:-256}
 GEN=${GEN:-128}
 REPS=${REPS:-1}
 DRAM_X=${DRAM_X:-8}
-DRAM_TYPES=${DRAM_TYPES:-f32 q8_0 q4_0 q4_1 q4_k q6_k}
+DRAM_TYPES=${DRAM_TYPES:-f32 q8_0 q4_0 q4_1 q4_k}
 DRAM_GEN=${DRAM_GEN:-64}
 DRAM_ROUNDS=${DRAM_ROUNDS:-$ROUNDS}
-DRAM_ENGINES=${DRAM_ENGINES:-new new-avx2}
+DRAM_ENGINES=${DRAM_ENGINES:-new}
 GREEDY=${GREEDY:-new}
 GREEDY_LLAMA=${GREEDY_LLAMA:-0}
 TMO=${TMO:-600}
+OPS_FILTER=${OPS_FILTER:-^BM_(MatmulFromDram/M:1/N:2048/K:768|QuantLayoutFromDram/M:1/)}
 OUTDIR=${OUTDIR:-$(mktemp -d "$P/layout.XXXXXX")}
 mkdir -p "$OUTDIR/logs" "$OUTDIR/bin" "$P/models"
 RES=$OUTDIR/results.tsv
@@ -111,6 +114,7 @@ L3=$(for s in /sys/devices/system/cpu/cpu0/cache/index*/size; do numfmt --from=i
 } >>"$OUTDIR/meta.tsv"
 cat "$OUTDIR/meta.tsv"
 echo "out=$OUTDIR rounds=$ROUNDS steps='$STEPS'"
+echo "load average now: $(cut -d' ' -f1-3 /proc/loadavg) (anything above ~0.5 before the run is someone else's work on these cores)"
 [ -s "$RES" ] || printf 'kind\tround\tengine\tmodel\ttest\ttok_s\tgbps\tbytes_per_step\tmodel_bytes\tisa\tload1\ttime\n' >"$RES"
 row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$(date +%H:%M:%S)" >>"$RES"; }
 
@@ -213,11 +217,11 @@ if has ops && { [ -n "${OPS_BASE:-}" ] || [ -n "${OPS_NEW:-}" ]; }; then
         for e in $(rotated "$r" "${!OPS[@]}"); do
             lg=$OUTDIR/logs/ops.r$r.$e
             la=$(load1)
-            timeout "$TMO" "${OPS[$e]}" --benchmark_filter='^BM_MatmulFromDram/M:1/N:2048/K:768/' \
+            timeout "$TMO" "${OPS[$e]}" --benchmark_filter="$OPS_FILTER" \
                 --benchmark_format=json >"$lg.json" 2>"$lg.err" || echo "  ops $e failed" >&2
-            "$PY" "$H" ops "$lg.json" | while read -r dtype t gbps; do
-                row ops "$r" "$e" "$dtype" "$t" na "$gbps" na na na "$la"
-                printf '  %-5s %-6s threads %s %8s GB/s\n' "$e" "$dtype" "$t" "$gbps"
+            "$PY" "$H" ops "$lg.json" | while read -r label t gbps; do
+                row ops "$r" "$e" "$label" "$t" na "$gbps" na na na "$la"
+                printf '  %-5s %-40s threads %s %8s GB/s\n' "$e" "$label" "$t" "$gbps"
             done
         done
     done
