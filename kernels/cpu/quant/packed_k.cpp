@@ -43,8 +43,15 @@
 // are the f32 products unpack::k_affine forms, and each output element then takes quant_gemm's
 // run-order operations (packed.h), whatever the tile's rows and groups, so it is quant_gemm's
 // result bit for bit. Scalar builds do not pack the K-quants (k_kernels returns nullptr).
+//
+// note: the unpacking in registers is what the packed tile pays and quant_gemm.cpp's tile does not
+// (quant_gemm unpacks a strip once and reuses it for every row of the call): on the 2-core Xeon,
+// M = 256, the packed tile runs at 0.8-0.9x quant_gemm's speed where the strip fits L1 (K = 768)
+// and at 0.9-1.1x where it does not (K = 2048), while decode reads the file's bytes once, with no
+// per-call unpacking.
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "core/quants.h"
@@ -191,12 +198,17 @@ struct Q6K {
   }
   template <int j>
   static void affine(const uint8_t* sb, __m128i& sc, __m128i&) { sc = load16(sb + kScales + 16 * j); }
+  // note: the top bits of quads 0 and 2 (bits 0, 1, 4, 5) and of quads 1 and 3 (2, 3, 6, 7) are
+  // masked apart first, so that each quad's shifted top bits have zeros above bits 4, 5 and one
+  // bit select (one vpternlog on AVX-512) joins them to the nibble: 11 operations a run where
+  // masking each quad took 18.
   template <class V, int j, int p>
   static void quads(const uint8_t* sb, int half, typename V::I& u0, typename V::I& u1) {
     const uint8_t* run = sb + kCodes + 192 * j + half;
     const auto n = V::load(run + 64 * p), top = V::load(run + 128);
-    u0 = V::or_(V::and_(n, V::bytes(0x0F)), V::and_(shift<4 - 4 * p, V>(top), V::bytes(0x30)));
-    u1 = V::or_(V::and_(V::srl(n, 4), V::bytes(0x0F)), V::and_(shift<2 - 4 * p, V>(top), V::bytes(0x30)));
+    const auto even = V::and_(top, V::bytes(0x33)), odd = V::and_(top, V::bytes(0xCC));
+    u0 = V::select_low_nibble(n, shift<4 - 4 * p, V>(even));
+    u1 = V::select_low_nibble(V::srl(n, 4), shift<2 - 4 * p, V>(odd));
   }
 };
 
@@ -302,6 +314,8 @@ void unpack_row(uint8_t* dst, const uint8_t* group, int r, int64_t nb) {
   }
 }
 
+constexpr int kAhead = 4096;  // bytes a group is prefetched ahead of its tile, as decode's dot products do
+
 inline int32_t four_codes(const int8_t* x) {
   int32_t four;
   std::memcpy(&four, x, 4);
@@ -318,6 +332,8 @@ struct V512 {
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
   static I sll(I a, int n) { return _mm512_slli_epi16(a, unsigned(n)); }
   static I srl(I a, int n) { return _mm512_srli_epi16(a, unsigned(n)); }
+  // The low nibble of each byte of a, the high one of b.
+  static I select_low_nibble(I a, I b) { return _mm512_ternarylogic_epi32(bytes(0x0F), a, b, 0xCA); }
 };
 
 // 16 bytes of scales (signed or not) as 16 f32.
@@ -328,14 +344,38 @@ inline __m512 scale_f32(__m128i s) {
 
 // Activation rows [m, m + R) x the 16 * NG rows of NG groups: per run, the int32 sums of 16
 // columns per group from vpdpbusd, then dl * dx and ml * cx into the f32 sums, as quant_gemm's tile.
+// Q4_K and Q5_K: the 16 rows' sc and m of the 8 runs, (8, 16) bytes each, from the scale columns
+// at `scales` (12 x 16 bytes): k_scale_min in three 64-byte vectors, once per super-block.
+inline void k_scale_min_columns(const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+  const __m512i s0 = _mm512_loadu_si512(scales), s1 = _mm512_loadu_si512(scales + 64),
+                s2 = _mm512_loadu_si512(scales + 128);
+  const __m512i six = V512::bytes(63), low = V512::bytes(0x0F), top = V512::bytes(0x30);
+  _mm512_storeu_si512(sc, _mm512_and_si512(s0, six));
+  _mm512_storeu_si512(m, _mm512_and_si512(s1, six));
+  _mm512_storeu_si512(sc + 64, _mm512_or_si512(_mm512_and_si512(s2, low), _mm512_and_si512(V512::srl(s0, 2), top)));
+  _mm512_storeu_si512(m + 64, _mm512_or_si512(_mm512_and_si512(V512::srl(s2, 4), low), _mm512_and_si512(V512::srl(s1, 2), top)));
+}
+
+// Activation rows [m, m + R) x the 16 * NG rows of NG groups: per run, the int32 sums of 16
+// columns per group from vpdpbusd, then dl * dx and ml * cx into the f32 sums, as quant_gemm's tile.
 template <class T, int R, int NG>
 void tile(const Tile& t) {
   constexpr int kRuns = kQK / T::kRun;
+  constexpr bool kColumns = std::is_same_v<T, Q4K> || std::is_same_v<T, Q5K>;  // k_scale_min_columns
   const Activations& a = *t.a;
-  const int8_t* x = a.q + t.m * t.K;
+  const int8_t* x[R];
+  const float *dx[R], *cx[R];
+  const int32_t* shifted[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = a.q + (t.m + r) * t.K;
+    dx[r] = a.dx + (t.m + r) * a.runs;
+    cx[r] = a.cx + (t.m + r) * a.runs;
+    shifted[r] = a.shifted + (t.m + r) * a.runs;
+  }
   __m512 acc[R][NG];
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NG; ++n) acc[r][n] = _mm512_setzero_ps();
+  alignas(64) uint8_t sc_bytes[NG][kColumns ? 2 * kRuns * 16 : 1];
   for (int64_t b = 0; b < t.K / kQK; ++b) {
     const uint8_t* sb[NG];
     __m512 d[NG], dmin[NG];
@@ -343,38 +383,51 @@ void tile(const Tile& t) {
       sb[n] = t.w + n * t.group_bytes + b * T::kSuper;
       d[n] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb[n])));
       if constexpr (T::kMin) dmin[n] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb[n] + 32)));
+      if constexpr (kColumns) k_scale_min_columns(sb[n] + T::kScales, sc_bytes[n], sc_bytes[n] + kRuns * 16);
     }
     static_for<kRuns>([&](auto J) {
       constexpr int j = J;
       const int64_t g = b * kRuns + j;
-      const int8_t* xg = x + g * T::kRun;
+      // note: the group's lines kAhead bytes on are prefetched a run's share at a time (a burst of
+      // a whole super-block's fills the line buffers); only the first rows' tile streams the group
+      // from memory, later ones find it cached.
+      constexpr int kLines = (T::kSuper + 63) / 64;
+      if (t.m == 0)
+        for (int n = 0; n < NG; ++n)
+          for (int i = j * kLines / kRuns; i < (j + 1) * kLines / kRuns; ++i)
+            _mm_prefetch(reinterpret_cast<const char*>(sb[n] + kAhead + 64 * i), _MM_HINT_T0);
       __m512i sum[R][NG];
       for (int r = 0; r < R; ++r)
-        for (int n = 0; n < NG; ++n)
-          sum[r][n] = T::kShift != 0 ? _mm512_set1_epi32(-a.shifted[(t.m + r) * a.runs + g]) : _mm512_setzero_si512();
+        for (int n = 0; n < NG; ++n) sum[r][n] = _mm512_setzero_si512();
       static_for<T::kRun / 8>([&](auto P) {
         constexpr int p = P;
         for (int n = 0; n < NG; ++n) {
           __m512i u0, u1;
           T::template quads<V512, j, p>(sb[n], 0, u0, u1);
           for (int r = 0; r < R; ++r) {
-            sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u0, _mm512_set1_epi32(four_codes(xg + r * t.K + 8 * p)));
-            sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u1, _mm512_set1_epi32(four_codes(xg + r * t.K + 8 * p + 4)));
+            const int8_t* xq = x[r] + g * T::kRun + 8 * p;
+            sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u0, _mm512_set1_epi32(four_codes(xq)));
+            sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u1, _mm512_set1_epi32(four_codes(xq + 4)));
           }
         }
       });
       for (int n = 0; n < NG; ++n) {
         __m128i sc, m;
-        T::template affine<j>(sb[n], sc, m);
+        if constexpr (kColumns) {
+          sc = load16(sc_bytes[n] + 16 * j);
+          m = load16(sc_bytes[n] + kRuns * 16 + 16 * j);
+        } else {
+          T::template affine<j>(sb[n], sc, m);
+        }
         const __m512 dl = _mm512_mul_ps(d[n], scale_f32<T::kSigned>(sc));
         for (int r = 0; r < R; ++r) {
-          const __m512 dx = _mm512_set1_ps(a.dx[(t.m + r) * a.runs + g]);
-          acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][n]), _mm512_mul_ps(dl, dx), acc[r][n]);
+          // S - shift * sum(a): exact in int32, whether subtracted first or last.
+          if constexpr (T::kShift != 0) sum[r][n] = _mm512_sub_epi32(sum[r][n], _mm512_set1_epi32(shifted[r][g]));
+          acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][n]), _mm512_mul_ps(dl, _mm512_set1_ps(dx[r][g])), acc[r][n]);
         }
         if constexpr (T::kMin) {
           const __m512 ml = _mm512_mul_ps(dmin[n], scale_f32<false>(m));
-          for (int r = 0; r < R; ++r)
-            acc[r][n] = _mm512_fnmadd_ps(ml, _mm512_set1_ps(a.cx[(t.m + r) * a.runs + g]), acc[r][n]);
+          for (int r = 0; r < R; ++r) acc[r][n] = _mm512_fnmadd_ps(ml, _mm512_set1_ps(cx[r][g]), acc[r][n]);
         }
       }
     });
@@ -383,16 +436,33 @@ void tile(const Tile& t) {
     for (int n = 0; n < NG; ++n) _mm512_storeu_ps(t.out + r * t.ld_out + 16 * n, acc[r][n]);
 }
 
-constexpr int kMaxRows = 4, kMaxGroups = 2;
+// note: up to 4 rows (decode, small batches), a tile multiplies its two groups together, so that
+// each thread streams two groups at once and keeps more loads in flight: one group a tile
+// streamed Q4_K and Q6_K from DRAM about 0.1x slower. From 5 rows, one group at a time, 8 rows
+// deep, so that each code vector unpacked and each run's dl and ml serve 8 rows where two groups
+// of 4 rows shared them by 4.
+constexpr int kMaxRows = 8, kMaxGroups = 2;
+
+template <class T, int R>
+void tile_rows(const Tile& t) {
+  if constexpr (R > 1)
+    if (t.rows < R) return tile_rows<T, R - 1>(t);
+  if (t.groups == 1) return tile<T, R, 1>(t);
+  if constexpr (R <= 4) {
+    tile<T, R, 2>(t);
+  } else {
+    Tile one = t;
+    one.groups = 1;
+    tile<T, R, 1>(one);
+    one.w += t.group_bytes;
+    one.out += kPackRows;
+    tile<T, R, 1>(one);
+  }
+}
 
 template <class T>
 void tile_for(const Tile& t) {
-  using Fn = void (*)(const Tile&);
-  static constexpr Fn kTiles[kMaxRows][kMaxGroups] = {{tile<T, 1, 1>, tile<T, 1, 2>},
-                                                      {tile<T, 2, 1>, tile<T, 2, 2>},
-                                                      {tile<T, 3, 1>, tile<T, 3, 2>},
-                                                      {tile<T, 4, 1>, tile<T, 4, 2>}};
-  kTiles[t.rows - 1][t.groups - 1](t);
+  tile_rows<T, kMaxRows>(t);
 }
 
 #else  // AVX2
@@ -405,6 +475,10 @@ struct V256 {
   static I or_(I a, I b) { return _mm256_or_si256(a, b); }
   static I sll(I a, int n) { return _mm256_slli_epi16(a, n); }
   static I srl(I a, int n) { return _mm256_srli_epi16(a, n); }
+  // The low nibble of each byte of a, the high one of b.
+  static I select_low_nibble(I a, I b) {
+    return _mm256_or_si256(_mm256_and_si256(a, bytes(0x0F)), _mm256_andnot_si256(bytes(0x0F), b));
+  }
 };
 
 // Bytes 8h .. 8h + 7 of 16 bytes of scales (signed or not) as 8 f32.
@@ -430,6 +504,10 @@ void tile(const Tile& t) {
     static_for<kRuns>([&](auto J) {
       constexpr int j = J;
       const int64_t g = b * kRuns + j;
+      constexpr int kLines = (T::kSuper + 63) / 64;  // prefetched as the AVX-512 tile does
+      if (t.m == 0)
+        for (int i = j * kLines / kRuns; i < (j + 1) * kLines / kRuns; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(sb + kAhead + 64 * i), _MM_HINT_T0);
       const int8_t* xg = x + g * T::kRun;
       __m128i sc, m;
       T::template affine<j>(sb, sc, m);
