@@ -86,7 +86,7 @@ void CpuBackend::residual_rmsnorm(const Tensor& out, const Tensor& x, const Tens
 }
 
 void CpuBackend::matmul(const Tensor& out, const Tensor& x, const Tensor& w) {
-  checks::matmul(out, x, w, kCpu);
+  checks::matmul(out, x, w, kCpu, true);
   if (w.row_layout() == RowLayout::packed16)  // one kernel for every M: batch-invariant by construction
     return cpu::matmul_packed(threads_, f32(out), ld(out), f32(x), ld(x), w.data(), w.dtype(), x.size(0), w.size(0),
                               w.size(1));

@@ -123,10 +123,12 @@ int64_t rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, Device
   return o.cols / weight.size(0);
 }
 
-void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device) {
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device, bool packed_ok) {
   Rows o = activation("matmul", "out", out, device);
   Rows in = activation("matmul", "x", x, device);
   weight("matmul", "w", w, device);
+  MINFER_CHECK(packed_ok || w.row_layout() == RowLayout::file, "matmul: w ", w.str(),
+               " is packed for the CPU backend, which alone multiplies it");
   MINFER_CHECK(in.cols == w.size(1) && o.rows == in.rows && o.cols == w.size(0),
                "matmul: out [", o.rows, ", ", o.cols, "] = x [", in.rows, ", ", in.cols,
                "] * w^T with w ", w.str());

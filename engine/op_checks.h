@@ -54,7 +54,9 @@ void head_dim(const char* op, const Rows& x, int64_t head_dim);
 void gather_rows(const Tensor& out, const Tensor& table, const Tensor& ids, DeviceKind device);
 // Returns the groups each row is normalised in: cols / weight's width (Qwen3's heads), usually 1.
 int64_t rmsnorm(const Tensor& out, const Tensor& x, const Tensor& weight, DeviceKind device);
-void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device);
+// packed_ok: the backend multiplies weights packed by its own pack_weights (the CPU's packed16);
+// elsewhere a packed w is refused.
+void matmul(const Tensor& out, const Tensor& x, const Tensor& w, DeviceKind device, bool packed_ok = false);
 void rope(const Tensor& x, const Tensor& pos, const Tensor& table, int64_t head_dim,
           DeviceKind device);
 // Host-side check that every position has a row in the rope table.

@@ -71,6 +71,9 @@ class LlamaModel final : public Model {
   // holds in a layout of its own (Backend::pack_weights), e.g. "29 of 31 matrices packed16"; empty
   // when none.
   std::string weight_layout() const;
+  // Whether every matrix multiplied is packed, so that each row's logits are the same whatever
+  // shares its pass (kernels/cpu/quant/packed.h).
+  bool all_matrices_packed() const { return matrices_ > 0 && packed_ == matrices_; }
 
   // Bytes of weights the model stores on the device for (config, dtype), and for host weights
   // stored as `dtype` asks (unset: as they are).

@@ -226,5 +226,26 @@ TEST(BatchInvarianceFileLayout, APartCutOffAGroupNeedsTheOption) {
   }
 }
 
+// A packed matrix is the CPU backend's own: the reference backend, which reads the file's layout,
+// refuses it in one line instead of multiplying permuted bytes.
+TEST(BatchInvarianceFileLayout, OnlyTheCpuBackendTakesPackedWeights) {
+  if (!cpu::packs(DType::q8_0)) GTEST_SKIP() << "skipped: this build packs no q8_0 (no AVX2)";
+  auto cpu = make_backend(BackendKind::cpu, BackendOptions{});
+  auto ref = make_backend(BackendKind::ref, BackendOptions{});
+  Tensor w = cpu->empty({32, 64}, DType::q8_0);
+  cpu->fill_uniform(w, 7, -1.0f, 1.0f);
+  const Tensor packed = cpu->pack_weights(w);
+  ASSERT_EQ(packed.row_layout(), RowLayout::packed16);
+  Tensor x = cpu->empty({3, 64}, DType::f32), out = cpu->empty({3, 32}, DType::f32);
+  cpu->fill_uniform(x, 8, -1.0f, 1.0f);
+  EXPECT_NO_THROW(cpu->matmul(out, x, packed));
+  try {
+    ref->matmul(out, x, packed);
+    FAIL() << "the reference backend multiplied packed weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("packed for the CPU backend"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace minfer
