@@ -9,9 +9,10 @@
 //
 // The contract every packed type keeps (kernels/cpu/quant/packed_tile.h holds the per-type kernels):
 //   - bytes: a group of 16 rows occupies exactly the bytes of those 16 rows in the file, at the
-//     same offset (group g at g * 16 * row_bytes); the bytes within it are permuted. The last
-//     N % 16 rows stay as the file stores them. So a slice of rows that starts on a multiple of 16
-//     is a packed matrix too, and a matrix's size, its byte counts and its views do not change.
+//     same offset (group g at g * 16 * row_bytes); the bytes within it are rearranged (each type's
+//     file draws how: moved, or a code's top bit flipped). The last N % 16 rows stay as the file
+//     stores them. So a slice of rows that starts on a multiple of 16 is a packed matrix too, and
+//     a matrix's size, its byte counts and its views do not change.
 //   - arithmetic: every output element is the run-order sum that quant_gemm computes from the file's
 //     rows, bit for bit: for each run g of G weights (G = 16 or 32, unpack::affine_run) in order,
 //       S   = sum_k u[k] a[k] - shift * sum_k a[k]           (int32, exact)

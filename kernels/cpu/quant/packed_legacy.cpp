@@ -15,7 +15,8 @@
 //        | d_0 | d_1 | ... | d_15 |                        16 f16 scales (32 bytes)
 //
 //   Q4_1 (320 bytes): the same, then m_0 .. m_15 (32 bytes).
-//   Q8_0 (544 bytes): 8 vectors, vector j = q_r[4j .. 4j + 3] of each row (k 4j .. 4j + 3), then
+//   Q8_0 (544 bytes): 8 vectors, vector j = q_r[4j .. 4j + 3] of each row (k 4j .. 4j + 3), each
+//                     code with its top bit flipped (u = q + 128, what vpdpbusd multiplies), then
 //                     d_0 .. d_15.
 //   Q5_0 (352 bytes): Q4_0's 4 vectors, then 8 masks of 64 bits (64 bytes: the rows' qh), mask
 //                     2v + h holding in bit 4r + i the fifth bit of row r's weight 16h + 4v + i,
@@ -24,24 +25,29 @@
 //
 // note: why this layout. Decode reads every weight once, so the kernel must turn each byte it
 // loads into products at once: one load gives 16 rows x 4 k, the two nibbles of 4-bit codes are
-// one AND and one shift + AND apart (k and k + 16, as the file pairs them, so packing only moves
-// 4-byte pieces, never splits a byte), a mask of fifth bits is one masked add of 16, and the 16
-// rows' f16 scales sit in the 32 bytes after their codes, one vcvtph2ps (exact) from a vector of
-// 16 scales. A tile reads each group front to back, block-group by block-group, one sequential
+// one AND and one shift apart (k and k + 16, as the file pairs them, so packing only moves 4-byte
+// pieces, never splits a byte; the shift is one GFNI affine map, or a shift and an AND without
+// GFNI), Q8_0's codes are ready as they are, a mask of fifth bits is one masked add of 16, and
+// the 16 rows' f16 scales sit in the 32 bytes after their codes, one vcvtph2ps (exact) from a
+// vector of 16 scales. A tile reads each group front to back, block-group by block-group, one sequential
 // stream per group, and a block-group's size is the file's 16 rows exactly (packed.h's contract).
 // Prefill reads the same bytes: a tile of up to 4 activation rows (AVX-512) multiplies each loaded
 // weight vector by each row's 4-byte broadcast.
+// note: prefill (256 x 4864 x 896, one thread, CPU time) ran 5-10% slower than quant_gemm with the
+// top bit flipped and the high nibbles shifted and masked in the tile, 5-10% faster done at packing
+// and by GFNI; tiles of 8 rows x one group ran 10% slower than 4 rows x two groups.
 //
 // The arithmetic is quant_gemm.cpp's, per run (here a block of 32): S = sum u a - shift * sum a
 // in int32, exact whatever the order of its additions; then acc = fma(float(S), d * dx, acc) and,
 // for Q4_1 and Q5_1, acc = fma(m, cx, acc) (packed.h's -ml * cx, with ml = -m), in block order.
-//   - AVX-512 VNNI: vpdpbusd multiplies unsigned codes by signed activations; Q8_0's codes are
-//     signed, so the kernel flips their top bit (u = q + 128) and starts S from -128 * sum a.
+//   - AVX-512 VNNI: vpdpbusd multiplies unsigned codes by signed activations; Q8_0's stored codes
+//     are u = q + 128, so S starts from -128 * sum a as for the other symmetric types.
 //   - AVX2: vpmaddubsw adds pairs of products into int16, vpmaddwd by ones widens pairs of those
 //     to int32. 4-bit codes sum all 8 steps of a block in int16 (16 products of at most
 //     15 * 127 = 30480 < 32767) before widening. Q8_0's codes reach 255 as unsigned bytes, where a
-//     pair could saturate, so it multiplies |q| by a with q's sign (vpsignb): |q| <= 128, |a| <= 127
-//     (the quantizer's codes), a pair at most 32512, widened at every step; S = sum q a directly.
+//     pair could saturate, so it flips their top bit back (q) and multiplies |q| by a with q's sign
+//     (vpsignb): |q| <= 128, |a| <= 127 (the quantizer's codes), a pair at most 32512, widened at
+//     every step; S = sum q a directly.
 #include "kernels/cpu/quant/packed_tile.h"
 
 #include <cstring>
@@ -122,6 +128,9 @@ void pack_group(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int64_t nb)
       Block block;
       std::memcpy(&block, src + r * row_bytes + b * int64_t(sizeof(Block)), sizeof(Block));
       for (int v = 0; v < L::kVectors; ++v) std::memcpy(o + 64 * v + 4 * r, code_bytes(block) + 4 * v, 4);
+      if constexpr (!L::kNibbles)
+        for (int v = 0; v < L::kVectors; ++v)
+          for (int i = 0; i < 4; ++i) o[64 * v + 4 * r + i] ^= 0x80;  // u = q + 128
       if constexpr (L::kFifth) {
         uint32_t qh;
         std::memcpy(&qh, block.qh, 4);
@@ -144,6 +153,8 @@ void unpack_row(uint8_t* dst, const uint8_t* group, int r, int64_t nb) {
     const uint8_t* o = group + b * O::kBytes;
     Block block;
     for (int v = 0; v < L::kVectors; ++v) std::memcpy(code_bytes(block) + 4 * v, o + 64 * v + 4 * r, 4);
+    if constexpr (!L::kNibbles)
+      for (int i = 0; i < 4 * L::kVectors; ++i) code_bytes(block)[i] ^= 0x80;
     if constexpr (L::kFifth) {
       uint64_t masks[8];
       std::memcpy(masks, o + O::kFifth, sizeof(masks));
@@ -182,6 +193,11 @@ void tile(const Tile& t) {
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
   const __m512i nibble = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+#if defined(__GFNI__)
+  // Each byte shifted right by 4 in one instruction: GF(2)'s affine map whose matrix takes bit
+  // i + 4 to bit i (row i of the matrix, for output bit i, is byte 7 - i of the qword).
+  const __m512i high_nibble = _mm512_set1_epi64(0x1020408000000000LL);
+#endif
   for (int64_t b = 0; b < runs; ++b) {
     const uint8_t* p[G];
     for (int g = 0; g < G; ++g) p[g] = t.w + g * t.group_bytes + b * O::kBytes;
@@ -197,7 +213,7 @@ void tile(const Tile& t) {
     if constexpr (!L::kNibbles) {
       for (int j = 0; j < L::kVectors; ++j) {
         __m512i w[G];
-        for (int g = 0; g < G; ++g) w[g] = _mm512_xor_si512(_mm512_loadu_si512(p[g] + 64 * j), _mm512_set1_epi8(char(0x80)));
+        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(p[g] + 64 * j);
         for (int r = 0; r < R; ++r) {
           const __m512i bc = _mm512_set1_epi32(four(xb + r * K + 4 * j));
           for (int g = 0; g < G; ++g) sum[r][g] = _mm512_dpbusd_epi32(sum[r][g], w[g], bc);
@@ -209,7 +225,11 @@ void tile(const Tile& t) {
         for (int g = 0; g < G; ++g) {
           const __m512i raw = _mm512_loadu_si512(p[g] + 64 * v);
           lo[g] = _mm512_and_si512(raw, nibble);
+#if defined(__GFNI__)
+          hi[g] = _mm512_gf2p8affine_epi64_epi8(raw, high_nibble, 0);
+#else
           hi[g] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+#endif
           if constexpr (L::kFifth) {
             uint64_t bits[2];
             std::memcpy(bits, p[g] + O::kFifth + 16 * v, 16);
@@ -287,7 +307,8 @@ void tile(const Tile& t) {
       for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_si256();
       for (int j = 0; j < L::kVectors; ++j)
         for (int h = 0; h < 2; ++h) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * h));
+          const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * h)),
+                                             _mm256_set1_epi8(char(0x80)));  // q
           const __m256i magnitude = _mm256_abs_epi8(w);
           for (int r = 0; r < R; ++r) {
             const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four(xb + r * K + 4 * j)), w);
