@@ -5,12 +5,15 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "engine/backend_cpu.h"
 #include "engine/roofline.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant/packed.h"
 
 namespace minfer {
 namespace {
@@ -133,6 +136,61 @@ BENCHMARK(BM_MatmulFromDram)
     // GGUF's types at decode, stories110M's shapes (the output matrix in Q6_K), one thread and all
     ->ArgsProduct({{1}, {2048}, {768}, {kQ8, kQ4_0, kQ4_K, kQ6_K}, {1, 0}})
     ->ArgsProduct({{1}, {32000}, {768}, {kQ6_K}, {1, 0}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Quantized weights in the file's layout (cpu::matmul: decode's dot products, the integer GEMM from
+// quant_gemm_min_rows) against the same weights packed at load (cpu::matmul_packed, one kernel for
+// every M), both on a pool of `threads` threads (0: every core) and from main memory as above (f32
+// runs the file's path, for its bytes per second). The 5th argument: 1 packed, 0 the file's layout.
+// Rates per wall-clock second (UseRealTime): the pool's threads work while the caller waits.
+void BM_QuantLayoutFromDram(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  const bool packed = state.range(4) != 0;
+  const int threads = state.range(5) > 0 ? static_cast<int>(state.range(5)) : ThreadPool::hardware_threads();
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto& pool = pools[threads];
+  if (!pool) pool = std::make_unique<ThreadPool>(threads);
+  static const uint64_t working_set =
+      std::max<uint64_t>(uint64_t(256) << 20, kMainOverLastCache * last_cache_bytes(device_memory_levels(backend())));
+  const uint64_t bytes = dtype_bytes(dtype, uint64_t(N * K));
+  const int64_t copies = std::max<int64_t>(2, int64_t((working_set + bytes - 1) / bytes));
+  Tensor x = random({M, K}), out = backend().empty({M, N}, DType::f32);
+  const Tensor file = random({N, K}, dtype, 2);  // one matrix, copied (the values do not matter here)
+  std::vector<std::vector<uint8_t>> w;
+  for (int64_t c = 0; c < copies; ++c) {
+    w.emplace_back(bytes);
+    if (packed)
+      cpu::pack_rows(dtype, w.back().data(), file.data(), N, K);
+    else
+      std::memcpy(w.back().data(), file.data(), bytes);
+  }
+  int64_t c = 0;
+  for (auto _ : state) {
+    if (packed)
+      cpu::matmul_packed(*pool, out.data_as<float>(), N, x.data_as<float>(), K, w[size_t(c)].data(), dtype, M, N, K);
+    else
+      cpu::matmul(*pool, out.data_as<float>(), N, x.data_as<float>(), K, w[size_t(c)].data(), dtype, M, N, K);
+    c = (c + 1) % copies;
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(M * N * K), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight B/s"] =
+      benchmark::Counter(double(bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+  state.SetLabel(std::string(dtype_name(dtype)) + (packed ? ", packed, " : ", file layout, ") + std::to_string(threads) +
+                 " threads");
+}
+constexpr int kQ4_1 = int(DType::q4_1);
+BENCHMARK(BM_QuantLayoutFromDram)
+    ->ArgNames({"M", "N", "K", "dtype", "packed", "threads"})
+    // Qwen2.5-0.5B's MLP shapes: decode, and a prefill-shaped product of 256 rows, every core
+    ->ArgsProduct({{1}, {4864}, {896}, {kF32}, {0}, {0}})
+    ->ArgsProduct({{1}, {896}, {4864}, {kF32}, {0}, {0}})
+    ->ArgsProduct({{1, 256}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {0}})
+    ->ArgsProduct({{1}, {896}, {4864}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {0}})
+    // decode at one thread
+    ->ArgsProduct({{1}, {4864}, {896}, {kF32}, {0}, {1}})
+    ->ArgsProduct({{1}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {1}})
+    ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
 // Decode attention of B sequences at T positions through block tables of `block` positions per
