@@ -1,6 +1,6 @@
 // The K-quants' packed kernels (kernels/cpu/quant/packed_k.cpp) called directly, type by type:
-// a group packs and unpacks back to the file's bytes, and every tile (1 to max_rows activation
-// rows, 1 to max_groups groups) gives, element for element, the bits of a plain-loop oracle of
+// a group packs and unpacks back to the file's bytes, and every tile (1 to 12 activation rows,
+// both sides of the AVX-512 tile's switch from registers to a strip, 1 to max_groups groups) gives, element for element, the bits of a plain-loop oracle of
 // quant_gemm's run-order arithmetic (packed.h) and of quant_gemm itself on the file's rows. Built
 // into the ISA binaries (tests/CMakeLists.txt); a build without the kernels (scalar) skips, saying so.
 #include <gtest/gtest.h>
@@ -180,7 +180,7 @@ TEST_P(PackedK, RoundTripsAndMatchesQuantGemmBitForBit) {
     quant_gemm(pool, gemm.data(), N, act.data(), w.data(), t, M, N, K);
     ASSERT_EQ(0, std::memcmp(gemm.data(), want.data(), want.size() * sizeof(float))) << "the oracle is not quant_gemm";
 
-    for (int rows = 1; rows <= kernels->max_rows; ++rows)
+    for (int rows = 1; rows <= std::min<int64_t>(kernels->max_rows, M); ++rows)
       for (int groups = 1; groups <= kernels->max_groups; ++groups) {
         std::vector<float> out(size_t(M * N), -1.0f);
         for (int64_t m = 0; m < M; m += rows)

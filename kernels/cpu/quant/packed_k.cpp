@@ -43,18 +43,14 @@
 // are the f32 products unpack::k_affine forms, and each output element then takes quant_gemm's
 // run-order operations (packed.h), whatever the tile's rows and groups, so it is quant_gemm's
 // result bit for bit. Scalar builds do not pack the K-quants (k_kernels returns nullptr).
-//
-// note: the unpacking in registers is what the packed tile pays and quant_gemm.cpp's tile does not
-// (quant_gemm unpacks a strip once and reuses it for every row of the call): on the 2-core Xeon,
-// M = 256, the packed tile runs at 0.8-0.9x quant_gemm's speed where the strip fits L1 (K = 768)
-// and at 0.9-1.1x where it does not (K = 2048), while decode reads the file's bytes once, with no
-// per-call unpacking.
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/quants.h"
+#include "kernels/cpu/quant/act_runs.h"
 #include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/quant/packed_tile.h"
 #include "kernels/cpu/quant/quant_simd.h"
@@ -436,12 +432,91 @@ void tile(const Tile& t) {
     for (int n = 0; n < NG; ++n) _mm512_storeu_ps(t.out + r * t.ld_out + 16 * n, acc[r][n]);
 }
 
-// note: up to 4 rows (decode, small batches), a tile multiplies its two groups together, so that
-// each thread streams two groups at once and keeps more loads in flight: one group a tile
-// streamed Q4_K and Q6_K from DRAM about 0.1x slower. From 5 rows, one group at a time, 8 rows
-// deep, so that each code vector unpacked and each run's dl and ml serve 8 rows where two groups
-// of 4 rows shared them by 4.
-constexpr int kMaxRows = 8, kMaxGroups = 2;
+// The codes of NG groups as unsigned bytes and their runs' dl and ml, unpacked once for a tile of
+// many rows (quant_gemm.cpp's strip, 16 * NG columns).
+struct Strip {
+  uint8_t* codes;  // (K / 4, 16 * NG, 4): quad q of group n's 16 rows at (q * NG + n) * 64
+  float* dl;       // (K / G, 16 * NG)
+  float* ml;       // (K / G, 16 * NG)
+};
+
+template <class T, int NG>
+void unpack_strip(const Tile& t, const Strip& s) {
+  constexpr int kRuns = kQK / T::kRun, kQuads = T::kRun / 4;
+  for (int64_t b = 0; b < t.K / kQK; ++b)
+    for (int n = 0; n < NG; ++n) {
+      const uint8_t* sb = t.w + n * t.group_bytes + b * T::kSuper;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+      static_for<kRuns>([&](auto J) {
+        constexpr int j = J;
+        const int64_t g = b * kRuns + j;
+        static_for<T::kRun / 8>([&](auto P) {
+          __m512i u0, u1;
+          T::template quads<V512, j, P>(sb, 0, u0, u1);
+          _mm512_storeu_si512(s.codes + ((g * kQuads + 2 * P) * NG + n) * 64, u0);
+          _mm512_storeu_si512(s.codes + ((g * kQuads + 2 * P + 1) * NG + n) * 64, u1);
+        });
+        __m128i sc, m;
+        T::template affine<j>(sb, sc, m);
+        _mm512_storeu_ps(s.dl + (g * NG + n) * 16, _mm512_mul_ps(d, scale_f32<T::kSigned>(sc)));
+        if constexpr (T::kMin) {
+          const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+          _mm512_storeu_ps(s.ml + (g * NG + n) * 16, _mm512_mul_ps(dmin, scale_f32<false>(m)));
+        }
+      });
+    }
+}
+
+// Activation rows [m, m + R) x the strip's 16 * NG columns: tile's arithmetic, element for element,
+// from the unpacked codes, dl and ml.
+template <class T, int R, int NG>
+void strip_tile(const Tile& t, const Strip& s, int64_t m) {
+  constexpr int kQuads = T::kRun / 4;
+  const Activations& a = *t.a;
+  __m512 acc[R][NG];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NG; ++n) acc[r][n] = _mm512_setzero_ps();
+  const int8_t* x = a.q + m * t.K;
+  for (int64_t g = 0; g < a.runs; ++g) {
+    __m512i sum[R][NG];
+    for (int r = 0; r < R; ++r)
+      for (int n = 0; n < NG; ++n) sum[r][n] = _mm512_setzero_si512();
+    for (int q = 0; q < kQuads; ++q)
+      for (int n = 0; n < NG; ++n) {
+        const __m512i u = _mm512_load_si512(s.codes + ((g * kQuads + q) * NG + n) * 64);
+        for (int r = 0; r < R; ++r)
+          sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u, _mm512_set1_epi32(four_codes(x + r * t.K + g * T::kRun + 4 * q)));
+      }
+    for (int n = 0; n < NG; ++n) {
+      const __m512 dl = _mm512_load_ps(s.dl + (g * NG + n) * 16);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (T::kShift != 0)
+          sum[r][n] = _mm512_sub_epi32(sum[r][n], _mm512_set1_epi32(a.shifted[(m + r) * a.runs + g]));
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][n]), _mm512_mul_ps(dl, _mm512_set1_ps(a.dx[(m + r) * a.runs + g])),
+                                    acc[r][n]);
+      }
+      if constexpr (T::kMin) {
+        const __m512 ml = _mm512_load_ps(s.ml + (g * NG + n) * 16);
+        for (int r = 0; r < R; ++r)
+          acc[r][n] = _mm512_fnmadd_ps(ml, _mm512_set1_ps(a.cx[(m + r) * a.runs + g]), acc[r][n]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NG; ++n) _mm512_storeu_ps(t.out + (m - t.m + r) * t.ld_out + 16 * n, acc[r][n]);
+}
+
+// note: a tile takes all of a call's rows (max_rows is unbounded). Up to kDirectRows rows it
+// unpacks the codes in registers as it multiplies (decode, small batches), two groups together,
+// so that each thread streams two groups at once and keeps more loads in flight (one group a
+// tile streamed Q4_K and Q6_K from DRAM about 0.1x slower). From kDirectRows + 1 rows it unpacks
+// its groups once into a strip, as quant_gemm.cpp does, and runs quant_gemm's register tile of
+// 4 rows x 32 columns over it: unpacked in registers, each code vector served at most 8 rows, and
+// prefill ran at 0.7-0.9x quant_gemm's speed where its strip fits L1; from the strip, at 1.0-1.1x
+// there and 1.2-1.35x where it does not, since the packed groups unpack from contiguous bytes
+// (2-core Xeon, M = 256). Both give each element the same operations, so the threshold changes
+// no bit.
+constexpr int kDirectRows = 8, kMaxRows = 1 << 30, kMaxGroups = 2;
 
 template <class T, int R>
 void tile_rows(const Tile& t) {
@@ -460,9 +535,30 @@ void tile_rows(const Tile& t) {
   }
 }
 
+template <class T, int NG>
+void strip_rows(const Tile& t) {
+  // Grow once, then reused.
+  thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<float> maps;
+  const int64_t runs = t.K / T::kRun;
+  float* dl = aligned_64(maps, size_t(2 * runs * 16 * NG));
+  const Strip s{aligned_64(codes, size_t(t.K * 16 * NG)), dl, dl + runs * 16 * NG};
+  unpack_strip<T, NG>(t, s);
+  int64_t m = t.m;
+  for (; m + 4 <= t.m + t.rows; m += 4) strip_tile<T, 4, NG>(t, s, m);
+  switch (t.m + t.rows - m) {
+    case 3: strip_tile<T, 3, NG>(t, s, m); break;
+    case 2: strip_tile<T, 2, NG>(t, s, m); break;
+    case 1: strip_tile<T, 1, NG>(t, s, m); break;
+    default: break;
+  }
+}
+
 template <class T>
 void tile_for(const Tile& t) {
-  tile_rows<T, kMaxRows>(t);
+  if (t.rows <= kDirectRows) return tile_rows<T, kDirectRows>(t);
+  if (t.groups == 2) return strip_rows<T, 2>(t);
+  strip_rows<T, 1>(t);
 }
 
 #else  // AVX2
