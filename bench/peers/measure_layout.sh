@@ -31,7 +31,7 @@
 #   speed   each round, each file: every minfer binary's `bench -p PROMPT -n GEN` and llama-bench's
 #           (-p PROMPT -n GEN -ngl 0, its default repacked buffers; once as it is and once with
 #           OMP_WAIT_POLICY=passive), the engines' order rotated each round
-#   dram    each round, every minfer binary's decode (tgDRAM_GEN) on preset:stories110M (BM_MatmulFromDram's
+#   dram    each round, DRAM_ENGINES' decode (tgDRAM_GEN) on preset:stories110M (BM_MatmulFromDram's
 #           shapes; Qwen's 896 is no whole K-quant super-block, so minfer's q4_k of that shape is q5_0) with as
 #           many layers as make DRAM_X times the last cache in each of DRAM_TYPES (at most 1024); bench's GB/s
 #           (bytes a step reads x steps per second) against f32's in the same round and binary
@@ -185,8 +185,8 @@ fi
 
 # ------------------------------------------------------------------------------------------- dram
 if has dram; then
-    # layers of preset:stories110M (768 and 2048 wide, whole K-quant super-blocks, so each type is the only one)
-    # for DRAM_X times the last cache in each type, from new's sizes at 1 and 2 layers (at most 1024 layers)
+    # layers of preset:stories110M (768 and 2048 wide, whole K-quant super-blocks, so every matrix takes the
+    # type asked for) for DRAM_X times the last cache in each type, from new's sizes at 1 and 2 layers (at most 1024)
     declare -A SPEC
     for d in $DRAM_TYPES; do
         for l in 1 2; do
