@@ -17,7 +17,7 @@ using Activations = cpu::Activations;
 
 // One register tile: activation rows [m, m + rows) times the 16 * groups weight rows of `groups`
 // consecutive packed groups, the first at w. out(r, j) for r < rows, j < 16 * groups, rows ld_out
-// apart. rows is 1 to 4 (AVX-512) or 1 to 2 (AVX2); groups is 1 or 2 (AVX-512) or 1 (AVX2).
+// apart. rows is 1 to the type's max_rows, groups 1 to its max_groups (TypeKernels).
 struct Tile {
   const uint8_t* w;
   int64_t group_bytes;  // 16 * the file's row bytes
