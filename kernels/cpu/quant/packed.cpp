@@ -5,9 +5,10 @@
 //
 // note: the threads share out tiles of weight groups, never activation rows, so every output
 // element is one thread's, formed by one tile call; a tile walks all M rows (max_rows at a time)
-// while its groups stay in L1/L2, which is what prefill reuses. Decode (M up to a tile's rows)
-// splits the tiles into one even chunk per thread: the weights are its whole cost, and a chunk per
-// thread streams each thread's share from one place.
+// while its groups stay in L1/L2, which is what prefill reuses. Decode and batched decode (M up
+// to kStreamRows, and no more than a tile's rows) split the tiles into one even chunk per thread:
+// the weights are their whole cost, and a chunk per thread streams each thread's share from one
+// place. More rows take the tiles one at a time, whichever thread is free.
 #include "kernels/cpu/quant/packed.h"
 
 #include <algorithm>
@@ -24,6 +25,8 @@
 namespace minfer::cpu {
 
 namespace {
+
+constexpr int64_t kStreamRows = 8;  // the most rows a product splits into one chunk per thread
 
 const packed::TypeKernels* kernels_for(DType t) {
   if (!is_quantized(t)) return nullptr;
@@ -119,8 +122,9 @@ void matmul_packed(ThreadPool& pool, float* out, int64_t ld_out, const float* x,
   const int64_t tiles = (groups + kernels->max_groups - 1) / kernels->max_groups;
   const bool tail = N % kPackRows != 0;  // one more unit of work: the rows past the last group
   const int64_t units = tiles + (tail ? 1 : 0);
-  // One pass over the weights (decode, batched decode of a tile's rows): one even chunk per thread.
-  const int64_t grain = M <= kernels->max_rows ? (units + pool.size() - 1) / pool.size() : 1;
+  // One pass over the weights (decode, batched decode): one even chunk per thread (see the top).
+  const bool streaming = M <= std::min<int64_t>(kernels->max_rows, kStreamRows);
+  const int64_t grain = streaming ? (units + pool.size() - 1) / pool.size() : 1;
   const auto* wp = static_cast<const uint8_t*>(w);
   pool.parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
