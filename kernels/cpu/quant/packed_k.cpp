@@ -115,7 +115,8 @@ inline __m128i shift16(__m128i x) {
 
 struct Q4K {
   using Block = BlockQ4_K;
-  static constexpr int kRun = 32, kShift = 0, kSuper = 2304, kSteps = 8;  // kSteps: AVX2's int16 quads
+  static constexpr int kRun = 32, kShift = 0, kSuper = 2304;
+  [[maybe_unused]] static constexpr int kSteps = 8;  // kSteps: AVX2's int16 quads
   static constexpr bool kMin = true, kSigned = false;
   static constexpr int kScales = 64, kCodes = 256;
   static constexpr Plain kPlain[] = {{offsetof(Block, d), 2, 0, 2}, {offsetof(Block, dmin), 2, 32, 2},
@@ -148,9 +149,11 @@ struct Q4K {
 
 struct Q5K {
   using Block = BlockQ5_K;
-  static constexpr int kRun = 32, kShift = 0, kSuper = 2816, kSteps = 4;
+  static constexpr int kRun = 32, kShift = 0, kSuper = 2816;
+  [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = true, kSigned = false;
-  static constexpr int kScales = 64, kCodes = 256, kFifth = 2304;
+  static constexpr int kScales = 64, kFifth = 2304;
+  [[maybe_unused]] static constexpr int kCodes = 256;
   static constexpr Plain kPlain[] = {{offsetof(Block, d), 2, 0, 2}, {offsetof(Block, dmin), 2, 32, 2},
                                      {offsetof(Block, scales), 12, kScales, 1}};
   static constexpr int kFields = 2;  // the low 4 bits, the 5th
@@ -176,7 +179,8 @@ struct Q5K {
 
 struct Q6K {
   using Block = BlockQ6_K;
-  static constexpr int kRun = 16, kShift = 32, kSuper = 3360, kSteps = 2;
+  static constexpr int kRun = 16, kShift = 32, kSuper = 3360;
+  [[maybe_unused]] static constexpr int kSteps = 2;
   static constexpr bool kMin = false, kSigned = true;
   static constexpr int kScales = 32, kCodes = 288;
   static constexpr Plain kPlain[] = {{offsetof(Block, d), 2, 0, 2}, {offsetof(Block, scales), 16, kScales, 1}};
@@ -210,7 +214,8 @@ struct Q6K {
 
 struct Q3K {
   using Block = BlockQ3_K;
-  static constexpr int kRun = 16, kShift = 4, kSuper = 1760, kSteps = 4;
+  static constexpr int kRun = 16, kShift = 4, kSuper = 1760;
+  [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = false, kSigned = true;
   static constexpr int kScales = 32, kCodes = 224;
   static constexpr Plain kPlain[] = {{offsetof(Block, d), 2, 0, 2}, {offsetof(Block, scales), 12, kScales, 1}};
@@ -245,7 +250,8 @@ struct Q3K {
 
 struct Q2K {
   using Block = BlockQ2_K;
-  static constexpr int kRun = 16, kShift = 0, kSuper = 1344, kSteps = 4;
+  static constexpr int kRun = 16, kShift = 0, kSuper = 1344;
+  [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = true, kSigned = false;
   static constexpr int kScales = 64, kCodes = 320;
   static constexpr Plain kPlain[] = {{offsetof(Block, d), 2, 0, 2}, {offsetof(Block, dmin), 2, 32, 2},

@@ -90,6 +90,7 @@ template <> struct Layout<BlockQ4_1> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = true;
 };
+#if defined(MINFER_PACKED_VNNI)  // Q5_0 and Q5_1 are packed with AVX-512 only
 template <> struct Layout<BlockQ5_0> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = false;
@@ -98,6 +99,7 @@ template <> struct Layout<BlockQ5_1> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = true;
 };
+#endif
 
 template <class Block>
 struct Offsets {
@@ -110,7 +112,7 @@ struct Offsets {
 };
 
 // The code bytes of a block: Q8_0's q, the others' qs.
-inline const uint8_t* code_bytes(const BlockQ8& b) { return reinterpret_cast<const uint8_t*>(b.q); }
+[[maybe_unused]] inline const uint8_t* code_bytes(const BlockQ8& b) { return reinterpret_cast<const uint8_t*>(b.q); }
 template <class Block>
 const uint8_t* code_bytes(const Block& b) { return b.qs; }
 inline uint8_t* code_bytes(BlockQ8& b) { return reinterpret_cast<uint8_t*>(b.q); }
