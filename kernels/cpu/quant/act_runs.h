@@ -15,6 +15,14 @@
 #include "core/dtype.h"
 #include "core/threads.h"
 
+// The integer products' instruction set, one choice for quant_gemm.cpp and packed_k.cpp: AVX-512
+// VNNI (vpdpbusd), else AVX2 with FMA (vpmaddubsw).
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define MINFER_QUANT_GEMM_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define MINFER_QUANT_GEMM_AVX2 1
+#endif
+
 namespace minfer::cpu {
 
 // The shift that makes a symmetric type's codes unsigned bytes: the stored code itself (Q4_0's

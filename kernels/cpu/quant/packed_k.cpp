@@ -57,13 +57,7 @@
 
 namespace minfer::cpu::packed {
 
-// The same choice as quant_gemm.cpp, whose arithmetic the tiles reproduce.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define MINFER_QUANT_GEMM_VNNI 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#define MINFER_QUANT_GEMM_AVX2 1
-#endif
-
+// The ISA choice is quant_gemm.cpp's (act_runs.h), whose arithmetic the tiles reproduce.
 #if defined(MINFER_QUANT_GEMM_VNNI) || defined(MINFER_QUANT_GEMM_AVX2)
 
 namespace {

@@ -41,12 +41,6 @@
 
 namespace minfer::cpu {
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define MINFER_QUANT_GEMM_VNNI 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#define MINFER_QUANT_GEMM_AVX2 1
-#endif
-
 #if defined(MINFER_QUANT_GEMM_VNNI) || defined(MINFER_QUANT_GEMM_AVX2)
 
 namespace {
