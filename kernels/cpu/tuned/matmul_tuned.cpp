@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/simd.h"
 
 namespace minfer::cpu {
@@ -273,9 +274,13 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
   const bool dot_tail = tail > 0 && tail <= kDotTailRows && M > kOuterLanes;
   const int64_t tail_row = M - tail;  // the first row of the dot-product tail
   const int64_t groups = dot_tail ? M / kOuterLanes : (M + kOuterLanes - 1) / kOuterLanes;
-  // Grows once, then reused: the decode loop makes no allocation after its first step.
+  // Grows once, then reused: the decode loop makes no allocation after its first step. Sized for
+  // the most rows outer takes (32: choose_kernel in matmul.cpp) whatever M is, so that a step with more rows
+  // than the first (a prompt admitted into a batch) does not grow it again.
   thread_local std::vector<float> packed;
-  packed.resize(static_cast<size_t>(groups * K * kOuterLanes));
+  constexpr int64_t kMostGroups = (32 + kOuterLanes - 1) / kOuterLanes;
+  MINFER_CHECK(groups <= kMostGroups, "outer: ", M, " rows, more than 32");
+  packed.resize(static_cast<size_t>(kMostGroups * K * kOuterLanes));
   for (int64_t g = 0; g < groups; ++g)
     pack_transposed(packed.data() + g * K * kOuterLanes, x + g * kOuterLanes * ld_x, ld_x,
                     std::min<int64_t>(kOuterLanes, M - g * kOuterLanes), K);
