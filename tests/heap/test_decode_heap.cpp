@@ -47,7 +47,7 @@ long allocations_in(Fn&& fn) {
 
 // Four sequences decoding, with f32, Q4_K and Q4_0 weights (the quantized products' buffers), fused
 // and unfused kernels. preset:tiny's rows are too short for Q4_K's blocks, so most of its matrices
-// fall back to Q5_0; with AVX2 or AVX-512 the CPU packs Q4_0 (and with AVX-512 Q5_0) at load, the
+// fall back to Q5_0; with AVX2 or AVX-512 the CPU packs Q4_0 and Q5_0 at load, the
 // tied embedding table too, so decode reads packed weights and looks tokens up from packed rows.
 TEST(DecodeHeap, DecodeStepsAllocateNothing) {
   auto backend = make_backend(BackendKind::cpu);

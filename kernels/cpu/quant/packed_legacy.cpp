@@ -1,5 +1,5 @@
-// The packed layout of the legacy types (q8_0, q4_0, q4_1; q5_0 and q5_1 with AVX-512) and their
-// kernels (kernels/cpu/quant/packed_tile.h), for AVX-512 VNNI and for AVX2.
+// The packed layout of the legacy types (q8_0, q4_0, q4_1, q5_0, q5_1) and their kernels
+// (kernels/cpu/quant/packed_tile.h), for AVX-512 VNNI and for AVX2.
 //
 // A group holds 16 file rows r = 0..15 of nb blocks. Packed, it is nb block-groups, one per block
 // index b, in order; block-group b holds exactly the bytes of the 16 rows' block b, rearranged so
@@ -44,7 +44,9 @@
 //     are u = q + 128, so S starts from -128 * sum a as for the other symmetric types.
 //   - AVX2: vpmaddubsw adds pairs of products into int16, vpmaddwd by ones widens pairs of those
 //     to int32. 4-bit codes sum all 8 steps of a block in int16 (16 products of at most
-//     15 * 127 = 30480 < 32767) before widening. Q8_0's codes reach 255 as unsigned bytes, where a
+//     15 * 127 = 30480 < 32767) before widening, 5-bit codes 4 steps (8 products of at most
+//     31 * 127 = 31496); a 32-bit half of a mask of fifth bits becomes 32 bytes of 16 or 0 by a
+//     byte shuffle, an AND with each byte's bit and a compare. Q8_0's codes reach 255 as unsigned bytes, where a
 //     pair could saturate, so it flips their top bit back (q) and multiplies |q| by a with q's sign
 //     (vpsignb): |q| <= 128, |a| <= 127 (the quantizer's codes), a pair at most 32512, widened at
 //     every step; S = sum q a directly.
@@ -90,7 +92,6 @@ template <> struct Layout<BlockQ4_1> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = true;
 };
-#if defined(MINFER_PACKED_VNNI)  // Q5_0 and Q5_1 are packed with AVX-512 only
 template <> struct Layout<BlockQ5_0> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = false;
@@ -99,7 +100,6 @@ template <> struct Layout<BlockQ5_1> {
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = true;
 };
-#endif
 
 template <class Block>
 struct Offsets {
@@ -289,12 +289,20 @@ void tile_for(const Tile& t) {
 #else  // AVX2
 constexpr int kMaxRows = 2, kMaxGroups = 1;
 
+// The 32 bits at p (bit j: byte j of a half vector) as 32 bytes: 16 where the bit is set, else 0.
+inline __m256i fifth_bits(const uint8_t* p) {
+  const __m256i byte_of_bit = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                               2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(four(reinterpret_cast<const int8_t*>(p))), byte_of_bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+}
+
 // Rows [m, m + R) x one group's 16 rows, as two halves of 8 int32 / f32 lanes.
 template <class Block, int R>
 void tile(const Tile& t) {
   using L = Layout<Block>;
   using O = Offsets<Block>;
-  static_assert(!L::kFifth, "AVX2 has no kernel for Q5_0 and Q5_1");
   const Activations& a = *t.a;
   const int64_t K = t.K, runs = a.runs;
   const int8_t* x = a.q + t.m * K;
@@ -319,13 +327,22 @@ void tile(const Tile& t) {
             sum[r][h] = _mm256_add_epi32(sum[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, signed_x), ones));
           }
         }
-    } else {  // 4-bit codes: the block's 16 products per lane pair in int16, then widened once
+    } else {  // 4- and 5-bit codes: products summed per lane pair in int16, widened every kWiden vectors
+      constexpr int kWiden = L::kFifth ? 2 : 4;
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h)
+          sum[r][h] = L::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(-a.shifted[(t.m + r) * runs + b]);
       __m256i pairs[R][2];
-      for (int r = 0; r < R; ++r) pairs[r][0] = pairs[r][1] = _mm256_setzero_si256();
-      for (int v = 0; v < 4; ++v)
+      for (int v = 0; v < 4; ++v) {
+        if (v % kWiden == 0)
+          for (int r = 0; r < R; ++r) pairs[r][0] = pairs[r][1] = _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
           const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * v + 32 * h));
-          const __m256i lo = _mm256_and_si256(raw, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+          __m256i lo = _mm256_and_si256(raw, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+          if constexpr (L::kFifth) {
+            lo = _mm256_or_si256(lo, fifth_bits(p + O::kFifth + 16 * v + 4 * h));
+            hi = _mm256_or_si256(hi, fifth_bits(p + O::kFifth + 16 * v + 8 + 4 * h));
+          }
           for (int r = 0; r < R; ++r) {
             const __m256i bl = _mm256_set1_epi32(four(xb + r * K + 4 * v));
             const __m256i bh = _mm256_set1_epi32(four(xb + r * K + 16 + 4 * v));
@@ -333,11 +350,10 @@ void tile(const Tile& t) {
             pairs[r][h] = _mm256_add_epi16(pairs[r][h], _mm256_maddubs_epi16(hi, bh));
           }
         }
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < 2; ++h) {
-          const __m256i start = L::kMin ? _mm256_setzero_si256() : _mm256_set1_epi32(-a.shifted[(t.m + r) * runs + b]);
-          sum[r][h] = _mm256_add_epi32(start, _mm256_madd_epi16(pairs[r][h], ones));
-        }
+        if ((v + 1) % kWiden == 0)
+          for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h) sum[r][h] = _mm256_add_epi32(sum[r][h], _mm256_madd_epi16(pairs[r][h], ones));
+      }
     }
     for (int h = 0; h < 2; ++h) {
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + O::kScale + 16 * h)));
@@ -371,9 +387,7 @@ constexpr TypeKernels kernels_of() {
 }
 
 constexpr TypeKernels kQ8_0 = kernels_of<BlockQ8>(), kQ4_0 = kernels_of<BlockQ4_0>(), kQ4_1 = kernels_of<BlockQ4_1>();
-#if defined(MINFER_PACKED_VNNI)
 constexpr TypeKernels kQ5_0 = kernels_of<BlockQ5_0>(), kQ5_1 = kernels_of<BlockQ5_1>();
-#endif
 
 }  // namespace
 
@@ -382,10 +396,8 @@ const TypeKernels* legacy_kernels(DType t) {
     case DType::q8_0: return &kQ8_0;
     case DType::q4_0: return &kQ4_0;
     case DType::q4_1: return &kQ4_1;
-#if defined(MINFER_PACKED_VNNI)
     case DType::q5_0: return &kQ5_0;
     case DType::q5_1: return &kQ5_1;
-#endif
     default: return nullptr;
   }
 }
