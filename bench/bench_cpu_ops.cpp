@@ -179,17 +179,19 @@ void BM_QuantLayoutFromDram(benchmark::State& state) {
   state.SetLabel(std::string(dtype_name(dtype)) + (packed ? ", packed, " : ", file layout, ") + std::to_string(threads) +
                  " threads");
 }
-constexpr int kQ4_1 = int(DType::q4_1);
+constexpr int kQ4_1 = int(DType::q4_1), kQ5_0 = int(DType::q5_0);
 BENCHMARK(BM_QuantLayoutFromDram)
     ->ArgNames({"M", "N", "K", "dtype", "packed", "threads"})
     // Qwen2.5-0.5B's MLP shapes: decode, and a prefill-shaped product of 256 rows, every core
     ->ArgsProduct({{1}, {4864}, {896}, {kF32}, {0}, {0}})
     ->ArgsProduct({{1}, {896}, {4864}, {kF32}, {0}, {0}})
-    ->ArgsProduct({{1, 256}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {0}})
-    ->ArgsProduct({{1}, {896}, {4864}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {0}})
+    ->ArgsProduct({{1, 256}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {0}})
+    ->ArgsProduct({{1}, {896}, {4864}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {0}})
+    // the K-quants need K in whole super-blocks of 256: the down projection's shape
+    ->ArgsProduct({{1, 256}, {896}, {4864}, {kQ4_K, kQ6_K}, {0, 1}, {0}})
     // decode at one thread
     ->ArgsProduct({{1}, {4864}, {896}, {kF32}, {0}, {1}})
-    ->ArgsProduct({{1}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1}, {0, 1}, {1}})
+    ->ArgsProduct({{1}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -230,6 +232,31 @@ BENCHMARK(BM_AttentionDecodeFromDram)
     ->ArgNames({"B", "T", "block"})
     ->ArgsProduct({{1}, {2048}, {16, 64, 2048}})
     ->ArgsProduct({{16}, {512}, {16, 64, 512}})
+    ->Unit(benchmark::kMicrosecond);
+
+// Packing at load (cpu::pack_rows), one thread: the file's bytes per second, Qwen2.5-0.5B's down
+// projection (896 x 4864), per type this build packs (its load adds the model's bytes over this).
+void BM_PackRows(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  if (!cpu::packs(dtype)) {
+    state.SkipWithError("this build does not pack the type");
+    return;
+  }
+  const int64_t N = 896, K = 4864;
+  const Tensor file = random({N, K}, dtype, 2);
+  std::vector<uint8_t> packed(dtype_bytes(dtype, uint64_t(N * K)));
+  for (auto _ : state) {
+    cpu::pack_rows(dtype, packed.data(), file.data(), N, K);
+    benchmark::DoNotOptimize(packed.data());
+  }
+  state.counters["file B/s"] = benchmark::Counter(double(packed.size()), benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1024);
+  state.SetLabel(dtype_name(dtype));
+}
+BENCHMARK(BM_PackRows)
+    ->ArgName("dtype")
+    ->Arg(kQ8)->Arg(kQ4_0)->Arg(kQ4_1)->Arg(kQ5_0)->Arg(int(DType::q5_1))
+    ->Arg(int(DType::q2_k))->Arg(int(DType::q3_k))->Arg(kQ4_K)->Arg(int(DType::q5_k))->Arg(kQ6_K)
     ->Unit(benchmark::kMicrosecond);
 
 // The streaming read the roofline's bandwidth comes from.

@@ -43,6 +43,7 @@
 // are the f32 products unpack::k_affine forms, and each output element then takes quant_gemm's
 // run-order operations (packed.h), whatever the tile's rows and groups, so it is quant_gemm's
 // result bit for bit. Scalar builds do not pack the K-quants (k_kernels returns nullptr).
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
@@ -53,6 +54,7 @@
 #include "kernels/cpu/quant/act_runs.h"
 #include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/quant/packed_tile.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/quant/quant_simd.h"
 
 namespace minfer::cpu::packed {
@@ -109,6 +111,7 @@ inline __m128i shift16(__m128i x) {
 
 struct Q4K {
   using Block = BlockQ4_K;
+  static constexpr DType kType = DType::q4_k;
   static constexpr int kRun = 32, kShift = 0, kSuper = 2304;
   [[maybe_unused]] static constexpr int kSteps = 8;  // kSteps: AVX2's int16 quads
   static constexpr bool kMin = true, kSigned = false;
@@ -143,6 +146,7 @@ struct Q4K {
 
 struct Q5K {
   using Block = BlockQ5_K;
+  static constexpr DType kType = DType::q5_k;
   static constexpr int kRun = 32, kShift = 0, kSuper = 2816;
   [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = true, kSigned = false;
@@ -173,6 +177,7 @@ struct Q5K {
 
 struct Q6K {
   using Block = BlockQ6_K;
+  static constexpr DType kType = DType::q6_k;
   static constexpr int kRun = 16, kShift = 32, kSuper = 3360;
   [[maybe_unused]] static constexpr int kSteps = 2;
   static constexpr bool kMin = false, kSigned = true;
@@ -208,6 +213,7 @@ struct Q6K {
 
 struct Q3K {
   using Block = BlockQ3_K;
+  static constexpr DType kType = DType::q3_k;
   static constexpr int kRun = 16, kShift = 4, kSuper = 1760;
   [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = false, kSigned = true;
@@ -244,6 +250,7 @@ struct Q3K {
 
 struct Q2K {
   using Block = BlockQ2_K;
+  static constexpr DType kType = DType::q2_k;
   static constexpr int kRun = 16, kShift = 0, kSuper = 1344;
   [[maybe_unused]] static constexpr int kSteps = 4;
   static constexpr bool kMin = true, kSigned = false;
@@ -268,7 +275,29 @@ struct Q2K {
   }
 };
 
-// --- packing: the plain bytes and every code field, one weight at a time ---
+// --- packing: the plain bytes, and every code field a quad at a time ---
+// note: a field's 4 codes of a quad (k = 4q .. 4q + 3) sit in 4 consecutive bytes at one shift,
+// in the file and packed alike (each type's file() and packed() above), so a quad moves as one
+// 32-bit word: shifted down, masked to the field's width in every byte (bits shifted in from the
+// next byte lie above it), shifted to its place: 64 word operations a field and row of a
+// super-block, where a weight at a time took 256 byte operations.
+
+inline uint32_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline void or32(uint8_t* p, uint32_t v) {
+  v |= load32(p);
+  std::memcpy(p, &v, 4);
+}
+
+// One quad of a field `width` bits wide: the 4 bytes at from + from_place.byte, shifted down by
+// from_place.shift and masked, ORed into the 4 bytes at to + to_place.byte at to_place.shift.
+inline void move_quad(uint8_t* to, Place to_place, const uint8_t* from, Place from_place, int width) {
+  const uint32_t mask = ((1u << width) - 1) * 0x01010101u;
+  or32(to + to_place.byte, ((load32(from + from_place.byte) >> from_place.shift) & mask) << to_place.shift);
+}
 
 template <class T>
 void pack_group(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int64_t nb) {
@@ -280,13 +309,8 @@ void pack_group(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int64_t nb)
       const uint8_t* x = src + r * row_bytes + b * int64_t(sizeof(Block));
       for (const Plain& p : T::kPlain)
         for (int i = 0; i < p.count; ++i) sb[p.packed + 16 * p.unit * (i / p.unit) + p.unit * r + i % p.unit] = x[p.file + i];
-      for (int f = 0; f < T::kFields; ++f) {
-        const int mask = (1 << T::width(f)) - 1;
-        for (int k = 0; k < kQK; ++k) {
-          const Place from = T::file(f, k), to = T::packed(f, r, k);
-          sb[to.byte] = uint8_t(sb[to.byte] | ((x[from.byte] >> from.shift) & mask) << to.shift);
-        }
-      }
+      for (int f = 0; f < T::kFields; ++f)
+        for (int k = 0; k < kQK; k += 4) move_quad(sb, T::packed(f, r, k), x, T::file(f, k), T::width(f));
     }
   }
 }
@@ -300,13 +324,8 @@ void unpack_row(uint8_t* dst, const uint8_t* group, int r, int64_t nb) {
     std::memset(x, 0, sizeof(Block));
     for (const Plain& p : T::kPlain)
       for (int i = 0; i < p.count; ++i) x[p.file + i] = sb[p.packed + 16 * p.unit * (i / p.unit) + p.unit * r + i % p.unit];
-    for (int f = 0; f < T::kFields; ++f) {
-      const int mask = (1 << T::width(f)) - 1;
-      for (int k = 0; k < kQK; ++k) {
-        const Place from = T::packed(f, r, k), to = T::file(f, k);
-        x[to.byte] = uint8_t(x[to.byte] | ((sb[from.byte] >> from.shift) & mask) << to.shift);
-      }
-    }
+    for (int f = 0; f < T::kFields; ++f)
+      for (int k = 0; k < kQK; k += 4) move_quad(x, T::file(f, k), sb, T::packed(f, r, k), T::width(f));
   }
 }
 
@@ -432,91 +451,36 @@ void tile(const Tile& t) {
     for (int n = 0; n < NG; ++n) _mm512_storeu_ps(t.out + r * t.ld_out + 16 * n, acc[r][n]);
 }
 
-// The codes of NG groups as unsigned bytes and their runs' dl and ml, unpacked once for a tile of
-// many rows (quant_gemm.cpp's strip, 16 * NG columns).
-struct Strip {
-  uint8_t* codes;  // (K / 4, 16 * NG, 4): quad q of group n's 16 rows at (q * NG + n) * 64
-  float* dl;       // (K / G, 16 * NG)
-  float* ml;       // (K / G, 16 * NG)
-};
-
-template <class T, int NG>
-void unpack_strip(const Tile& t, const Strip& s) {
-  constexpr int kRuns = kQK / T::kRun, kQuads = T::kRun / 4;
-  for (int64_t b = 0; b < t.K / kQK; ++b)
-    for (int n = 0; n < NG; ++n) {
-      const uint8_t* sb = t.w + n * t.group_bytes + b * T::kSuper;
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
-      static_for<kRuns>([&](auto J) {
-        constexpr int j = J;
-        const int64_t g = b * kRuns + j;
-        static_for<T::kRun / 8>([&](auto P) {
-          __m512i u0, u1;
-          T::template quads<V512, j, P>(sb, 0, u0, u1);
-          _mm512_storeu_si512(s.codes + ((g * kQuads + 2 * P) * NG + n) * 64, u0);
-          _mm512_storeu_si512(s.codes + ((g * kQuads + 2 * P + 1) * NG + n) * 64, u1);
-        });
-        __m128i sc, m;
-        T::template affine<j>(sb, sc, m);
-        _mm512_storeu_ps(s.dl + (g * NG + n) * 16, _mm512_mul_ps(d, scale_f32<T::kSigned>(sc)));
-        if constexpr (T::kMin) {
-          const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
-          _mm512_storeu_ps(s.ml + (g * NG + n) * 16, _mm512_mul_ps(dmin, scale_f32<false>(m)));
-        }
+// One group's codes as columns 16n .. 16n + 15 of quant_gemm's strip (quant_gemm.h), with its
+// runs' dl and ml: unpacked once for a tile of many rows.
+template <class T>
+void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s) {
+  constexpr int kRuns = kQK / T::kRun, kQuads = T::kRun / 4, kCols = kQuantStripCols;
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    const uint8_t* sb = group + b * T::kSuper;
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb)));
+    static_for<kRuns>([&](auto J) {
+      constexpr int j = J;
+      const int64_t g = b * kRuns + j;
+      static_for<T::kRun / 8>([&](auto P) {
+        __m512i u0, u1;
+        T::template quads<V512, j, P>(sb, 0, u0, u1);
+        _mm512_store_si512(s.codes + ((g * kQuads + 2 * P) * kCols + 16 * n) * 4, u0);
+        _mm512_store_si512(s.codes + ((g * kQuads + 2 * P + 1) * kCols + 16 * n) * 4, u1);
       });
-    }
-}
-
-// Activation rows [m, m + R) x the strip's 16 * NG columns: tile's arithmetic, element for element,
-// from the unpacked codes, dl and ml.
-template <class T, int R, int NG>
-void strip_tile(const Tile& t, const Strip& s, int64_t m) {
-  constexpr int kQuads = T::kRun / 4;
-  const Activations& a = *t.a;
-  __m512 acc[R][NG];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NG; ++n) acc[r][n] = _mm512_setzero_ps();
-  const int8_t* x = a.q + m * t.K;
-  for (int64_t g = 0; g < a.runs; ++g) {
-    __m512i sum[R][NG];
-    for (int r = 0; r < R; ++r)
-      for (int n = 0; n < NG; ++n) sum[r][n] = _mm512_setzero_si512();
-    for (int q = 0; q < kQuads; ++q)
-      for (int n = 0; n < NG; ++n) {
-        const __m512i u = _mm512_load_si512(s.codes + ((g * kQuads + q) * NG + n) * 64);
-        for (int r = 0; r < R; ++r)
-          sum[r][n] = _mm512_dpbusd_epi32(sum[r][n], u, _mm512_set1_epi32(four_codes(x + r * t.K + g * T::kRun + 4 * q)));
-      }
-    for (int n = 0; n < NG; ++n) {
-      const __m512 dl = _mm512_load_ps(s.dl + (g * NG + n) * 16);
-      for (int r = 0; r < R; ++r) {
-        if constexpr (T::kShift != 0)
-          sum[r][n] = _mm512_sub_epi32(sum[r][n], _mm512_set1_epi32(a.shifted[(m + r) * a.runs + g]));
-        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][n]), _mm512_mul_ps(dl, _mm512_set1_ps(a.dx[(m + r) * a.runs + g])),
-                                    acc[r][n]);
-      }
+      __m128i sc, m;
+      T::template affine<j>(sb, sc, m);
+      _mm512_store_ps(s.scale + g * kCols + 16 * n, _mm512_mul_ps(d, scale_f32<T::kSigned>(sc)));
       if constexpr (T::kMin) {
-        const __m512 ml = _mm512_load_ps(s.ml + (g * NG + n) * 16);
-        for (int r = 0; r < R; ++r)
-          acc[r][n] = _mm512_fnmadd_ps(ml, _mm512_set1_ps(a.cx[(m + r) * a.runs + g]), acc[r][n]);
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 32)));
+        _mm512_store_ps(s.minimum + g * kCols + 16 * n, _mm512_mul_ps(dmin, scale_f32<false>(m)));
       }
-    }
+    });
   }
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NG; ++n) _mm512_storeu_ps(t.out + (m - t.m + r) * t.ld_out + 16 * n, acc[r][n]);
 }
 
-// note: a tile takes all of a call's rows (max_rows is unbounded). Up to kDirectRows rows it
-// unpacks the codes in registers as it multiplies (decode, small batches), two groups together,
-// so that each thread streams two groups at once and keeps more loads in flight (one group a
-// tile streamed Q4_K and Q6_K from DRAM about 0.1x slower). From kDirectRows + 1 rows it unpacks
-// its groups once into a strip, as quant_gemm.cpp does, and runs quant_gemm's register tile of
-// 4 rows x 32 columns over it: unpacked in registers, each code vector served at most 8 rows, and
-// prefill ran at 0.7-0.9x quant_gemm's speed where its strip fits L1; from the strip, at 1.0-1.1x
-// there and 1.2-1.35x where it does not, since the packed groups unpack from contiguous bytes
-// (2-core Xeon, M = 256). Both give each element the same operations, so the threshold changes
-// no bit.
-constexpr int kDirectRows = 8, kMaxRows = 1 << 30, kMaxGroups = 2;
+// A tile of up to kDirectRows rows, unpacked in registers (see the note below tile_for).
+constexpr int kDirectRows = 8;
 
 template <class T, int R>
 void tile_rows(const Tile& t) {
@@ -535,31 +499,8 @@ void tile_rows(const Tile& t) {
   }
 }
 
-template <class T, int NG>
-void strip_rows(const Tile& t) {
-  // Grow once, then reused.
-  thread_local std::vector<uint8_t> codes;
-  thread_local std::vector<float> maps;
-  const int64_t runs = t.K / T::kRun;
-  float* dl = aligned_64(maps, size_t(2 * runs * 16 * NG));
-  const Strip s{aligned_64(codes, size_t(t.K * 16 * NG)), dl, dl + runs * 16 * NG};
-  unpack_strip<T, NG>(t, s);
-  int64_t m = t.m;
-  for (; m + 4 <= t.m + t.rows; m += 4) strip_tile<T, 4, NG>(t, s, m);
-  switch (t.m + t.rows - m) {
-    case 3: strip_tile<T, 3, NG>(t, s, m); break;
-    case 2: strip_tile<T, 2, NG>(t, s, m); break;
-    case 1: strip_tile<T, 1, NG>(t, s, m); break;
-    default: break;
-  }
-}
-
 template <class T>
-void tile_for(const Tile& t) {
-  if (t.rows <= kDirectRows) return tile_rows<T, kDirectRows>(t);
-  if (t.groups == 2) return strip_rows<T, 2>(t);
-  strip_rows<T, 1>(t);
-}
+void direct_rows(const Tile& t) { tile_rows<T, kDirectRows>(t); }
 
 #else  // AVX2
 
@@ -645,15 +586,90 @@ void tile(const Tile& t) {
   }
 }
 
-constexpr int kMaxRows = 2, kMaxGroups = 1;
+// One group's codes as columns 16n .. 16n + 15 of quant_gemm's strip (quant_gemm.h), with its
+// runs' dl and ml, a half of 8 rows at a time: unpacked once for a tile of many rows.
+template <class T>
+void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s) {
+  constexpr int kRuns = kQK / T::kRun, kQuads = T::kRun / 4, kCols = kQuantStripCols;
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    const uint8_t* sb = group + b * T::kSuper;
+    static_for<kRuns>([&](auto J) {
+      constexpr int j = J;
+      const int64_t g = b * kRuns + j;
+      __m128i sc, m;
+      T::template affine<j>(sb, sc, m);
+      for (int h = 0; h < 2; ++h) {
+        static_for<T::kRun / 8>([&](auto P) {
+          __m256i u0, u1;
+          T::template quads<V256, j, P>(sb, 32 * h, u0, u1);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((g * kQuads + 2 * P) * kCols + 16 * n + 8 * h) * 4), u0);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((g * kQuads + 2 * P + 1) * kCols + 16 * n + 8 * h) * 4), u1);
+        });
+        const __m256 d = _mm256_cvtph_ps(load16(sb + 16 * h));
+        _mm256_store_ps(s.scale + g * kCols + 16 * n + 8 * h, _mm256_mul_ps(d, scale_f32<T::kSigned>(sc, h)));
+        if constexpr (T::kMin)
+          _mm256_store_ps(s.minimum + g * kCols + 16 * n + 8 * h,
+                          _mm256_mul_ps(_mm256_cvtph_ps(load16(sb + 32 + 16 * h)), scale_f32<false>(m, h)));
+      }
+    });
+  }
+}
+
+// A tile of up to kDirectRows rows, unpacked in registers (see the note below tile_for): 2 rows
+// of one group at a time.
+constexpr int kDirectRows = 8;
 
 template <class T>
-void tile_for(const Tile& t) {
-  if (t.rows == 2) return tile<T, 2>(t);
-  tile<T, 1>(t);
+void direct_rows(const Tile& t) {
+  for (int n = 0; n < t.groups; ++n)
+    for (int r = 0; r < t.rows; r += 2) {
+      Tile part = t;
+      part.w = t.w + n * t.group_bytes;
+      part.groups = 1;
+      part.m = t.m + r;
+      part.rows = std::min(2, t.rows - r);
+      part.out = t.out + r * t.ld_out + kPackRows * n;
+      if (part.rows == 2) tile<T, 2>(part);
+      else tile<T, 1>(part);
+    }
 }
 
 #endif
+
+// Rows past kDirectRows: the tile's groups unpacked once into quant_gemm's strip, and its
+// register tiles run over it (quant_strip_rows).
+template <class T>
+void strip_rows(const Tile& t) {
+  // Grow once, then reused. A single group leaves the strip's columns 16..31 as a previous call
+  // (or the zeroed resize) left them: quant_strip_rows reads them and writes nothing of them.
+  thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<float> maps;
+  const int64_t runs = t.K / T::kRun;
+  float* scale = aligned_64(maps, size_t(2 * runs * kQuantStripCols));
+  const QuantStrip s{aligned_64(codes, size_t(t.K * kQuantStripCols)), scale, scale + runs * kQuantStripCols};
+  for (int n = 0; n < t.groups; ++n) unpack_to_strip<T>(t.w + n * t.group_bytes, t.K, n, s);
+  const Activations& a = *t.a;
+  const Activations rows{a.q + t.m * t.K, a.dx + t.m * a.runs, a.shifted + t.m * a.runs, a.cx + t.m * a.runs, a.runs};
+  quant_strip_rows(T::kType, s, rows, t.rows, t.K, t.out, t.ld_out, kPackRows * t.groups);
+}
+
+// note: a tile takes all of a call's rows (max_rows is unbounded) and two groups (max_groups).
+// Up to kDirectRows rows it unpacks the codes in registers as it multiplies (decode, small
+// batches); AVX-512 takes the two groups together, so that each thread streams two groups at once
+// and keeps more loads in flight (one group a tile streamed Q4_K and Q6_K from DRAM about 0.1x
+// slower). From kDirectRows + 1 rows it unpacks its groups once into quant_gemm's strip and runs
+// quant_gemm's register tiles over it (4 rows x 32 columns with AVX-512, 2 x 16 with AVX2):
+// unpacked in registers, each code vector served a tile's few rows, and AVX-512 prefill ran at
+// 0.7-0.9x quant_gemm's speed where its strip fits L1; from the strip, at 1.0-1.1x there and
+// 1.2-1.35x where it does not, since the packed groups unpack from contiguous bytes (2-core Xeon,
+// M = 256). Both give each element the same operations, so the threshold changes no bit.
+constexpr int kMaxRows = 1 << 30, kMaxGroups = 2;
+
+template <class T>
+void tile_for(const Tile& t) {
+  if (t.rows <= kDirectRows) return direct_rows<T>(t);
+  strip_rows<T>(t);
+}
 
 template <class T>
 constexpr TypeKernels kKernels{pack_group<T>, unpack_row<T>, tile_for<T>, kMaxRows, kMaxGroups};

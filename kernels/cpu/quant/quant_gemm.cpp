@@ -45,15 +45,10 @@ namespace minfer::cpu {
 
 namespace {
 
-constexpr int kStrip = 32;    // weight columns per strip: two vectors of 16 int32 lanes (four of 8 on AVX2)
+constexpr int kStrip = kQuantStripCols;  // weight columns per strip: two vectors of 16 int32 lanes (four of 8 on AVX2)
 
-// One strip: the codes of up to 32 weight columns, and each run's dl and ml. Columns past n_cols
-// are zero (they add nothing).
-struct Strip {
-  uint8_t* codes;  // (K / 4, 32, 4)
-  float* scale;    // (K / G, 32): dl
-  float* minimum;  // (K / G, 32): ml (the types with a minimum)
-};
+// Columns past n_cols are zero (they add nothing).
+using Strip = QuantStrip;
 
 template <class Block>
 void unpack_strip(const Strip& strip,
@@ -279,6 +274,11 @@ void strip_rows_for(DType w, int G, bool symmetric, const Strip& strip, const Ac
 
 }  // namespace
 
+void quant_strip_rows(DType w, const QuantStrip& strip, const Activations& a, int64_t M, int64_t K, float* out,
+                      int64_t ld_out, int64_t n_cols) {
+  strip_rows_for(w, unpack::affine_run(w), code_shift(w) != 0, strip, a, M, K, out, ld_out, n_cols);
+}
+
 // note: the rows from which the GEMM beats the dot products (quant_gemm_min_rows) were measured on a
 // Zen 4, 2 threads, 3072 x 768 weights, medians of 3 rounds, the AVX2 build run on the same CPU
 // (bench/results/NOTES.md, "Batched decode with quantized weights"). The GEMM pays a fixed cost per
@@ -344,6 +344,10 @@ void quant_gemm(ThreadPool& pool, float* out, int64_t ld_out, const uint8_t* act
 
 bool quant_gemm_supports(DType) { return false; }
 int64_t quant_gemm_min_rows(DType) { return 33; }
+
+void quant_strip_rows(DType w, const QuantStrip&, const Activations&, int64_t, int64_t, float*, int64_t, int64_t) {
+  MINFER_CHECK(false, "quant_strip_rows: this build has neither AVX-512 VNNI nor AVX2 with FMA (", dtype_name(w), ")");
+}
 
 void quant_gemm(ThreadPool&, float*, int64_t, const uint8_t*, const void*, DType w_dtype, int64_t, int64_t, int64_t) {
   MINFER_CHECK(false, "quant_gemm: this build has neither AVX-512 VNNI nor AVX2 with FMA (", dtype_name(w_dtype), ")");

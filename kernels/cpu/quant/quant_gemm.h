@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/threads.h"
+#include "kernels/cpu/quant/act_runs.h"
 
 namespace minfer::cpu {
 
@@ -27,5 +28,21 @@ void quant_gemm(ThreadPool& pool,
                 const uint8_t* act,           // (M, act_row_bytes(w_dtype, K)) bytes
                 const void* w, DType w_dtype, // (N, K / block) blocks, dense
                 int64_t M, int64_t N, int64_t K);
+
+// One strip of quant_gemm: up to kQuantStripCols weight columns unpacked, their codes as unsigned
+// bytes (u = q + code_shift, or q) and each run's dl and ml (quant_gemm.cpp's top has the terms).
+constexpr int kQuantStripCols = 32;
+struct QuantStrip {
+  uint8_t* codes;  // (K / 4, 32, 4): quad k / 4 of column c at (k / 4 * 32 + c) * 4; 64-byte aligned
+  float* scale;    // (K / G, 32): dl; 64-byte aligned
+  float* minimum;  // (K / G, 32): ml (the types with a minimum); 64-byte aligned
+};
+
+// quant_gemm's register tiles over one unpacked strip: out(m, c) for the M rows of a and the
+// strip's columns c < n_cols, rows ld_out apart (columns past n_cols are read, never written).
+// The packed K-quants' prefill (packed_k.cpp) unpacks its groups into a strip and runs these, so a
+// packed matrix and the file's give each element the same operations.
+void quant_strip_rows(DType w, const QuantStrip& strip, const Activations& a, int64_t M, int64_t K,
+                      float* out, int64_t ld_out, int64_t n_cols);
 
 }  // namespace minfer::cpu
