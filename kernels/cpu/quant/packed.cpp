@@ -26,7 +26,7 @@ namespace minfer::cpu {
 
 namespace {
 
-constexpr int64_t kStreamRows = 8;  // the most rows a product splits into one chunk per thread
+[[maybe_unused]] constexpr int64_t kStreamRows = 8;  // the most rows a product splits into one chunk per thread
 
 const packed::TypeKernels* kernels_for(DType t) {
   if (!is_quantized(t)) return nullptr;
@@ -110,6 +110,20 @@ void unpack_row(DType t, void* dst_row, const void* packed, int64_t row, int64_t
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
+
+void packed::strip_rows(const packed::Tile& t, DType type, packed::UnpackToStrip unpack) {
+  // Grow once, then reused. A single group leaves the strip's columns 16..31 as a previous call
+  // (or the zeroed resize) left them: quant_strip_rows reads them and writes nothing of them.
+  thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<float> maps;
+  const int64_t runs = t.K / unpack::affine_run(type);
+  float* scale = aligned_64(maps, size_t(2 * runs * kQuantStripCols));
+  const QuantStrip s{aligned_64(codes, size_t(t.K * kQuantStripCols)), scale, scale + runs * kQuantStripCols};
+  for (int n = 0; n < t.groups; ++n) unpack(t.w + n * t.group_bytes, t.K, n, s);
+  const Activations& a = *t.a;
+  const Activations rows{a.q + t.m * t.K, a.dx + t.m * a.runs, a.shifted + t.m * a.runs, a.cx + t.m * a.runs, a.runs};
+  quant_strip_rows(type, s, rows, t.rows, t.K, t.out, t.ld_out, kPackRows * t.groups);
+}
 
 void matmul_packed(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
                    DType t, int64_t M, int64_t N, int64_t K) {

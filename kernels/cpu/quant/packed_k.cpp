@@ -636,23 +636,6 @@ void direct_rows(const Tile& t) {
 
 #endif
 
-// Rows past kDirectRows: the tile's groups unpacked once into quant_gemm's strip, and its
-// register tiles run over it (quant_strip_rows).
-template <class T>
-void strip_rows(const Tile& t) {
-  // Grow once, then reused. A single group leaves the strip's columns 16..31 as a previous call
-  // (or the zeroed resize) left them: quant_strip_rows reads them and writes nothing of them.
-  thread_local std::vector<uint8_t> codes;
-  thread_local std::vector<float> maps;
-  const int64_t runs = t.K / T::kRun;
-  float* scale = aligned_64(maps, size_t(2 * runs * kQuantStripCols));
-  const QuantStrip s{aligned_64(codes, size_t(t.K * kQuantStripCols)), scale, scale + runs * kQuantStripCols};
-  for (int n = 0; n < t.groups; ++n) unpack_to_strip<T>(t.w + n * t.group_bytes, t.K, n, s);
-  const Activations& a = *t.a;
-  const Activations rows{a.q + t.m * t.K, a.dx + t.m * a.runs, a.shifted + t.m * a.runs, a.cx + t.m * a.runs, a.runs};
-  quant_strip_rows(T::kType, s, rows, t.rows, t.K, t.out, t.ld_out, kPackRows * t.groups);
-}
-
 // note: a tile takes all of a call's rows (max_rows is unbounded) and two groups (max_groups).
 // Up to kDirectRows rows it unpacks the codes in registers as it multiplies (decode, small
 // batches); AVX-512 takes the two groups together, so that each thread streams two groups at once
@@ -668,7 +651,7 @@ constexpr int kMaxRows = 1 << 30, kMaxGroups = 2;
 template <class T>
 void tile_for(const Tile& t) {
   if (t.rows <= kDirectRows) return direct_rows<T>(t);
-  strip_rows<T>(t);
+  strip_rows(t, T::kType, unpack_to_strip<T>);
 }
 
 template <class T>

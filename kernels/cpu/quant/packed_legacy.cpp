@@ -15,9 +15,9 @@
 //        | d_0 | d_1 | ... | d_15 |                        16 f16 scales (32 bytes)
 //
 //   Q4_1 (320 bytes): the same, then m_0 .. m_15 (32 bytes).
-//   Q8_0 (544 bytes): 8 vectors, vector j = q_r[4j .. 4j + 3] of each row (k 4j .. 4j + 3), each
-//                     code with its top bit flipped (u = q + 128, what vpdpbusd multiplies), then
-//                     d_0 .. d_15.
+//   Q8_0 (544 bytes): 8 vectors, vector j = q_r[4j .. 4j + 3] of each row (k 4j .. 4j + 3), then
+//                     d_0 .. d_15; with AVX-512 VNNI each code's top bit is flipped (u = q + 128,
+//                     what vpdpbusd multiplies), with AVX2 the codes are the file's.
 //   Q5_0 (352 bytes): Q4_0's 4 vectors, then 8 masks of 64 bits (64 bytes: the rows' qh), mask
 //                     2v + h holding in bit 4r + i the fifth bit of row r's weight 16h + 4v + i,
 //                     the code in nibble h of vector v's byte 4r + i; then d_0 .. d_15.
@@ -46,12 +46,13 @@
 //     to int32. 4-bit codes sum all 8 steps of a block in int16 (16 products of at most
 //     15 * 127 = 30480 < 32767) before widening, 5-bit codes 4 steps (8 products of at most
 //     31 * 127 = 31496); a 32-bit half of a mask of fifth bits becomes 32 bytes of 16 or 0 by a
-//     byte shuffle, an AND with each byte's bit and a compare. Q8_0's codes reach 255 as unsigned bytes, where a
-//     pair could saturate, so it flips their top bit back (q) and multiplies |q| by a with q's sign
+//     byte shuffle, an AND with each byte's bit and a compare. Q8_0's codes would reach 255 as unsigned bytes, where a
+//     pair could saturate, so AVX2 keeps them signed (q) and multiplies |q| by a with q's sign
 //     (vpsignb): |q| <= 128, |a| <= 127 (the quantizer's codes), a pair at most 32512, widened at
 //     every step; S = sum q a directly.
 #include "kernels/cpu/quant/packed_tile.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/quants.h"
@@ -73,30 +74,47 @@ namespace {
 
 constexpr int kRows = 16;  // rows per group (packed.h's kPackRows)
 
+// Whether Q8_0's codes are stored with their top bit flipped (u = q + 128, what vpdpbusd
+// multiplies); AVX2's vpsignb reads q itself.
+#if defined(MINFER_PACKED_VNNI)
+constexpr bool kFlipQ8 = true;
+#else
+constexpr bool kFlipQ8 = false;
+#endif
+
 // Where each part of a block-group lies, per block type (the drawing at the top), and how far
 // ahead of a group's stream its tile prefetches, in bytes (0: not at all).
 // note: measured on the Xeon named in bench/results/NOTES.md (issue 57), decode of a 4864 x 896
 // matrix from DRAM at one thread: prefetching 1 to 4 KiB ahead streams the 4-bit types 12-16%
 // faster; Q8_0 ran 3% slower with it (CPU time of the thread, medians of 3 rounds). The AVX2
 // build on the same Xeon: 17-18% faster for the 4-bit types (no AVX2-only machine measured).
+#if defined(MINFER_PACKED_VNNI)
+constexpr int kAheadQ8 = 0;
+#else
+constexpr int kAheadQ8 = 2048;
+#endif
 template <class Block> struct Layout;
 template <> struct Layout<BlockQ8> {
-  static constexpr int kVectors = 8, kAhead = 0;
+  static constexpr int kVectors = 8, kAhead = kAheadQ8;
   static constexpr bool kNibbles = false, kFifth = false, kMin = false;
 };
 template <> struct Layout<BlockQ4_0> {
+  [[maybe_unused]] static constexpr DType kType = DType::q4_0;  // read by AVX2's strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = false;
 };
 template <> struct Layout<BlockQ4_1> {
+  [[maybe_unused]] static constexpr DType kType = DType::q4_1;  // read by AVX2's strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = true;
 };
 template <> struct Layout<BlockQ5_0> {
+  [[maybe_unused]] static constexpr DType kType = DType::q5_0;  // read by AVX2's strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = false;
 };
 template <> struct Layout<BlockQ5_1> {
+  [[maybe_unused]] static constexpr DType kType = DType::q5_1;  // read by AVX2's strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = true;
 };
@@ -130,7 +148,7 @@ void pack_group(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int64_t nb)
       Block block;
       std::memcpy(&block, src + r * row_bytes + b * int64_t(sizeof(Block)), sizeof(Block));
       for (int v = 0; v < L::kVectors; ++v) std::memcpy(o + 64 * v + 4 * r, code_bytes(block) + 4 * v, 4);
-      if constexpr (!L::kNibbles)
+      if constexpr (!L::kNibbles && kFlipQ8)
         for (int v = 0; v < L::kVectors; ++v)
           for (int i = 0; i < 4; ++i) o[64 * v + 4 * r + i] ^= 0x80;  // u = q + 128
       if constexpr (L::kFifth) {
@@ -155,7 +173,7 @@ void unpack_row(uint8_t* dst, const uint8_t* group, int r, int64_t nb) {
     const uint8_t* o = group + b * O::kBytes;
     Block block;
     for (int v = 0; v < L::kVectors; ++v) std::memcpy(code_bytes(block) + 4 * v, o + 64 * v + 4 * r, 4);
-    if constexpr (!L::kNibbles)
+    if constexpr (!L::kNibbles && kFlipQ8)
       for (int i = 0; i < 4 * L::kVectors; ++i) code_bytes(block)[i] ^= 0x80;
     if constexpr (L::kFifth) {
       uint64_t masks[8];
@@ -287,7 +305,7 @@ void tile_for(const Tile& t) {
   }
 }
 #else  // AVX2
-constexpr int kMaxRows = 2, kMaxGroups = 1;
+constexpr int kMaxRows = 1 << 30, kMaxGroups = 1;
 
 // The 32 bits at p (bit j: byte j of a half vector) as 32 bytes: 16 where the bit is set, else 0.
 inline __m256i fifth_bits(const uint8_t* p) {
@@ -319,8 +337,7 @@ void tile(const Tile& t) {
       for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_si256();
       for (int j = 0; j < L::kVectors; ++j)
         for (int h = 0; h < 2; ++h) {
-          const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * h)),
-                                             _mm256_set1_epi8(char(0x80)));  // q
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * h));  // q
           const __m256i magnitude = _mm256_abs_epi8(w);
           for (int r = 0; r < R; ++r) {
             const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(four(xb + r * K + 4 * j)), w);
@@ -374,10 +391,57 @@ void tile(const Tile& t) {
   }
 }
 
+// One group's codes and maps as columns 16n .. 16n + 15 of quant_gemm's strip (packed_tile.h): the
+// 4- and 5-bit types, whose codes quant_gemm's AVX2 tile takes (Q8_0's would saturate it).
+template <class Block>
+void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s) {
+  using L = Layout<Block>;
+  using O = Offsets<Block>;
+  constexpr int kCols = kQuantStripCols;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const uint8_t* p = group + b * O::kBytes;
+    for (int v = 0; v < 4; ++v)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * v + 32 * h));
+        __m256i lo = _mm256_and_si256(raw, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+        if constexpr (L::kFifth) {
+          lo = _mm256_or_si256(lo, fifth_bits(p + O::kFifth + 16 * v + 4 * h));
+          hi = _mm256_or_si256(hi, fifth_bits(p + O::kFifth + 16 * v + 8 + 4 * h));
+        }
+        // quads v (k 4v .. 4v + 3) and 4 + v (k 16 + 4v ..) of run b; rows 8h .. 8h + 7
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((b * 8 + v) * kCols + 16 * n + 8 * h) * 4), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((b * 8 + 4 + v) * kCols + 16 * n + 8 * h) * 4), hi);
+      }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t at = b * kCols + 16 * n + 8 * h;
+      _mm256_store_ps(s.scale + at, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + O::kScale + 16 * h))));
+      if constexpr (L::kMin)  // ml = -m, its sign flipped (the tile's fma(m, cx) is quant_gemm's fnmadd(ml, cx))
+        _mm256_store_ps(s.minimum + at, _mm256_xor_ps(_mm256_set1_ps(-0.0f), _mm256_cvtph_ps(_mm_loadu_si128(
+                                                          reinterpret_cast<const __m128i*>(p + O::kMin + 16 * h)))));
+    }
+  }
+}
+
+// note: a tile takes all of a call's rows (max_rows is unbounded): up to kDirectRows, and always
+// for Q8_0, 2 rows at a time in registers; from kDirectRows + 1 rows the 4- and 5-bit types unpack
+// the group once into quant_gemm's strip and run its tiles (strip_rows), as the K-quants do: in
+// registers, Q5_0's fifth bits were spread again for every 2 rows, and its prefill (256 rows) ran
+// at 0.76x quant_gemm's on the file's rows (Zen 3). Both give each element the same operations.
+constexpr int kDirectRows = 8;
+
 template <class Block>
 void tile_for(const Tile& t) {
-  if (t.rows == 2) return tile<Block, 2>(t);
-  tile<Block, 1>(t);
+  if constexpr (Layout<Block>::kNibbles)
+    if (t.rows > kDirectRows) return strip_rows(t, Layout<Block>::kType, unpack_to_strip<Block>);
+  for (int r = 0; r < t.rows; r += 2) {
+    Tile part = t;
+    part.m = t.m + r;
+    part.rows = std::min(2, t.rows - r);
+    part.out = t.out + r * t.ld_out;
+    if (part.rows == 2) tile<Block, 2>(part);
+    else tile<Block, 1>(part);
+  }
 }
 #endif
 

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/quant/act_runs.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 
 namespace minfer::cpu::packed {
 
@@ -39,6 +40,16 @@ struct TypeKernels {
   int max_rows;    // of a Tile
   int max_groups;  // of a Tile
 };
+
+// One group's codes and maps as columns 16n .. 16n + 15 of quant_gemm's strip (quant_gemm.h), for a
+// group of K weights a row at `group`.
+using UnpackToStrip = void (*)(const uint8_t* group, int64_t K, int n, const QuantStrip& strip);
+
+// A tile's rows from its groups unpacked once into quant_gemm's strip (unpack, one call a group),
+// then quant_gemm's register tiles over it (quant_strip_rows): for prefill, where one unpacking
+// serves every row. Each element takes the operations packed.h's contract names, as the register
+// tiles do. Defined by packed.cpp (AVX2 and up).
+void strip_rows(const Tile& t, DType type, UnpackToStrip unpack);
 
 // The kernels of type t in this build, or nullptr where t is not packed (packs(t) is false).
 // Defined by the type files: legacy_kernels for q8_0, q4_0, q4_1, q5_0, q5_1; k_kernels for
