@@ -87,7 +87,9 @@ constexpr bool kFlipQ8 = false;
 // note: measured on the Xeon named in bench/results/NOTES.md (issue 57), decode of a 4864 x 896
 // matrix from DRAM at one thread: prefetching 1 to 4 KiB ahead streams the 4-bit types 12-16%
 // faster; Q8_0 ran 3% slower with it (CPU time of the thread, medians of 3 rounds). The AVX2
-// build on the same Xeon: 17-18% faster for the 4-bit types (no AVX2-only machine measured).
+// build on the same Xeon: 17-18% faster for the 4-bit types. On an AVX2-only AMD Zen 3, Q8_0's
+// AVX2 tile streamed 5-10% faster with 2 KiB (2 threads, Qwen2.5's MLP shapes), so only AVX2's
+// Q8_0 prefetches.
 #if defined(MINFER_PACKED_VNNI)
 constexpr int kAheadQ8 = 0;
 #else
