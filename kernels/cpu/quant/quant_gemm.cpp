@@ -47,7 +47,7 @@ namespace {
 
 constexpr int kStrip = kQuantStripCols;  // weight columns per strip: two vectors of 16 int32 lanes (four of 8 on AVX2)
 
-// Columns past n_cols are zero (they add nothing).
+// quant_gemm's own strips hold zeros past n_cols (unpack_strip): they add nothing.
 using Strip = QuantStrip;
 
 template <class Block>

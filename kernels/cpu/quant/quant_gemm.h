@@ -40,8 +40,9 @@ struct QuantStrip {
 
 // quant_gemm's register tiles over one unpacked strip: out(m, c) for the M rows of a and the
 // strip's columns c < n_cols, rows ld_out apart (columns past n_cols are read, never written).
-// The packed K-quants' prefill (packed_k.cpp) unpacks its groups into a strip and runs these, so a
-// packed matrix and the file's give each element the same operations.
+// The packed layout's prefill (packed.cpp's strip_rows) unpacks its groups into a strip and runs
+// these, so a packed matrix and the file's give each element the same operations. With AVX2, not
+// for Q8_0 (quant_gemm_supports).
 void quant_strip_rows(DType w, const QuantStrip& strip, const Activations& a, int64_t M, int64_t K,
                       float* out, int64_t ld_out, int64_t n_cols);
 
