@@ -186,7 +186,7 @@ BENCHMARK(BM_QuantLayoutFromDram)
     ->ArgsProduct({{1}, {4864}, {896}, {kF32}, {0}, {0}})
     ->ArgsProduct({{1}, {896}, {4864}, {kF32}, {0}, {0}})
     ->ArgsProduct({{1, 256}, {4864}, {896}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {0}})
-    ->ArgsProduct({{1}, {896}, {4864}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {0}})
+    ->ArgsProduct({{1, 256}, {896}, {4864}, {kQ8, kQ4_0, kQ4_1, kQ5_0}, {0, 1}, {0}})
     // the K-quants need K in whole super-blocks of 256: the down projection's shape
     ->ArgsProduct({{1, 256}, {896}, {4864}, {kQ4_K, kQ6_K}, {0, 1}, {0}})
     // decode at one thread

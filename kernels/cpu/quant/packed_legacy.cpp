@@ -307,7 +307,7 @@ void tile_for(const Tile& t) {
   }
 }
 #else  // AVX2
-constexpr int kMaxRows = 1 << 30, kMaxGroups = 1;
+constexpr int kMaxRows = 1 << 30, kMaxGroups = 2;
 
 // The 32 bits at p (bit j: byte j of a half vector) as 32 bytes: 16 where the bit is set, else 0.
 inline __m256i fifth_bits(const uint8_t* p) {
@@ -425,25 +425,30 @@ void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s
   }
 }
 
-// note: a tile takes all of a call's rows (max_rows is unbounded): up to kDirectRows, and always
-// for Q8_0, 2 rows at a time in registers; from kDirectRows + 1 rows the 4- and 5-bit types unpack
-// the group once into quant_gemm's strip and run its tiles (strip_rows), as the K-quants do: in
-// registers, Q5_0's fifth bits were spread again for every 2 rows, and its prefill (256 rows) ran
-// at 0.76x quant_gemm's on the file's rows (Zen 3). Both give each element the same operations.
+// note: a tile takes all of a call's rows (max_rows is unbounded) and two groups: up to
+// kDirectRows rows, and always for Q8_0, 2 rows of one group at a time in registers; from
+// kDirectRows + 1 rows the 4- and 5-bit types unpack the groups once into quant_gemm's strip and
+// run its tiles (strip_rows), as the K-quants do: in registers, Q5_0's fifth bits were spread
+// again for every 2 rows, and its prefill (256 rows) ran at 0.76x quant_gemm's on the file's rows
+// (Zen 3). Two groups fill the strip's 32 columns, so that the activations are read once per 32
+// weight rows, as quant_gemm reads them. Both paths give each element the same operations.
 constexpr int kDirectRows = 8;
 
 template <class Block>
 void tile_for(const Tile& t) {
   if constexpr (Layout<Block>::kNibbles)
     if (t.rows > kDirectRows) return strip_rows(t, Layout<Block>::kType, unpack_to_strip<Block>);
-  for (int r = 0; r < t.rows; r += 2) {
-    Tile part = t;
-    part.m = t.m + r;
-    part.rows = std::min(2, t.rows - r);
-    part.out = t.out + r * t.ld_out;
-    if (part.rows == 2) tile<Block, 2>(part);
-    else tile<Block, 1>(part);
-  }
+  for (int n = 0; n < t.groups; ++n)
+    for (int r = 0; r < t.rows; r += 2) {
+      Tile part = t;
+      part.w = t.w + n * t.group_bytes;
+      part.groups = 1;
+      part.m = t.m + r;
+      part.rows = std::min(2, t.rows - r);
+      part.out = t.out + r * t.ld_out + kRows * n;
+      if (part.rows == 2) tile<Block, 2>(part);
+      else tile<Block, 1>(part);
+    }
 }
 #endif
 
