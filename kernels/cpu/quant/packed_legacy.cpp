@@ -48,9 +48,8 @@
 //     31 * 127 = 31496); a 32-bit half of a mask of fifth bits becomes 32 bytes of 16 or 0 by a
 //     byte shuffle, an AND with each byte's bit and a compare. Q8_0's codes would reach 255 as
 //     unsigned bytes, where a pair could saturate, so AVX2 keeps them signed (q) and multiplies
-//     |q| by a with q's sign
-//     (vpsignb): |q| <= 128, |a| <= 127 (the quantizer's codes), a pair at most 32512, widened at
-//     every step; S = sum q a directly.
+//     |q| by a with q's sign (vpsignb): |q| <= 128, |a| <= 127 (the quantizer's codes), a pair at
+//     most 32512, widened at every step; S = sum q a directly.
 #include "kernels/cpu/quant/packed_tile.h"
 
 #include <algorithm>
