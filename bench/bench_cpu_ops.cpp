@@ -147,6 +147,10 @@ void BM_QuantLayoutFromDram(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   const auto dtype = static_cast<DType>(state.range(3));
   const bool packed = state.range(4) != 0;
+  if (packed && !cpu::packs(dtype)) {
+    state.SkipWithError("this build does not pack the type");
+    return;
+  }
   const int threads = state.range(5) > 0 ? static_cast<int>(state.range(5)) : ThreadPool::hardware_threads();
   static std::map<int, std::unique_ptr<ThreadPool>> pools;
   auto& pool = pools[threads];

@@ -53,8 +53,7 @@ namespace {
 
 enum class Kernel { one_row, small_m, outer, gemm, panels };
 
-constexpr int64_t kSmallMaxRows = 32;             // rows small_m and outer take for any K
-constexpr int64_t kOuterMinRows = 8;              // and at least one vector of 8 lanes (simd::kWidth)
+constexpr int64_t kOuterMinRows = 8;  // the fewest rows outer takes: one vector of 8 lanes (simd::kWidth)
 
 Kernel choose_kernel(int64_t M, DType w_dtype, bool batch_invariant) {
   if (batch_invariant) return Kernel::one_row;  // every row as a lone one (matmul.h)

@@ -113,7 +113,7 @@ void unpack_row(DType t, void* dst_row, const void* packed, int64_t row, int64_t
 
 void packed::strip_rows(const packed::Tile& t, DType type, packed::UnpackToStrip unpack) {
   // Grow once, then reused. A single group leaves the strip's columns 16..31 as a previous call
-  // (or the zeroed resize) left them: quant_strip_rows reads them and writes nothing of them.
+  // (or the zeroed resize) left them: quant_strip_rows may read them and writes nothing of them.
   thread_local std::vector<uint8_t> codes;
   thread_local std::vector<float> maps;
   const int64_t runs = t.K / unpack::affine_run(type);

@@ -43,12 +43,10 @@
 // are the f32 products unpack::k_affine forms, and each output element then takes quant_gemm's
 // run-order operations (packed.h), whatever the tile's rows and groups, so it is quant_gemm's
 // result bit for bit. Scalar builds do not pack the K-quants (k_kernels returns nullptr).
-#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "core/quants.h"
 #include "kernels/cpu/quant/act_runs.h"
@@ -479,7 +477,7 @@ void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s
   }
 }
 
-// A tile of up to kDirectRows rows, unpacked in registers (see the note below tile_for).
+// A tile of up to kDirectRows rows, unpacked in registers (see the note above tile_for).
 constexpr int kDirectRows = 8;
 
 template <class T, int R>
@@ -615,31 +613,19 @@ void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s
   }
 }
 
-// A tile of up to kDirectRows rows, unpacked in registers (see the note below tile_for): 2 rows
+// A tile of up to kDirectRows rows, unpacked in registers (see the note above tile_for): 2 rows
 // of one group at a time.
 constexpr int kDirectRows = 8;
 
 template <class T>
-void direct_rows(const Tile& t) {
-  for (int n = 0; n < t.groups; ++n)
-    for (int r = 0; r < t.rows; r += 2) {
-      Tile part = t;
-      part.w = t.w + n * t.group_bytes;
-      part.groups = 1;
-      part.m = t.m + r;
-      part.rows = std::min(2, t.rows - r);
-      part.out = t.out + r * t.ld_out + kPackRows * n;
-      if (part.rows == 2) tile<T, 2>(part);
-      else tile<T, 1>(part);
-    }
-}
+void direct_rows(const Tile& t) { rows_in_pairs<tile<T, 2>, tile<T, 1>>(t); }
 
 #endif
 
 // note: a tile takes all of a call's rows (max_rows is unbounded) and two groups (max_groups).
 // Up to kDirectRows rows it unpacks the codes in registers as it multiplies (decode, small
-// batches); AVX-512 takes the two groups together, so that each thread streams two groups at once
-// and keeps more loads in flight (one group a tile streamed Q4_K and Q6_K from DRAM about 0.1x
+// batches); AVX-512 takes the two groups together up to 4 rows (one after the other from 5), so
+// that each thread streams two groups at once and keeps more loads in flight (one group a tile streamed Q4_K and Q6_K from DRAM about 0.1x
 // slower). From kDirectRows + 1 rows it unpacks its groups once into quant_gemm's strip and runs
 // quant_gemm's register tiles over it (4 rows x 32 columns with AVX-512, 2 x 16 with AVX2):
 // unpacked in registers, each code vector served a tile's few rows, and AVX-512 prefill ran at

@@ -52,7 +52,6 @@
 //     most 32512, widened at every step; S = sum q a directly.
 #include "kernels/cpu/quant/packed_tile.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "core/quants.h"
@@ -101,22 +100,22 @@ template <> struct Layout<BlockQ8> {
   static constexpr bool kNibbles = false, kFifth = false, kMin = false;
 };
 template <> struct Layout<BlockQ4_0> {
-  [[maybe_unused]] static constexpr DType kType = DType::q4_0;  // read by AVX2's strip_rows
+  [[maybe_unused]] static constexpr DType kType = DType::q4_0;  // AVX2's tile_for passes it to strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = false;
 };
 template <> struct Layout<BlockQ4_1> {
-  [[maybe_unused]] static constexpr DType kType = DType::q4_1;  // read by AVX2's strip_rows
+  [[maybe_unused]] static constexpr DType kType = DType::q4_1;  // AVX2's tile_for passes it to strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = false, kMin = true;
 };
 template <> struct Layout<BlockQ5_0> {
-  [[maybe_unused]] static constexpr DType kType = DType::q5_0;  // read by AVX2's strip_rows
+  [[maybe_unused]] static constexpr DType kType = DType::q5_0;  // AVX2's tile_for passes it to strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = false;
 };
 template <> struct Layout<BlockQ5_1> {
-  [[maybe_unused]] static constexpr DType kType = DType::q5_1;  // read by AVX2's strip_rows
+  [[maybe_unused]] static constexpr DType kType = DType::q5_1;  // AVX2's tile_for passes it to strip_rows
   static constexpr int kVectors = 4, kAhead = 2048;
   static constexpr bool kNibbles = true, kFifth = true, kMin = true;
 };
@@ -438,17 +437,7 @@ template <class Block>
 void tile_for(const Tile& t) {
   if constexpr (Layout<Block>::kNibbles)
     if (t.rows > kDirectRows) return strip_rows(t, Layout<Block>::kType, unpack_to_strip<Block>);
-  for (int n = 0; n < t.groups; ++n)
-    for (int r = 0; r < t.rows; r += 2) {
-      Tile part = t;
-      part.w = t.w + n * t.group_bytes;
-      part.groups = 1;
-      part.m = t.m + r;
-      part.rows = std::min(2, t.rows - r);
-      part.out = t.out + r * t.ld_out + kRows * n;
-      if (part.rows == 2) tile<Block, 2>(part);
-      else tile<Block, 1>(part);
-    }
+  rows_in_pairs<tile<Block, 2>, tile<Block, 1>>(t);
 }
 #endif
 

@@ -4,10 +4,12 @@
 // (packed_legacy.cpp, packed_k.cpp) owns its layout, documented atop it with a drawing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/dtype.h"
 #include "kernels/cpu/quant/act_runs.h"
+#include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/quant/quant_gemm.h"
 
 namespace minfer::cpu::packed {
@@ -40,6 +42,22 @@ struct TypeKernels {
   int max_rows;    // of a Tile
   int max_groups;  // of a Tile
 };
+
+// A tile's groups one at a time and its rows 2 at a time, by register tiles of one group and 2
+// rows (Pair) or 1 (Single): AVX2's tiles, whose 16 registers hold 2 rows.
+template <void (*Pair)(const Tile&), void (*Single)(const Tile&)>
+void rows_in_pairs(const Tile& t) {
+  for (int n = 0; n < t.groups; ++n)
+    for (int r = 0; r < t.rows; r += 2) {
+      Tile part = t;
+      part.w = t.w + n * t.group_bytes;
+      part.groups = 1;
+      part.m = t.m + r;
+      part.rows = std::min(2, t.rows - r);
+      part.out = t.out + r * t.ld_out + kPackRows * n;
+      (part.rows == 2 ? Pair : Single)(part);
+    }
+}
 
 // One group's codes and maps as columns 16n .. 16n + 15 of quant_gemm's strip (quant_gemm.h), for a
 // group of K weights a row at `group`.

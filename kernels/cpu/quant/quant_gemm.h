@@ -39,7 +39,7 @@ struct QuantStrip {
 };
 
 // quant_gemm's register tiles over one unpacked strip: out(m, c) for the M rows of a and the
-// strip's columns c < n_cols, rows ld_out apart (columns past n_cols are read, never written).
+// strip's columns c < n_cols, rows ld_out apart (columns past n_cols may be read, never written).
 // The packed layout's prefill (packed.cpp's strip_rows) unpacks its groups into a strip and runs
 // these, so a packed matrix and the file's give each element the same operations. With AVX2, not
 // for Q8_0 (quant_gemm_supports).

@@ -275,11 +275,11 @@ void outer_f32(ThreadPool& pool, float* out, int64_t ld_out, const float* x, int
   const int64_t tail_row = M - tail;  // the first row of the dot-product tail
   const int64_t groups = dot_tail ? M / kOuterLanes : (M + kOuterLanes - 1) / kOuterLanes;
   // Grows once, then reused: the decode loop makes no allocation after its first step. Sized for
-  // the most rows outer takes (32: choose_kernel in matmul.cpp) whatever M is, so that a step with more rows
-  // than the first (a prompt admitted into a batch) does not grow it again.
+  // the most rows outer takes (kSmallMaxRows) whatever M is, so that a step with more rows than
+  // the first (a prompt admitted into a batch) does not grow it again.
   thread_local std::vector<float> packed;
-  constexpr int64_t kMostGroups = (32 + kOuterLanes - 1) / kOuterLanes;
-  MINFER_CHECK(groups <= kMostGroups, "outer: ", M, " rows, more than 32");
+  constexpr int64_t kMostGroups = (kSmallMaxRows + kOuterLanes - 1) / kOuterLanes;
+  MINFER_CHECK(groups <= kMostGroups, "outer: ", M, " rows, more than ", kSmallMaxRows);
   packed.resize(static_cast<size_t>(kMostGroups * K * kOuterLanes));
   for (int64_t g = 0; g < groups; ++g)
     pack_transposed(packed.data() + g * K * kOuterLanes, x + g * kOuterLanes * ld_x, ld_x,

@@ -15,6 +15,9 @@
 
 namespace minfer::cpu {
 
+// The most activation rows small_m and outer take, for any K (matmul.cpp's table).
+constexpr int64_t kSmallMaxRows = 32;
+
 // Register tiles of 4 weight rows x up to 4 activation rows, every weight read once (2-32 rows).
 void small_m(ThreadPool& pool,
              float* out, int64_t ld_out,    // (M, N)
