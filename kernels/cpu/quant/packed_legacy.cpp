@@ -317,6 +317,21 @@ inline __m256i fifth_bits(const uint8_t* p) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
 }
 
+// Half h (rows 8h .. 8h + 7) of vector v of the block-group at p as unsigned codes: lo holds k 4v ..
+// 4v + 3, hi k 16 + 4v .. 16 + 4v + 3, with their fifth bits for Q5_0 and Q5_1.
+template <class Block>
+inline void nibble_codes(const uint8_t* p, int v, int h, __m256i& lo, __m256i& hi) {
+  using O = Offsets<Block>;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * v + 32 * h));
+  lo = _mm256_and_si256(raw, nibble);
+  hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+  if constexpr (Layout<Block>::kFifth) {
+    lo = _mm256_or_si256(lo, fifth_bits(p + O::kFifth + 16 * v + 4 * h));
+    hi = _mm256_or_si256(hi, fifth_bits(p + O::kFifth + 16 * v + 8 + 4 * h));
+  }
+}
+
 // Rows [m, m + R) x one group's 16 rows, as two halves of 8 int32 / f32 lanes.
 template <class Block, int R>
 void tile(const Tile& t) {
@@ -327,7 +342,7 @@ void tile(const Tile& t) {
   const int8_t* x = a.q + t.m * K;
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < runs; ++b) {
     const uint8_t* p = t.w + b * O::kBytes;
     if (L::kAhead > 0 && t.m == 0)
@@ -355,12 +370,8 @@ void tile(const Tile& t) {
         if (v % kWiden == 0)
           for (int r = 0; r < R; ++r) pairs[r][0] = pairs[r][1] = _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * v + 32 * h));
-          __m256i lo = _mm256_and_si256(raw, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
-          if constexpr (L::kFifth) {
-            lo = _mm256_or_si256(lo, fifth_bits(p + O::kFifth + 16 * v + 4 * h));
-            hi = _mm256_or_si256(hi, fifth_bits(p + O::kFifth + 16 * v + 8 + 4 * h));
-          }
+          __m256i lo, hi;
+          nibble_codes<Block>(p, v, h, lo, hi);
           for (int r = 0; r < R; ++r) {
             const __m256i bl = _mm256_set1_epi32(four(xb + r * K + 4 * v));
             const __m256i bh = _mm256_set1_epi32(four(xb + r * K + 16 + 4 * v));
@@ -399,17 +410,12 @@ void unpack_to_strip(const uint8_t* group, int64_t K, int n, const QuantStrip& s
   using L = Layout<Block>;
   using O = Offsets<Block>;
   constexpr int kCols = kQuantStripCols;
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < K / 32; ++b) {
     const uint8_t* p = group + b * O::kBytes;
     for (int v = 0; v < 4; ++v)
       for (int h = 0; h < 2; ++h) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * v + 32 * h));
-        __m256i lo = _mm256_and_si256(raw, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
-        if constexpr (L::kFifth) {
-          lo = _mm256_or_si256(lo, fifth_bits(p + O::kFifth + 16 * v + 4 * h));
-          hi = _mm256_or_si256(hi, fifth_bits(p + O::kFifth + 16 * v + 8 + 4 * h));
-        }
+        __m256i lo, hi;
+        nibble_codes<Block>(p, v, h, lo, hi);
         // quads v (k 4v .. 4v + 3) and 4 + v (k 16 + 4v ..) of run b; rows 8h .. 8h + 7
         _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((b * 8 + v) * kCols + 16 * n + 8 * h) * 4), lo);
         _mm256_store_si256(reinterpret_cast<__m256i*>(s.codes + ((b * 8 + 4 + v) * kCols + 16 * n + 8 * h) * 4), hi);
