@@ -7,7 +7,7 @@ SAN_BUILD  ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 30
 
 .PHONY: all deps models configure build run test test-normal test-asan fuzz clean
 

@@ -15,18 +15,6 @@
 namespace minfer::test {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 uint64_t size_of(const std::string& path) {
   if (std::filesystem::is_directory(path)) {
     uint64_t total = 0;

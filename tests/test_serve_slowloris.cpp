@@ -113,11 +113,7 @@ int keyed_request(int port) {
 // The server's memory during a slowloris may grow by its threads' stacks and buffers, not past
 // 50 MB (33 MB with 273 threads, Zen 4). Under AddressSanitizer each thread has state of its own
 // (119 MB -> 315 MB): the bound is not checked there.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kRssChecked = false;
-#else
-constexpr bool kRssChecked = true;
-#endif
+constexpr bool kRssChecked = !kSanitized;
 
 // Of 20 keyed requests, 0.2 s apart, made while 300 slowloris sockets from `attacker` run: how
 // many were answered 200.

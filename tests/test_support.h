@@ -11,6 +11,19 @@
 
 namespace minfer::test {
 
+// Whether this binary was built with AddressSanitizer (the sanitizer build, make test-asan).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // ../shared/golden/ beside the project (or $MINFER_GOLDEN_DIR).
 std::string golden_path(const std::string& file);
 bool golden_exists(const std::string& file);
