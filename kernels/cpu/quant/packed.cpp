@@ -40,17 +40,31 @@ int64_t row_bytes_of(DType t, int64_t K) {
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// Rows of the file's layout (n_rows of them, row_bytes apart at w) times the M activation rows of
-// a, one element at a time in run order (packed.h's top): out(m, n), rows ld_out apart.
-void run_order_rows(const Activations& a, DType t, const uint8_t* w, int64_t n_rows, int64_t M, int64_t K,
-                    float* out, int64_t ld_out) {
-  const int G = unpack::affine_run(t), shift = code_shift(t);
-  const int64_t runs = a.runs, row_bytes = row_bytes_of(t, K);
-  // One weight row's codes as unsigned bytes and its runs' maps: grow once, then reused.
+// One weight row's codes as unsigned bytes (K) and its runs' maps (runs), for run_order_rows.
+struct RowScratch {
+  uint8_t* codes;
+  unpack::Affine* maps;
+};
+// The calling thread's, grown once to the widest row, then reused.
+// note: taken by the thread that calls the product and handed to the worker that takes the rows
+// past the last group, not a buffer of each worker's own: which worker takes them changes from call
+// to call, and a worker's first time would allocate in the decode loop.
+RowScratch row_scratch(int64_t K, int64_t runs) {
   thread_local std::vector<uint8_t> codes;
   thread_local std::vector<unpack::Affine> maps;
   if (codes.size() < size_t(K)) codes.resize(size_t(K));
   if (maps.size() < size_t(runs)) maps.resize(size_t(runs));
+  return {codes.data(), maps.data()};
+}
+
+// Rows of the file's layout (n_rows of them, row_bytes apart at w) times the M activation rows of
+// a, one element at a time in run order (packed.h's top): out(m, n), rows ld_out apart.
+void run_order_rows(const Activations& a, DType t, const uint8_t* w, int64_t n_rows, int64_t M, int64_t K,
+                    float* out, int64_t ld_out, const RowScratch& scratch) {
+  const int G = unpack::affine_run(t), shift = code_shift(t);
+  const int64_t runs = a.runs, row_bytes = row_bytes_of(t, K);
+  uint8_t* codes = scratch.codes;
+  unpack::Affine* maps = scratch.maps;
   for (int64_t n = 0; n < n_rows; ++n) {
     blocks::dispatch_block(t, [&](auto tag) {
       using Block = typename decltype(tag)::type;
@@ -58,9 +72,9 @@ void run_order_rows(const Activations& a, DType t, const uint8_t* w, int64_t n_r
       int64_t k = 0;
       for (int64_t i = 0; i < K / blocks::Traits<Block>::kWeights; ++i)
         unpack::codes(b[i], [&](__m256i q, unpack::Affine a0, unpack::Affine a1) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes.data() + k),
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + k),
                               _mm256_add_epi8(q, _mm256_set1_epi8(static_cast<char>(shift))));
-          for (int h = 0; h < 32 / G; ++h) maps[size_t((k + h * G) / G)] = h == 0 ? a0 : a1;
+          for (int h = 0; h < 32 / G; ++h) maps[(k + h * G) / G] = h == 0 ? a0 : a1;
           k += 32;
         });
     });
@@ -69,8 +83,8 @@ void run_order_rows(const Activations& a, DType t, const uint8_t* w, int64_t n_r
       float acc = 0.0f;
       for (int64_t g = 0; g < runs; ++g) {
         int32_t s = shift != 0 ? -a.shifted[m * runs + g] : 0;
-        for (int64_t k = g * G; k < (g + 1) * G; ++k) s += int32_t(codes[size_t(k)]) * int32_t(x[k]);
-        const unpack::Affine& map = maps[size_t(g)];
+        for (int64_t k = g * G; k < (g + 1) * G; ++k) s += int32_t(codes[k]) * int32_t(x[k]);
+        const unpack::Affine& map = maps[g];
         acc = std::fma(float(s), map.dl * a.dx[m * runs + g], acc);
         if (shift == 0) acc = std::fma(-map.ml, a.cx[m * runs + g], acc);
       }
@@ -140,11 +154,12 @@ void matmul_packed(ThreadPool& pool, float* out, int64_t ld_out, const float* x,
   const bool streaming = M <= std::min<int64_t>(kernels->max_rows, kStreamRows);
   const int64_t grain = streaming ? (units + pool.size() - 1) / pool.size() : 1;
   const auto* wp = static_cast<const uint8_t*>(w);
+  const RowScratch scratch = tail ? row_scratch(K, a.runs) : RowScratch{nullptr, nullptr};
   pool.parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       if (u == tiles) {
         const int64_t n0 = groups * kPackRows;
-        run_order_rows(a, t, wp + n0 * row_bytes, N - n0, M, K, out + n0, ld_out);
+        run_order_rows(a, t, wp + n0 * row_bytes, N - n0, M, K, out + n0, ld_out, scratch);
         continue;
       }
       const int64_t g0 = u * kernels->max_groups;
@@ -166,7 +181,7 @@ void matmul_run_order(ThreadPool& pool, float* out, int64_t ld_out, const float*
   row_bytes_of(t, K);  // checks K
   if (M <= 0 || N <= 0) return;
   const Activations a = quantize_runs(pool, t, x, ld_x, M, K, unpack::affine_run(t), code_shift(t));
-  run_order_rows(a, t, static_cast<const uint8_t*>(w), N, M, K, out, ld_out);
+  run_order_rows(a, t, static_cast<const uint8_t*>(w), N, M, K, out, ld_out, row_scratch(K, a.runs));
 }
 
 #else
