@@ -130,8 +130,8 @@ Tensor Tensor::select(int dim, int64_t index) const {
 }
 
 Tensor Tensor::with_row_layout(RowLayout layout) const {
-  MINFER_CHECK(layout == RowLayout::file || (ndim_ == 2 && is_quantized(dtype_) && is_contiguous()),
-               "only a contiguous 2-D quantized matrix has its rows packed, not ", str());
+  MINFER_CHECK(layout == RowLayout::file || ((ndim_ == 2 || ndim_ == 3) && is_quantized(dtype_) && is_contiguous()),
+               "only a contiguous 2-D quantized matrix (or a stack of them) has its rows packed, not ", str());
   Tensor t = *this;
   t.layout_ = layout;
   return t;

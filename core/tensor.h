@@ -31,7 +31,8 @@ namespace minfer {
 // file stores them. packed16: each group of 16 rows (kPackedGroupRows) is rearranged within the
 // bytes of those 16 rows, and the last rows % 16 rows are as in the file (the CPU's packed
 // kernels: kernels/cpu/quant/packed.h). So rows [begin, end) of a packed16 matrix are a packed16
-// matrix when begin is a multiple of 16 and end is too or is the last row.
+// matrix when begin is a multiple of 16 and end is too or is the last row. A 3-D tensor, a stack of
+// matrices (a layer's experts), is packed16 when each of its matrices is.
 enum class RowLayout : uint8_t { file, packed16 };
 constexpr int64_t kPackedGroupRows = 16;
 const char* row_layout_name(RowLayout layout);  // "file", "packed16"
@@ -80,7 +81,7 @@ class Tensor {
   Tensor slice(int dim, int64_t begin, int64_t end) const;   // [begin, end) along dim
   Tensor select(int dim, int64_t index) const;               // drops dim
   // The same memory with its rows tagged as `layout`; the bytes are not touched (whoever tags a
-  // matrix packed16 has rearranged them). packed16: a contiguous 2-D quantized tensor. A packed16
+  // matrix packed16 has rearranged them). packed16: a contiguous 2-D or 3-D quantized tensor. A packed16
   // tensor keeps its tag in its views: it is sliced along its rows only, at the boundaries RowLayout
   // names, and reshaped not at all.
   Tensor with_row_layout(RowLayout layout) const;

@@ -10,7 +10,8 @@
 //   - activations are f32, 2-D, [rows, features]; rows may be spaced apart (a column slice of a
 //     wider tensor, e.g. q, k and v as slices of one fused QKV product), the last stride is 1;
 //   - weights are [out_features, in_features] as llama2.c stores them, dense f32/f16/bf16 or
-//     quantized blocks (core/quants.h);
+//     quantized blocks (core/quants.h); a mixture of experts' are a stack of such matrices,
+//     [experts, out_features, in_features], and its routing an i32 [rows, k] table of expert ids;
 //   - outputs come first in every op's arguments, then tensors updated in place, then inputs;
 //   - the KV cache of one layer is a pool of blocks, (n_blocks, n_kv_heads, block_size, head_dim),
 //     head-major within a block, and an i32 block table (n_seqs, width) names each sequence's
@@ -73,9 +74,10 @@ class Backend {
   // Throws Error naming `model` and the type when this backend cannot multiply or look up
   // weights of type t (i32 on every backend).
   virtual void check_weights(DType t, const std::string& model) const;
-  // Rearranges the rows of a weight matrix w (N, K), in place, into the layout this backend
-  // multiplies fastest, and returns the view to multiply (matmul) and look up (gather_rows) from
-  // then on; w's own view must not be used again. A backend without a layout of its own returns
+  // Rearranges the rows of a weight matrix w (N, K), or of each matrix of a stack of experts' (E,
+  // N, K), in place, into the layout this backend multiplies fastest, and returns the view to
+  // multiply (matmul, matmul_experts) and look up (gather_rows) from then on; w's own view must not
+  // be used again. A backend without a layout of its own returns
   // w. The CPU backend packs the quantized types cpu::packs() names (RowLayout::packed16, whose
   // products give a row the same result whatever rows share it); w's bytes stay as many.
   virtual Tensor pack_weights(const Tensor& w) { return w; }
@@ -129,8 +131,25 @@ class Backend {
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const Tensor& block_table, const Tensor& seq,
                          const Tensor& pos, const AttentionSpec& spec, AttentionAlgorithm algorithm) = 0;
-  // out = act(gate) * up           (M, F) each; act: silu (SwiGLU) or tanh-GELU (GeGLU)
+  // out = act(gate) * up           (M, F) each; act: silu (SwiGLU) or tanh-GELU (GeGLU); or gate
+  //                                (M, 1), one value a row that scales its row of up (sigmoid:
+  //                                Qwen2-MoE's gated shared expert)
   virtual void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) = 0;
+  // A mixture of experts' router, row by row: p = softmax(logits[m, :]); ids[m, :] = the k experts
+  // of largest p, best first (ties: the lower expert first); weights[m, j] = p[ids[m, j]], divided
+  // by the k's sum where `normalize` (Mixtral's softmax over the top k is the same numbers)
+  //                                ids (M, k) i32; weights (M, k) f32; logits (M, E) f32, k <= E
+  virtual void route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) = 0;
+  // The expert product (matmul broadened, as ggml's mul_mat_id): slot j of row m multiplies by the
+  // matrix of expert ids[m, j],   y[m, j, :] = x[m or m k + j, :] * w[ids[m, j]]^T
+  //                                x (M, K): one row for all its slots, or (M k, K): one per slot;
+  //                                w (E, N, K); ids (M, k) i32 in [0, E)
+  // out (M k, N) = y (row m k + j); or, with `weights` (M, k) f32 defined, out (M, N) =
+  // sum over j, in j order, of weights[m, j] * y[m, j, :]. The CPU groups the rows by expert, so
+  // each chosen expert's matrix is read once for all the rows that chose it; CUDA reads it once per
+  // slot (kernels/cuda/matvec.cuh's matvec_experts).
+  virtual void matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                              const Tensor& weights) = 0;
   // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a
   //                                bias, Qwen2's on q, k, v); out may alias a, or b when b is (M, D)
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;

@@ -13,9 +13,11 @@
 #include "kernels/cpu/fill.h"
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_experts.h"
 #include "kernels/cpu/quant/packed.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/route_experts.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/sum.h"
 #include "kernels/cpu/glu.h"
@@ -49,6 +51,10 @@ std::string CpuBackend::name() const {
 
 Tensor CpuBackend::pack_weights(const Tensor& w) {
   if (w.row_layout() != RowLayout::file || !cpu::packs(w.dtype())) return w;
+  if (w.ndim() == 3) {  // experts' matrices (matmul_experts), each packed on its own
+    for (int64_t e = 0; e < w.size(0); ++e) pack_weights(w.select(0, e));
+    return w.with_row_layout(RowLayout::packed16);
+  }
   MINFER_CHECK(w.device() == kCpu && w.ndim() == 2 && w.is_contiguous(), "pack_weights: ", w.str(),
                " is not a dense matrix in host memory");
   // note: rows from a multiple of 16 on pack as they do in the whole matrix (packed.h), so each
@@ -136,8 +142,35 @@ void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_c
 }
 
 void CpuBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
-  checks::elementwise("glu", out, gate, up, kCpu);
-  cpu::glu(threads_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1), activation);
+  const int64_t gate_step = checks::glu(out, gate, up, kCpu);
+  cpu::glu(threads_, f32(out), ld(out), f32(gate), ld(gate), gate_step, f32(up), ld(up), out.size(0), out.size(1),
+           activation);
+}
+
+void CpuBackend::route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) {
+  checks::route_experts(ids, weights, logits, kCpu);
+  cpu::route_experts(threads_, ids.data_as<int32_t>(), f32(weights), f32(logits), ld(logits), logits.size(0),
+                     logits.size(1), ids.size(1), normalize);
+}
+
+// note: an expert's matrix is one (N, K) matrix of w, packed on its own (pack_weights packs each
+// expert apart), so its rows' products are matmul's.
+void CpuBackend::matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                                const Tensor& weights) {
+  const auto s = checks::matmul_experts(out, x, w, ids, weights, kCpu, true);
+  checks::expert_ids("matmul_experts", i32(ids), s.M * s.k, s.E);
+  const bool packed = w.row_layout() == RowLayout::packed16;
+  const auto expert_bytes = static_cast<int64_t>(dtype_bytes(w.dtype(), uint64_t(s.N) * uint64_t(s.K)));
+  const char* bytes = static_cast<const char*>(w.data());
+  cpu::matmul_experts(threads_, f32(out), ld(out), f32(x), ld(x), s.x_per_slot, i32(ids),
+                      weights.defined() ? f32(weights) : nullptr, s.M, s.k, s.E, s.N, s.K,
+                      [&](int64_t e, float* y, int64_t ld_y, const float* xe, int64_t ld_xe, int64_t rows) {
+                        const void* we = bytes + e * expert_bytes;
+                        if (packed)
+                          cpu::matmul_packed(threads_, y, ld_y, xe, ld_xe, we, w.dtype(), rows, s.N, s.K);
+                        else
+                          cpu::matmul(threads_, y, ld_y, xe, ld_xe, we, w.dtype(), rows, s.N, s.K, batch_invariant_);
+                      });
 }
 
 void CpuBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

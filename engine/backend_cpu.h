@@ -35,6 +35,9 @@ class CpuBackend final : public Backend {
                  const Tensor& block_table, const Tensor& seq, const Tensor& pos, const AttentionSpec& spec,
                  AttentionAlgorithm algorithm) override;
   void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) override;
+  void route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) override;
+  void matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                      const Tensor& weights) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void argmax(const Tensor& out, const Tensor& x) override;
   void sum(const Tensor& out, const Tensor& x) override;

@@ -36,6 +36,8 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sum.cuh"
 #include "kernels/cuda/glu.cuh"
+#include "kernels/cuda/matmul_experts.cuh"
+#include "kernels/cuda/route_experts.cuh"
 
 namespace minfer {
 
@@ -219,9 +221,25 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   void glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) override {
-    checks::elementwise("glu", out, gate, up, kCuda);
-    cuda::glu(stream_, f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1),
+    const int64_t gate_step = checks::glu(out, gate, up, kCuda);
+    cuda::glu(stream_, f32(out), ld(out), f32(gate), ld(gate), gate_step, f32(up), ld(up), out.size(0), out.size(1),
               activation);
+  }
+
+  void route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) override {
+    checks::route_experts(ids, weights, logits, kCuda);
+    cuda::route_experts(stream_, ids.data_as<int32_t>(), f32(weights), f32(logits), ld(logits), logits.size(0),
+                        logits.size(1), ids.size(1), normalize);
+  }
+
+  // The ids stay on the device (graph-safe), so none is checked here: a slot whose id names no
+  // expert is left unwritten (with weights, the sum takes that slot's stale scratch row).
+  void matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                      const Tensor& weights) override {
+    const auto s = checks::matmul_experts(out, x, w, ids, weights, kCuda);
+    float* slot_rows = weights.defined() ? scratch(Scratch::expert_slots, s.M * s.k * s.N) : nullptr;
+    cuda::matmul_experts(stream_, f32(out), ld(out), f32(x), ld(x), s.x_per_slot, w.data(), w.dtype(), i32(ids),
+                         weights.defined() ? f32(weights) : nullptr, slot_rows, s.M, s.k, s.E, s.N, s.K);
   }
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
@@ -279,7 +297,7 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   // The scratch buffers, each kept and grown on its own.
-  enum class Scratch { attention_scores, flash_partials, sum_partials, quant_rows_partials, count };
+  enum class Scratch { attention_scores, flash_partials, sum_partials, quant_rows_partials, expert_slots, count };
 
   // A device buffer of at least `floats` floats.
   float* scratch(Scratch which, int64_t floats) {

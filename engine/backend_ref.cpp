@@ -9,8 +9,10 @@
 #include "kernels/ref/fill.h"
 #include "kernels/ref/kv_store.h"
 #include "kernels/ref/matmul.h"
+#include "kernels/ref/matmul_experts.h"
 #include "kernels/ref/rmsnorm.h"
 #include "kernels/ref/rope.h"
+#include "kernels/ref/route_experts.h"
 #include "kernels/ref/sum.h"
 #include "kernels/ref/glu.h"
 
@@ -85,8 +87,22 @@ void RefBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_c
 }
 
 void RefBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
-  checks::elementwise("glu", out, gate, up, kHost);
-  ref::glu(f32(out), ld(out), f32(gate), ld(gate), f32(up), ld(up), out.size(0), out.size(1), activation);
+  const int64_t gate_step = checks::glu(out, gate, up, kHost);
+  ref::glu(f32(out), ld(out), f32(gate), ld(gate), gate_step, f32(up), ld(up), out.size(0), out.size(1), activation);
+}
+
+void RefBackend::route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) {
+  checks::route_experts(ids, weights, logits, kHost);
+  ref::route_experts(ids.data_as<int32_t>(), f32(weights), f32(logits), ld(logits), logits.size(0), logits.size(1),
+                     ids.size(1), normalize);
+}
+
+void RefBackend::matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                                const Tensor& weights) {
+  const auto s = checks::matmul_experts(out, x, w, ids, weights, kHost);
+  checks::expert_ids("matmul_experts", i32(ids), s.M * s.k, s.E);
+  ref::matmul_experts(f32(out), ld(out), f32(x), ld(x), s.x_per_slot, w.data(), w.dtype(), i32(ids),
+                      weights.defined() ? f32(weights) : nullptr, s.M, s.k, s.E, s.N, s.K);
 }
 
 void RefBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {

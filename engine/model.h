@@ -33,8 +33,12 @@ struct ModelInfo {
   int64_t head_dim = 0;
   uint64_t n_params = 0;
   uint64_t weight_bytes = 0;   // every weight as stored on the device
-  uint64_t step_weight_bytes = 0;    // of them, those a decode step reads: matrices, classifier, norms
+  // Of them, those every decode step reads: matrices (but the experts'), classifier, norms.
+  uint64_t step_weight_bytes = 0;
   uint64_t embedding_row_bytes = 0;  // one row of the embedding table (a step reads one per sequence)
+  // A mixture of experts: one expert's matrices summed over the layers of experts; a step reads as
+  // many experts as its rows choose (LlamaConfig::expected_experts_read).
+  uint64_t expert_bytes = 0;
   DType dtype = DType::f32;    // of the matrices and the embedding table (of most weights, if mixed)
   std::string weight_types;    // a mix: each type's share of the weights ("q4_k 80%, q6_k 20%"); empty if one
   int32_t bos_id = 1;          // -1: none

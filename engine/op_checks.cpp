@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/ref/route_experts.h"
 
 namespace minfer::op_checks {
 
@@ -207,6 +208,61 @@ void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tenso
   Rows o = activation(op, "out", out, device);
   same_rows(op, o, "out", activation(op, "a", a, device), "a");
   same_rows(op, o, "out", activation(op, "b", b, device), "b");
+}
+
+int64_t glu(const Tensor& out, const Tensor& gate, const Tensor& up, DeviceKind device) {
+  Rows o = activation("glu", "out", out, device);
+  same_rows("glu", o, "out", activation("glu", "up", up, device), "up");
+  Rows g = activation("glu", "gate", gate, device);
+  MINFER_CHECK(g.rows == o.rows && (g.cols == o.cols || g.cols == 1), "glu: gate is [", g.rows, ", ", g.cols,
+               "] but out is [", o.rows, ", ", o.cols, "] (a gate is as wide, or one column)");
+  return g.cols == o.cols ? 1 : 0;
+}
+
+namespace {
+// An i32 or f32 (M, k) tensor, contiguous.
+void slot_table(const char* op, const char* name, const Tensor& t, DType dtype, int64_t M, int64_t k,
+                DeviceKind device) {
+  on_device(op, name, t, device);
+  MINFER_CHECK(t.ndim() == 2 && t.dtype() == dtype && t.size(0) == M && t.size(1) == k && t.is_contiguous(), op,
+               ": ", name, " must be a contiguous ", dtype_name(dtype), " [", M, ", ", k, "], got ", t.str());
+}
+}  // namespace
+
+void route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, DeviceKind device) {
+  Rows l = activation("route_experts", "logits", logits, device);
+  MINFER_CHECK(l.cols <= ref::kMaxExperts, "route_experts: ", l.cols, " experts, more than ", ref::kMaxExperts);
+  MINFER_CHECK(ids.ndim() == 2 && ids.size(1) > 0 && ids.size(1) <= l.cols, "route_experts: ids ", ids.str(),
+               " must choose 1 to ", l.cols, " experts a row");
+  slot_table("route_experts", "ids", ids, DType::i32, l.rows, ids.size(1), device);
+  slot_table("route_experts", "weights", weights, DType::f32, l.rows, ids.size(1), device);
+}
+
+ExpertsShape matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                            const Tensor& weights, DeviceKind device, bool packed_ok) {
+  const char* op = "matmul_experts";
+  on_device(op, "w", w, device);
+  MINFER_CHECK(w.ndim() == 3 && w.dtype() != DType::i32 && w.is_contiguous() && w.size(0) > 0, op,
+               ": w must be a dense (experts, N, K) float or quantized tensor, got ", w.str());
+  MINFER_CHECK(packed_ok || w.row_layout() == RowLayout::file, op, ": w ", w.str(),
+               " is packed for the CPU backend, which alone multiplies it");
+  MINFER_CHECK(ids.ndim() == 2 && ids.size(1) > 0, op, ": ids must be i32 [rows, slots], got ", ids.str());
+  ExpertsShape s{ids.size(0), ids.size(1), w.size(0), w.size(1), w.size(2), false};
+  slot_table(op, "ids", ids, DType::i32, s.M, s.k, device);
+  Rows in = activation(op, "x", x, device), o = activation(op, "out", out, device);
+  s.x_per_slot = in.rows != s.M || s.k == 1;
+  MINFER_CHECK(in.cols == s.K && (in.rows == s.M || in.rows == s.M * s.k), op, ": x [", in.rows, ", ", in.cols,
+               "] must have ", s.M, " or ", s.M * s.k, " rows of ", s.K, " for ids ", ids.str(), " and w ", w.str());
+  if (weights.defined()) slot_table(op, "weights", weights, DType::f32, s.M, s.k, device);
+  const int64_t out_rows = weights.defined() ? s.M : s.M * s.k;
+  MINFER_CHECK(o.rows == out_rows && o.cols == s.N, op, ": out is [", o.rows, ", ", o.cols, "] but must be [",
+               out_rows, ", ", s.N, "]", weights.defined() ? " (weighted: a row per row)" : " (a row per slot)");
+  return s;
+}
+
+void expert_ids(const char* op, const int32_t* ids, int64_t n, int64_t E) {
+  for (int64_t i = 0; i < n; ++i)
+    MINFER_CHECK(ids[i] >= 0 && ids[i] < E, op, ": id ", ids[i], " at slot ", i, " names no expert of ", E);
 }
 
 int64_t add(const Tensor& out, const Tensor& a, const Tensor& b, DeviceKind device) {

@@ -74,6 +74,21 @@ AttentionShape attention(const Tensor& out, const Tensor& q, const Tensor& k_cac
                          const Tensor& pos, const AttentionSpec& spec, DeviceKind device);
 void elementwise(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                  DeviceKind device);
+// out = act(gate) * up, gate like up or of one column: returns the gate's column step for the
+// kernels, 1, or 0 for a gate of one column.
+int64_t glu(const Tensor& out, const Tensor& gate, const Tensor& up, DeviceKind device);
+// ids (M, k) i32 and weights (M, k) f32, dense, for logits (M, E) with 0 < k <= E.
+void route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, DeviceKind device);
+struct ExpertsShape {
+  int64_t M, k, E, N, K;
+  bool x_per_slot;  // x has a row per slot (M k rows), not per row (M)
+};
+// Backend::matmul_experts's shapes (engine/backend.h); weights may be undefined. packed_ok as for
+// matmul. Ids are device data: expert_ids() checks them where the host can read them.
+ExpertsShape matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                            const Tensor& weights, DeviceKind device, bool packed_ok = false);
+// Host-side check that each of the n ids names one of E experts.
+void expert_ids(const char* op, const int32_t* ids, int64_t n, int64_t E);
 // out = a + b, with b (M, D) like a, or a row (D) added to every row (a bias): returns b's row
 // stride for the kernels, 0 for a row.
 int64_t add(const Tensor& out, const Tensor& a, const Tensor& b, DeviceKind device);

@@ -65,6 +65,14 @@ void ProfilingBackend::attention(const Tensor& out, const Tensor& q, const Tenso
 void ProfilingBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
   timed(std::string("glu (") + glu_activation_name(activation) + ")", [&] { inner_.glu(out, gate, up, activation); });
 }
+void ProfilingBackend::route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) {
+  timed("route_experts", [&] { inner_.route_experts(ids, weights, logits, normalize); });
+}
+void ProfilingBackend::matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                                      const Tensor& weights) {
+  timed(std::string("matmul_experts (") + dtype_name(w.dtype()) + ")",
+        [&] { inner_.matmul_experts(out, x, w, ids, weights); });
+}
 void ProfilingBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   timed("add", [&] { inner_.add(out, a, b); });
 }

@@ -90,6 +90,13 @@ void FaultBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k
 void FaultBackend::glu(const Tensor& out, const Tensor& gate, const Tensor& up, GluActivation activation) {
   enqueue([=] { inner_->glu(out, gate, up, activation); });
 }
+void FaultBackend::route_experts(const Tensor& ids, const Tensor& weights, const Tensor& logits, bool normalize) {
+  enqueue([=] { inner_->route_experts(ids, weights, logits, normalize); });
+}
+void FaultBackend::matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
+                                  const Tensor& weights) {
+  enqueue([=] { inner_->matmul_experts(out, x, w, ids, weights); });
+}
 
 void FaultBackend::add(const Tensor& out, const Tensor& a, const Tensor& b) {
   enqueue([=] { inner_->add(out, a, b); });

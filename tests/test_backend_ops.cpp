@@ -38,6 +38,8 @@
 #include "kernels/ref/rope.h"
 #include "kernels/ref/sum.h"
 #include "kernels/ref/glu.h"
+#include "kernels/ref/matmul_experts.h"
+#include "kernels/ref/route_experts.h"
 #include "tests/op_harness.h"
 
 namespace minfer::test {
@@ -46,7 +48,8 @@ namespace {
 enum class Op {
   gather_rows, gather_rows_scaled, gather_rows_packed, rmsnorm, rmsnorm_small, rmsnorm_groups, residual_rmsnorm, matmul, rope, kv_store,
   rope_kv_store, attention_three_pass, attention_online_softmax, attention_prefill, swiglu, geglu, add, add_row, argmax,
-  fill, sum, matmul_packed
+  fill, sum, matmul_packed, sigmoid_gate, route_experts, matmul_experts, matmul_experts_weighted,
+  matmul_experts_packed
 };
 
 const char* op_name(Op op) {
@@ -73,6 +76,11 @@ const char* op_name(Op op) {
     case Op::argmax: return "ARGMAX";
     case Op::fill: return "FILL_UNIFORM";
     case Op::sum: return "SUM";
+    case Op::sigmoid_gate: return "SIGMOID_GATE";  // glu with a gate of one column (Qwen2-MoE's shared expert)
+    case Op::route_experts: return "ROUTE_EXPERTS";
+    case Op::matmul_experts: return "MUL_MAT_EXPERTS";  // a row of out per slot; x one row a row
+    case Op::matmul_experts_weighted: return "MUL_MAT_EXPERTS_WEIGHTED";  // x one row a slot, summed by weight
+    case Op::matmul_experts_packed: return "MUL_MAT_EXPERTS_PACKED";  // experts the backend packed, weighted
   }
   return "?";
 }
@@ -99,6 +107,7 @@ struct Case {
   bool strided;
   int64_t window = 0;
   Tables tables = Tables::contiguous;
+  int64_t slots = 0;  // the expert ops: experts a row (k of c)
 };
 
 std::string case_name(const Case& k);
@@ -115,6 +124,7 @@ std::string case_name(const Case& k) {
   s << "_" << dtype_name(k.dtype) << (k.strided ? "_strided" : "");
   if (k.window) s << "_window" << k.window;
   if (k.tables != Tables::contiguous) s << (k.tables == Tables::scattered ? "_scattered" : "_shared");
+  if (k.slots) s << "_top" << k.slots;
   return s.str();
 }
 
@@ -154,7 +164,7 @@ class BackendOps : public ::testing::TestWithParam<Case> {
   void weights(const Tensor& host, Tensor* w) {
     *w = to_backend(*backend_, host);
     const Op op = GetParam().op;
-    if (op != Op::matmul_packed && op != Op::gather_rows_packed) return;
+    if (op != Op::matmul_packed && op != Op::gather_rows_packed && op != Op::matmul_experts_packed) return;
     *w = backend_->pack_weights(*w);
     if (w->row_layout() == RowLayout::file)
       GTEST_SKIP() << "skipped: " << backend_->name() << " does not pack " << dtype_name(host.dtype()) << " in this build";
@@ -220,6 +230,21 @@ void distinct_slots(std::mt19937& rng, int64_t M, int64_t n_seqs, int64_t n_ctx,
     seq->push_back(static_cast<int32_t>(slots[m] / n_ctx));
     pos->push_back(static_cast<int32_t>(slots[m] % n_ctx));
   }
+}
+
+// The experts each of M rows chooses, k distinct of E a row, as a router would: uneven (expert 0
+// in most rows), and the last expert in none, so that the grouped products see a large group, small
+// ones and an empty one.
+std::vector<int32_t> expert_choices(std::mt19937& rng, int64_t M, int64_t k, int64_t E) {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> pool(static_cast<size_t>(E - 1));
+  for (int64_t m = 0; m < M; ++m) {
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<int32_t>(i);
+    std::shuffle(pool.begin() + 1, pool.end(), rng);
+    if (m % 3 == 2) std::swap(pool[0], pool[size_t(k)]);  // one row in three without expert 0
+    ids.insert(ids.end(), pool.begin(), pool.begin() + k);
+  }
+  return ids;
 }
 
 TEST_P(BackendOps, MatchesReference) {
@@ -401,13 +426,68 @@ TEST_P(BackendOps, MatchesReference) {
       } else if (k.op == Op::swiglu || k.op == Op::geglu) {
         const GluActivation act = k.op == Op::swiglu ? GluActivation::silu : GluActivation::gelu_tanh;
         backend_->glu(out.view(), a, b, act);
-        ref::glu(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(), F, M, F, act);
+        ref::glu(expected.data_as<float>(), F, a_host.data_as<float>(), F, 1, b_host.data_as<float>(), F, M, F, act);
       } else {
         backend_->add(out.view(), a, b);
         ref::add(expected.data_as<float>(), F, a_host.data_as<float>(), F, b_host.data_as<float>(), F,
                  M, F);
       }
       expect_close(expected, out.check(label), limit_elementwise(), label);
+      break;
+    }
+    case Op::sigmoid_gate: {  // out = sigmoid(gate) * up, gate (M, 1)
+      const int64_t F = k.a;
+      auto [gate, gate_host] = activation(M, 1, -4, 4);
+      auto [up, up_host] = activation(M, F, -4, 4);
+      GuardedOutput out(*backend_, M, F, ld(F));
+      backend_->glu(out.view(), gate, up, GluActivation::sigmoid);
+      Tensor expected = host_tensor({M, F}, DType::f32);
+      ref::glu(expected.data_as<float>(), F, gate_host.data_as<float>(), 1, 0, up_host.data_as<float>(), F, M, F,
+               GluActivation::sigmoid);
+      expect_close(expected, out.check(label), limit_elementwise(), label);
+      break;
+    }
+    case Op::route_experts: {
+      const int64_t E = k.a, slots = k.slots;
+      auto [logits, logits_host] = activation(M, E, -3, 3);
+      float* l = logits_host.data_as<float>();
+      for (int64_t m = 0; m < M; m += 2) l[m * E + 1] = l[m * E + E - 1] = 9.0f;  // a tie for first: the lower expert first
+      Tensor(logits).copy_from(logits_host);
+      for (bool normalize : {false, true}) {
+        Tensor ids = backend_->empty({M, slots}, DType::i32), weights = backend_->empty({M, slots}, DType::f32);
+        backend_->route_experts(ids, weights, logits, normalize);
+        std::vector<int32_t> want_ids(static_cast<size_t>(M * slots));
+        Tensor want = host_tensor({M, slots}, DType::f32);
+        ref::route_experts(want_ids.data(), want.data_as<float>(), l, E, M, E, slots, normalize);
+        const Tensor got_ids = to_host(ids);
+        for (int64_t i = 0; i < M * slots; ++i)
+          ASSERT_EQ(got_ids.data_as<int32_t>()[i], want_ids[size_t(i)]) << label << " slot " << i;
+        expect_close(want, to_host(weights), limit_elementwise(), label + (normalize ? " (normalised)" : ""));
+      }
+      break;
+    }
+    case Op::matmul_experts:
+    case Op::matmul_experts_weighted:
+    case Op::matmul_experts_packed: {
+      const int64_t N = k.a, K = k.b, E = k.c, slots = k.slots;
+      const bool weighted = k.op != Op::matmul_experts;
+      auto [x, x_host] = activation(weighted ? M * slots : M, K);
+      Tensor w = host_random({E, N, K}, rng_, -1, 1, k.dtype);
+      Tensor backend_w;
+      weights(w, &backend_w);
+      if (IsSkipped()) return;
+      const std::vector<int32_t> ids = expert_choices(rng_, M, slots, E);
+      Tensor ids_host = host_tensor({M, slots}, DType::i32);
+      std::copy(ids.begin(), ids.end(), ids_host.data_as<int32_t>());
+      Tensor weights_host = host_random({M, slots}, rng_, 0, 1);
+      const int64_t rows = weighted ? M : M * slots;
+      GuardedOutput out(*backend_, rows, N, ld(N));
+      backend_->matmul_experts(out.view(), x, backend_w, to_backend(*backend_, ids_host),
+                               weighted ? to_backend(*backend_, weights_host) : Tensor());
+      Tensor expected = host_tensor({rows, N}, DType::f32);
+      ref::matmul_experts(expected.data_as<float>(), N, x_host.data_as<float>(), K, weighted, w.data(), k.dtype,
+                          ids.data(), weighted ? weights_host.data_as<float>() : nullptr, M, slots, E, N, K);
+      expect_close(expected, out.check(label), limit_product(), label);
       break;
     }
     case Op::argmax: {
@@ -593,6 +673,27 @@ std::vector<Case> all_cases() {
       cases.push_back({"cpu", Op::matmul_packed, M, N, K, 0, t, M == 3});
     cases.push_back({"cpu", Op::gather_rows_packed, 5, K, 37, 0, t, true});
   }
+  // A mixture of experts' ops: routing with k of E (E = 8, 60; k = 1, 3, 8 = all of E), ties for
+  // first in every other row; the expert product with uneven groups and an empty one
+  // (expert_choices), for decode, batched decode and prefill rows, in every type, the gate's and
+  // up's form (a row of out per slot) and the down projection's (x a row per slot, summed by
+  // weight), and on the CPU from experts it packed (N = 37: two groups of 16 and 5 rows past them).
+  for (const std::string backend : {"cpu", "cuda"}) {
+    for (int64_t M : {1, 3, 8, 100}) {
+      cases.push_back({backend, Op::sigmoid_gate, M, 67, 0, 0, DType::f32, M == 3});
+      for (auto [E, slots] : {std::pair<int64_t, int64_t>{8, 1}, {8, 3}, {8, 8}, {60, 3}})
+        cases.push_back({backend, Op::route_experts, M, E, 0, 0, DType::f32, M == 3, 0, Tables::contiguous, slots});
+      for (DType t : {DType::f32, DType::f16, DType::q8_0, DType::q4_0, DType::q4_k, DType::q6_k}) {
+        const int64_t K = is_k_quant(t) ? 512 : 96;
+        for (Op op : {Op::matmul_experts, Op::matmul_experts_weighted})
+          cases.push_back({backend, op, M, 37, K, 6, t, M == 8, 0, Tables::contiguous, 3});
+      }
+    }
+  }
+  for (DType t : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q4_k, DType::q6_k})
+    for (int64_t M : {1, 5, 40})
+      cases.push_back({"cpu", Op::matmul_experts_packed, M, 37, is_k_quant(t) ? 512 : 96, 6, t, M == 5, 0,
+                       Tables::contiguous, 2});
   // q8_0 prefill past one dequantized tile of 256 weight rows on the CPU, with a partial last tile,
   // and through the integer GEMM's tiles with rows left over.
   for (const std::string backend : {"cpu", "cuda"}) {

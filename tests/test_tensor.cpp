@@ -140,8 +140,12 @@ TEST(Tensor, PackedRowsAreCutAtGroupsOnly) {
   EXPECT_EQ(std::memcmp(packed_copy.data(), file.data(), file.nbytes()), 0);
 
   EXPECT_THROW(iota({4, 4}).with_row_layout(RowLayout::packed16), Error);  // not quantized
-  EXPECT_THROW(Tensor::empty({2, 40, 64}, DType::q8_0, DeviceKind::cpu, host_pool()).with_row_layout(RowLayout::packed16),
-               Error);  // not 2-D
+  EXPECT_THROW(Tensor::empty({2, 3, 40, 64}, DType::q8_0, DeviceKind::cpu, host_pool()).with_row_layout(RowLayout::packed16),
+               Error);  // neither a matrix nor a stack of matrices (a layer's experts)
+  EXPECT_NO_THROW(Tensor::empty({2, 40, 64}, DType::q8_0, DeviceKind::cpu, host_pool()).with_row_layout(RowLayout::packed16));
+  EXPECT_THROW(Tensor::empty({2, 40, 64}, DType::q8_0, DeviceKind::cpu, host_pool()).slice(1, 0, 32).with_row_layout(
+                   RowLayout::packed16),
+               Error);  // a stack's matrices must be whole: contiguous
 }
 
 TEST(Tensor, RefusesSizesThatOverflow) {

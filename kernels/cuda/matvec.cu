@@ -2,11 +2,37 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matvec.cuh"
 
+#include <algorithm>
+
 namespace minfer::cuda {
 
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+
+// The expert product's slots (matvec_experts): row y of the grid is slot first + y, which
+// multiplies expert ids[slot]'s matrix by x's row slot (x_per_slot) or slot / k into out's row
+// slot. ids null: the plain product, one grid row.
+struct Slots {
+  const int32_t* ids = nullptr;
+  int64_t first = 0, k = 1, experts = 0, expert_bytes = 0;
+  bool x_per_slot = false;
+};
+
+// Moves out, x and w to this block's slot; an id outside [0, experts) leaves its row unwritten
+// (the host cannot read ids on the device without a synchronisation).
+template <class T>
+__device__ __forceinline__ bool at_slot(const Slots& s, float*& out, int64_t ld_out, const float*& x, int64_t ld_x,
+                                        const T*& w) {
+  if (s.ids == nullptr) return true;
+  const int64_t slot = s.first + blockIdx.y;
+  const int32_t e = s.ids[slot];
+  if (e < 0 || e >= s.experts) return false;
+  w = reinterpret_cast<const T*>(reinterpret_cast<const char*>(w) + e * s.expert_bytes);
+  x += (s.x_per_slot ? slot : slot / s.k) * ld_x;
+  out += slot * ld_out;
+  return true;
+}
 
 // Eight weights as floats from one 16-byte (f16/bf16) or two 16-byte (f32) loads.
 template <class T>
@@ -41,7 +67,8 @@ __device__ __forceinline__ void load8<__nv_bfloat16>(float (&v)[8], const __nv_b
 // kVector: rows and x are 16-byte aligned with K a multiple of 8, so 8-wide loads are legal.
 template <class T, int MR, bool kVector>
 __global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
-                              int64_t K) {
+                              int64_t K, Slots slots) {
+  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -80,7 +107,8 @@ __global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_
 // blocks (136 contiguous bytes) and the loop's unrolled iterations keep several in flight.
 template <int MR>
 __global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
-                                   int64_t N, int64_t K) {
+                                   int64_t N, int64_t K, Slots slots) {
+  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -120,7 +148,8 @@ __global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, i
 // multiplies them with 8 consecutive activations of each of the M rows.
 template <class Block, int MR>
 __global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
-                                     int64_t N, int64_t K) {
+                                     int64_t N, int64_t K, Slots slots) {
+  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
   constexpr int kWeights = blocks::Traits<Block>::kWeights;
   constexpr int kGroups = kWeights / 8;                 // lanes per block
   constexpr int kBlocksPerStep = kWarpSize / kGroups;   // blocks per warp-wide step
@@ -152,28 +181,33 @@ __global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x,
   }
 }
 
+// A grid of N / 8 blocks a row, and a row per slot (one without slots).
+dim3 grid_of(int64_t N, const Slots& slots, int64_t slot_count) {
+  return dim3(blocks_for(N, kWarpsPerBlock), slots.ids ? unsigned(slot_count) : 1u);
+}
+
 template <class Block, int MR>
 void launch_blocks(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
-                   int64_t N, int64_t K) {
-  matvec_blocks_kernel<Block, MR>
-      <<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+                   int64_t N, int64_t K, const Slots& slots = {}, int64_t slot_count = 1) {
+  matvec_blocks_kernel<Block, MR><<<grid_of(N, slots, slot_count), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+      out, ld_out, x, ld_x, w, N, K, slots);
 }
 
 template <int MR>
 void launch_q8_0(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
-                 int64_t N, int64_t K) {
-  matvec_q8_0_kernel<MR>
-      <<<blocks_for(N, kWarpsPerBlock), kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+                 int64_t N, int64_t K, const Slots& slots = {}, int64_t slot_count = 1) {
+  matvec_q8_0_kernel<MR><<<grid_of(N, slots, slot_count), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+      out, ld_out, x, ld_x, w, N, K, slots);
 }
 
 template <class T, int MR>
 void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
-            int64_t K, bool vector) {
-  const unsigned blocks = blocks_for(N, kWarpsPerBlock);
+            int64_t K, bool vector, const Slots& slots = {}, int64_t slot_count = 1) {
+  const dim3 grid = grid_of(N, slots, slot_count);
   if (vector)
-    matvec_kernel<T, MR, true><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+    matvec_kernel<T, MR, true><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K, slots);
   else
-    matvec_kernel<T, MR, false><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K);
+    matvec_kernel<T, MR, false><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K, slots);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -236,6 +270,36 @@ void matvec(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int
     }
   });
   CUDA_CHECK_LAUNCH();
+}
+
+void matvec_experts(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, bool x_per_slot,
+                    const void* w, DType w_dtype, const int32_t* ids, int64_t slots, int64_t k, int64_t E, int64_t N,
+                    int64_t K) {
+  if (N == 0 || slots == 0) return;
+  MINFER_CHECK(!is_quantized(w_dtype) || K % dtype_block(w_dtype) == 0, "matvec_experts: ", dtype_name(w_dtype),
+               " rows of ", K, " weights are not whole blocks");
+  const auto expert_bytes = static_cast<int64_t>(dtype_bytes(w_dtype, uint64_t(N) * uint64_t(K)));
+  // note: a grid has at most 65535 rows, so the slots go in chunks of that many.
+  constexpr int64_t kMaxGridRows = 65535;
+  const bool vector = K % 8 == 0 && ld_x % 4 == 0 && aligned16(x) && aligned16(w) && expert_bytes % 16 == 0;
+  for (int64_t first = 0; first < slots; first += kMaxGridRows) {
+    const int64_t count = std::min(kMaxGridRows, slots - first);
+    const Slots s{ids, first, k, E, expert_bytes, x_per_slot};
+    if (w_dtype == DType::q8_0) {
+      launch_q8_0<1>(stream, out, ld_out, x, ld_x, static_cast<const BlockQ8*>(w), N, K, s, count);
+    } else if (is_quantized(w_dtype)) {
+      blocks::dispatch_block(w_dtype, [&](auto tag) {
+        using Block = typename decltype(tag)::type;
+        launch_blocks<Block, 1>(stream, out, ld_out, x, ld_x, static_cast<const Block*>(w), N, K, s, count);
+      });
+    } else {
+      dispatch_float_type(w_dtype, [&](auto type) {
+        using T = decltype(type);
+        launch<T, 1>(stream, out, ld_out, x, ld_x, static_cast<const T*>(w), N, K, vector, s, count);
+      });
+    }
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace minfer::cuda

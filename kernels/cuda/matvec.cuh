@@ -26,4 +26,17 @@ void matvec(cudaStream_t stream,
             const void* w, DType w_dtype,  // (N, K), dense; quantized: (N, K / block) blocks
             int64_t M, int64_t N, int64_t K);
 
+// The expert product one slot at a time (kernels/ref/matmul_experts.h, without weights): out's
+// row s = x's row s (x_per_slot) or s / k, times the matrix of expert ids[s], read by the same
+// warps as matvec's one-row product. Graph-safe: the ids stay on the device, and an id outside
+// [0, E) leaves its row unwritten. note: each slot reads its expert's matrix, so a batch whose rows share
+// an expert reads it once per row, in decode and prefill alike; nothing on CUDA groups rows by
+// expert yet (the CPU's cpu::matmul_experts does).
+void matvec_experts(cudaStream_t stream,
+                    float* out, int64_t ld_out,                    // (slots, N)
+                    const float* x, int64_t ld_x, bool x_per_slot,  // (slots, K), or (slots / k, K)
+                    const void* w, DType w_dtype,                  // (E, N, K), dense
+                    const int32_t* ids,                            // (slots), each in [0, E)
+                    int64_t slots, int64_t k, int64_t E, int64_t N, int64_t K);
+
 }  // namespace minfer::cuda
