@@ -22,16 +22,25 @@ struct GgufArchitecture {
   // and with a sliding window 5 layers in 6 slide (ARCH.attention.sliding_window_pattern where
   // given), rotating by base 10000 (ARCH.rope.freq_base_swa where given), as llama.cpp reads it.
   bool gemma3;
+  // A mixture of experts where ARCH.expert_count > 0 (blk.N.ffn_gate_inp, ffn_{gate,up,down}_exps),
+  // whose top k weights llama.cpp renormalises for this architecture (it reads no key for it, and
+  // neither does minfer); OLMoE's q and k norms span the whole projection.
+  bool normalize_experts;
+  bool qk_norm_whole;
 };
 // note: llama.cpp's converter permutes a llama model's q and k rows to interleaved pairs and
 // leaves Qwen's, Phi-3's and Gemma's as Hugging Face stores them (its RoPE reads either order).
 // It stores Gemma's RMSNorm weights as 1 + w, so they load as any other's.
+// Mixtral is a llama with experts.
 constexpr GgufArchitecture kArchitectures[] = {
-    {"llama", false, false, false, false, false},
-    {"qwen2", true, false, true, false, false},
-    {"qwen3", false, true, true, false, false},
-    {"phi3", false, false, true, true, false},
-    {"gemma3", false, true, true, false, true},
+    {"llama", false, false, false, false, false, true, false},
+    {"qwen2", true, false, true, false, false, false, false},
+    {"qwen3", false, true, true, false, false, false, false},
+    {"phi3", false, false, true, true, false, false, false},
+    {"gemma3", false, true, true, false, true, false, false},
+    {"qwen3moe", false, true, true, false, false, true, false},
+    {"olmoe", false, true, true, false, false, false, true},
+    {"qwen2moe", true, false, true, false, false, false, false},
 };
 
 // Refuses a tensor the architecture does not compute with: a bias on any projection but q, k and
@@ -77,6 +86,30 @@ void read_gemma3(const GgufFile& f, const std::string& a, LlamaConfig* c) {
     c->sliding_layers.push_back(every == 0 || l % every < every - 1);
 }
 
+// A mixture of experts' counts, where llama.cpp's loader finds them, with its defaults where a key
+// is absent: an expert's width feed_forward_length (Qwen's: that over the experts a token takes), a
+// shared expert feed_forward_length wide where the file has its tensors. The routings llama.cpp
+// has and minfer does not (a sigmoid gate, DeepSeek's dense leading layers and groups, scaled
+// weights) are refused by name.
+void read_experts(const GgufFile& f, const std::string& a, const GgufArchitecture& arch, LlamaConfig* c) {
+  c->n_experts = f.integer(a + "expert_count", true, 0);
+  c->n_experts_used = f.integer(a + "expert_used_count", true, 0);
+  const bool qwen = std::string(arch.name) == "qwen2moe" || std::string(arch.name) == "qwen3moe";
+  const int64_t width = qwen && c->n_experts_used > 0 ? c->hidden_dim / c->n_experts_used : c->hidden_dim;
+  c->expert_hidden_dim = f.integer(a + "expert_feed_forward_length", false, width);
+  c->shared_expert_hidden_dim =
+      f.integer(a + "expert_shared_feed_forward_length", false, f.has_tensor("blk.0.ffn_gate_shexp.weight") ? c->hidden_dim : 0);
+  c->normalize_expert_weights = arch.normalize_experts;
+  if (f.integer(a + "expert_gating_func", false, 1) != 1)
+    fail(f.path(), ": ", a, "expert_gating_func = ", f.integer(a + "expert_gating_func", false, 1),
+         " (minfer routes by softmax, 1)");
+  for (const char* key : {"leading_dense_block_count", "expert_group_count", "expert_shared_count"})
+    if (f.integer(a + key, false, 0) > (std::string(key) == "expert_shared_count" ? 1 : 0))
+      fail(f.path(), ": ", a, key, " = ", f.integer(a + key, false, 0), " is not supported");
+  if (f.number(a + "expert_weights_scale", false, 1.0) != 1.0)
+    fail(f.path(), ": ", a, "expert_weights_scale = ", f.number(a + "expert_weights_scale", false, 1.0), " is not supported");
+}
+
 const GgufArchitecture& find_architecture(const GgufFile& f) {
   const std::string arch = f.text("general.architecture", true, "");
   std::string names;
@@ -108,8 +141,8 @@ LlamaConfig read_gguf_config(const GgufFile& f) {
     c.head_size = key_length;
   if (f.integer(a + "attention.value_length", false, key_length) != key_length)
     fail(f.path(), ": keys and values of different widths are not supported");
-  if (f.find(a + "expert_count") != nullptr && f.integer(a + "expert_count", false, 0) > 0)
-    fail(f.path(), ": mixture-of-experts models are not supported");
+  c.qk_norm_whole = arch.qk_norm_whole;
+  if (f.integer(a + "expert_count", false, 0) > 0) read_experts(f, a, arch, &c);
   // A sliding window of W keys, in every layer or (Gemma 3) in the layers its pattern names; 0:
   // none, as llama.cpp's converter writes it for Phi-4.
   c.sliding_window = f.integer(a + "attention.sliding_window", false, 0);
@@ -175,6 +208,29 @@ bool flag(const GgufFile& f, const std::string& key, bool fallback) {
   return v->boolean;
 }
 
+// A layer of experts' tensors: the router blk.N.ffn_gate_inp (experts, dim), and
+// ffn_{gate,up,down}_exps, (experts, f, dim) and (experts, dim, f), one matrix per expert; Qwen2-MoE's
+// shared expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp (dim).
+void read_expert_layer(const GgufFile& f, const std::string& p, const LlamaConfig& c, LlamaHostWeights::Layer* layer) {
+  layer->router = f.view(p + "ffn_gate_inp.weight");
+  const Tensor gate = f.view(p + "ffn_gate_exps.weight"), up = f.view(p + "ffn_up_exps.weight"),
+               down = f.view(p + "ffn_down_exps.weight");
+  for (const Tensor* t : {&gate, &up, &down})
+    if (t->ndim() != 3 || t->size(0) != c.n_experts)
+      fail(f.path(), ": ", p, "ffn_*_exps ", t->str(), " does not hold the config's ", c.n_experts, " experts");
+  for (int64_t e = 0; e < c.n_experts; ++e) {
+    layer->w1_experts.push_back(gate.select(0, e));
+    layer->w3_experts.push_back(up.select(0, e));
+    layer->w2_experts.push_back(down.select(0, e));
+  }
+  if (c.shared_expert_hidden_dim == 0) return;
+  layer->w1 = f.view(p + "ffn_gate_shexp.weight");
+  layer->w3 = f.view(p + "ffn_up_shexp.weight");
+  layer->w2 = f.view(p + "ffn_down_shexp.weight");
+  const Tensor shared_gate = f.view(p + "ffn_gate_inp_shexp.weight");
+  layer->shared_gate = shared_gate.ndim() == 1 ? shared_gate.reshape({1, shared_gate.size(0)}) : shared_gate;
+}
+
 }  // namespace
 
 LlamaHostWeights load_gguf_weights(const std::string& path) {
@@ -209,8 +265,13 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
       layer.wq = file->view(p + "attn_q.weight");
       layer.wk = file->view(p + "attn_k.weight");
       layer.wv = file->view(p + "attn_v.weight");
-      layer.w1 = file->view(p + "ffn_gate.weight");
-      layer.w3 = file->view(p + "ffn_up.weight");
+      if (c.layer_has_experts(l)) {
+        read_expert_layer(*file, p, c, &layer);
+      } else {
+        layer.w1 = file->view(p + "ffn_gate.weight");
+        layer.w3 = file->view(p + "ffn_up.weight");
+        layer.w2 = file->view(p + "ffn_down.weight");
+      }
     }
     if (c.qkv_bias) {
       layer.bq = file->view(p + "attn_q.bias");
@@ -223,7 +284,7 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
     }
     layer.wo = file->view(p + "attn_output.weight");
     layer.rms_ffn = file->view(p + "ffn_norm.weight");
-    layer.w2 = file->view(p + "ffn_down.weight");
+    if (fused) layer.w2 = file->view(p + "ffn_down.weight");
     if (c.post_norms) {
       layer.post_att_norm = file->view(p + "post_attention_norm.weight");
       layer.post_ffn_norm = file->view(p + "post_ffw_norm.weight");

@@ -1,6 +1,9 @@
 // A Llama model in a GGUF file, as llama.cpp's converter writes it: general.architecture "llama",
-// or "qwen2", "qwen3", "phi3" or "gemma3" (gguf_model.cpp's table of their differences: biases, q
-// and k norms, fused tensors, rotate-half order, Gemma 3's); the hyperparameters under ARCH.* (embedding_length,
+// or "qwen2", "qwen3", "phi3", "gemma3", "qwen3moe", "olmoe" or "qwen2moe" (gguf_model.cpp's table
+// of their differences: biases, q and k norms, fused tensors, rotate-half order, Gemma 3's, the
+// experts' renormalisation; a llama with ARCH.expert_count is Mixtral); the hyperparameters under
+// ARCH.* (expert_count, expert_used_count, expert_feed_forward_length,
+// expert_shared_feed_forward_length for a mixture of experts; embedding_length,
 // feed_forward_length, block_count, attention.head_count, attention.head_count_kv,
 // attention.key_length when heads are not embedding_length / head_count,
 // attention.layer_norm_rms_epsilon, context_length, rope.freq_base, rope.scaling.type linear with

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -159,14 +160,22 @@ struct HfArchitecture {
   // pre_feedforward_layernorm), RMSNorm weights stored as w for x (1 + w), embeddings scaled by
   // sqrt(dim), scores by query_pre_attn_scalar^-1/2, and the classifier tied unless said otherwise.
   bool gemma3;
+  // A mixture of experts in every layer (or the layers its config says: read_experts), whose
+  // config names its counts with these keys; nullptr: a dense model.
+  const char* experts_key;       // the experts in a layer
+  const char* expert_width_key;  // an expert's hidden width
 };
 constexpr HfArchitecture kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", false, false, false, false},
-    {"MistralForCausalLM", "mistral", false, false, false, false},  // a Llama
-    {"Qwen2ForCausalLM", "qwen2", true, false, false, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true, false, false},
-    {"Phi3ForCausalLM", "phi3", false, false, true, false},
-    {"Gemma3ForCausalLM", "gemma3_text", false, true, false, true},
+    {"LlamaForCausalLM", "llama", false, false, false, false, nullptr, nullptr},
+    {"MistralForCausalLM", "mistral", false, false, false, false, nullptr, nullptr},  // a Llama
+    {"Qwen2ForCausalLM", "qwen2", true, false, false, false, nullptr, nullptr},
+    {"Qwen3ForCausalLM", "qwen3", false, true, false, false, nullptr, nullptr},
+    {"Phi3ForCausalLM", "phi3", false, false, true, false, nullptr, nullptr},
+    {"Gemma3ForCausalLM", "gemma3_text", false, true, false, true, nullptr, nullptr},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", false, true, false, false, "num_experts", "moe_intermediate_size"},
+    {"OlmoeForCausalLM", "olmoe", false, true, false, false, "num_experts", "intermediate_size"},
+    {"MixtralForCausalLM", "mixtral", false, false, false, false, "num_local_experts", "intermediate_size"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", true, false, false, false, "num_experts", "moe_intermediate_size"},
 };
 
 std::string architecture_names() {
@@ -205,7 +214,13 @@ const HfArchitecture& find_architecture(const json& doc, const std::string& sour
 //   else Qwen's max_window_layers: the layers from it on;
 //   else Mistral's and Phi-3's sliding_window, where not null: every layer.
 void read_sliding_window(const json& doc, const HfArchitecture& arch, const std::string& source, LlamaConfig* c) {
-  const bool qwen = std::string(arch.model_type) == "qwen2" || std::string(arch.model_type) == "qwen3";
+  const std::string type = arch.model_type;
+  const bool qwen = type == "qwen2" || type == "qwen3";
+  // transformers' Qwen MoE classes choose their sliding layers by rules of their own (Qwen3-MoE:
+  // every layer; Qwen2-MoE: the even layers below max_window_layers), which minfer does not follow.
+  if ((type == "qwen2_moe" || type == "qwen3_moe") && doc.contains("use_sliding_window") &&
+      doc["use_sliding_window"].is_boolean() && doc["use_sliding_window"].get<bool>())
+    fail(source, ": sliding windows in ", arch.name, " (use_sliding_window) are not supported");
   if (std::string(arch.model_type) == "llama") return;
   if (qwen && !(doc.contains("use_sliding_window") && doc["use_sliding_window"].is_boolean() &&
                 doc["use_sliding_window"].get<bool>()))
@@ -249,6 +264,51 @@ GluActivation read_activation(const json& doc, const HfArchitecture& arch, const
   if (doc[key] == "gelu_pytorch_tanh") return GluActivation::gelu_tanh;
   fail(source, ": ", key, " ", doc[key].is_string() ? "'" + doc[key].get<std::string>().substr(0, 40) + "'" : "(not a string)",
        " is not supported (minfer's gated units use silu or gelu_pytorch_tanh)");
+}
+
+// A mixture of experts' counts and routing. The counts and widths must be given (a config without
+// them is refused); norm_topk_prob, decoder_sparse_step and shared_expert_intermediate_size take
+// transformers' defaults where absent:
+//   Qwen3-MoE, Qwen2-MoE: num_experts (or num_local_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob
+//     (false), and the layers that stay dense: those in mlp_only_layers and those where (l + 1) %
+//     decoder_sparse_step != 0; Qwen2-MoE's shared expert, shared_expert_intermediate_size wide;
+//   OLMoE: num_experts (or num_local_experts), num_experts_per_tok, intermediate_size, norm_topk_prob (false), and q and k
+//     norms over the whole projection;
+//   Mixtral: num_local_experts (or num_experts), num_experts_per_tok, intermediate_size; its softmax over the top k
+//     is a renormalisation.
+void read_experts(const json& doc, const HfArchitecture& arch, const std::string& source, LlamaConfig* c) {
+  const std::string type = arch.model_type;
+  const bool qwen = type == "qwen2_moe" || type == "qwen3_moe";
+  // Either name is read: transformers 5 writes Qwen3-MoE's count as num_local_experts where the
+  // Hub's files say num_experts, and maps one name to the other for Qwen3-MoE, OLMoE and Mixtral
+  // (attribute_map).
+  const char* alias = std::string(arch.experts_key) == "num_experts" ? "num_local_experts" : "num_experts";
+  c->n_experts = integer_or(doc, arch.experts_key, integer_or(doc, alias, 0, source), source);
+  if (c->n_experts <= 0) fail(source, ": ", arch.experts_key, " must be a positive integer");
+  c->n_experts_used = integer_or(doc, "num_experts_per_tok", 0, source);
+  c->expert_hidden_dim = integer_or(doc, arch.expert_width_key, 0, source);
+  c->normalize_expert_weights = type == "mixtral" || (doc.contains("norm_topk_prob") && doc["norm_topk_prob"].is_boolean() &&
+                                                      doc["norm_topk_prob"].get<bool>());
+  c->qk_norm_whole = type == "olmoe";
+  if (type == "olmoe" && doc.contains("clip_qkv") && !doc["clip_qkv"].is_null())
+    fail(source, ": clipping q, k and v (clip_qkv) is not supported");
+  if (type == "qwen2_moe") c->shared_expert_hidden_dim = integer_or(doc, "shared_expert_intermediate_size", 5632, source);
+  if (!qwen) return;
+  const int64_t step = integer_or(doc, "decoder_sparse_step", 1, source);
+  if (step < 1) fail(source, ": decoder_sparse_step = ", step, ", must be positive");
+  std::vector<bool> dense(size_t(std::clamp<int64_t>(c->n_layers, 0, LlamaConfig::kMaxLayers)), false);
+  bool any = false;
+  for (size_t l = 0; l < dense.size(); ++l) any |= dense[l] = (int64_t(l) + 1) % step != 0;
+  if (doc.contains("mlp_only_layers") && !doc["mlp_only_layers"].is_null()) {
+    const json& only = doc["mlp_only_layers"];
+    if (!only.is_array() || only.size() > dense.size()) fail(source, ": mlp_only_layers is not a list of layers");
+    for (const json& l : only) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= int64_t(dense.size()))
+        fail(source, ": mlp_only_layers names a layer the model does not have");
+      dense[size_t(l.get<int64_t>())] = any = true;
+    }
+  }
+  if (any) c->dense_ffn_layers = dense;
 }
 
 }  // namespace
@@ -303,6 +363,7 @@ LlamaConfig parse_hf_config(const std::string& text, const std::string& source) 
   read_rope(doc, source, &c);
   read_sliding_window(doc, arch, source, &c);
   if (arch.gemma3 && c.sliding_window > 0) read_sliding_rope(doc, source, &c);
+  if (arch.experts_key != nullptr) read_experts(doc, arch, source, &c);
   const std::vector<int32_t> bos = token_ids(doc.value("bos_token_id", json()), source, "bos_token_id");
   c.bos_id = bos.empty() ? -1 : bos[0];
   c.stop_ids = token_ids(doc.value("eos_token_id", json()), source, "eos_token_id");
@@ -335,6 +396,53 @@ LlamaConfig read_hf_config(const std::string& folder) {
   }
   return c;
 }
+
+namespace {
+
+// A layer of experts' weights, in either form a checkpoint stores them:
+//   the Hub's, a matrix per expert: mlp.experts.E.{gate,up,down}_proj.weight (Mixtral's
+//     block_sparse_moe.experts.E.{w1,w3,w2}.weight), and the router mlp.gate.weight
+//     (block_sparse_moe.gate.weight);
+//   transformers 5's in memory, a tensor per kind: mlp.experts.gate_up_proj (experts, 2 f, dim),
+//     each expert's gate rows then its up rows, and mlp.experts.down_proj (experts, dim, f);
+// and Qwen2-MoE's shared expert, mlp.shared_expert.{gate,up,down}_proj.weight, with its gate
+// mlp.shared_expert_gate.weight (1, dim).
+template <class Get, class Has>
+void read_expert_layer(Get&& get, Has&& has, const LlamaConfig& c, const std::string& p, const std::string& folder,
+                       LlamaHostWeights::Layer* layer) {
+  const bool mixtral = has(p + "block_sparse_moe.gate.weight");
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  const int64_t E = c.n_experts, f = c.expert_hidden_dim;
+  layer->router = get(moe + "gate.weight");
+  if (has(moe + "experts.gate_up_proj")) {
+    const Tensor gate_up = get(moe + "experts.gate_up_proj"), down = get(moe + "experts.down_proj");
+    if (gate_up.ndim() != 3 || gate_up.size(0) != E || gate_up.size(1) != 2 * f || down.ndim() != 3 || down.size(0) != E)
+      fail(folder, ": ", moe, "experts.gate_up_proj ", gate_up.str(), " or down_proj ", down.str(),
+           " does not hold the config's ", E, " experts of ", f);
+    for (int64_t e = 0; e < E; ++e) {
+      const Tensor expert = gate_up.select(0, e);
+      layer->w1_experts.push_back(expert.slice(0, 0, f));
+      layer->w3_experts.push_back(expert.slice(0, f, 2 * f));
+      layer->w2_experts.push_back(down.select(0, e));
+    }
+  } else {
+    const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+    if (mixtral) names[0] = "w1", names[1] = "w3", names[2] = "w2";
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string at = moe + "experts." + std::to_string(e) + ".";
+      layer->w1_experts.push_back(get(at + names[0] + ".weight"));
+      layer->w3_experts.push_back(get(at + names[1] + ".weight"));
+      layer->w2_experts.push_back(get(at + names[2] + ".weight"));
+    }
+  }
+  if (c.shared_expert_hidden_dim == 0) return;
+  layer->w1 = get(p + "mlp.shared_expert.gate_proj.weight");
+  layer->w3 = get(p + "mlp.shared_expert.up_proj.weight");
+  layer->w2 = get(p + "mlp.shared_expert.down_proj.weight");
+  layer->shared_gate = get(p + "mlp.shared_expert_gate.weight");
+}
+
+}  // namespace
 
 LlamaHostWeights load_hf_weights(const std::string& path) {
   const std::string folder = hf_model_folder(path);
@@ -385,6 +493,12 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
     for (const auto& [name, entry] : file->header().tensors)
       if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 && !(c.qkv_bias && is_qkv_bias(name)))
         fail(p, ": tensor '", name, "' is a bias the architecture does not have");
+  auto has = [&](const std::string& name) {
+    if (shard_of.count(name) != 0) return true;
+    for (const auto& [p, file] : *shards)
+      if (file->has(name)) return true;
+    return false;
+  };
   w.token_embedding = get("model.embed_tokens.weight");
   w.rms_final = get("model.norm.weight");
   w.classifier = c.shared_classifier ? w.token_embedding : get("lm_head.weight");
@@ -410,8 +524,11 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
       layer.wq = get(p + "self_attn.q_proj.weight");
       layer.wk = get(p + "self_attn.k_proj.weight");
       layer.wv = get(p + "self_attn.v_proj.weight");
-      layer.w1 = get(p + "mlp.gate_proj.weight");
-      layer.w3 = get(p + "mlp.up_proj.weight");
+      if (!c.layer_has_experts(l)) {
+        layer.w1 = get(p + "mlp.gate_proj.weight");
+        layer.w3 = get(p + "mlp.up_proj.weight");
+        layer.w2 = get(p + "mlp.down_proj.weight");
+      }
     }
     if (c.qkv_bias) {
       layer.bq = get(p + "self_attn.q_proj.bias");
@@ -430,7 +547,8 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
     } else {
       layer.rms_ffn = get(p + "post_attention_layernorm.weight");
     }
-    layer.w2 = get(p + "mlp.down_proj.weight");
+    if (fused) layer.w2 = get(p + "mlp.down_proj.weight");
+    if (c.layer_has_experts(l)) read_expert_layer(get, has, c, p, folder, &layer);
   }
   w.rotate_half = true;
   w.norm_weight_offset = arch.gemma3 ? 1.0f : 0.0f;

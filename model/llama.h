@@ -67,13 +67,26 @@ class LlamaModel final : public Model {
   }
   Kernels kernels() const override { return kernels_; }
   uint64_t graph_epoch() const override { return graph_epoch_; }
-  // How many of the matrices multiplied (the classifier and each part of each layer's) the backend
+  // How many of the matrices multiplied (the classifier, each part of each layer's, each expert
+  // matrix's experts as one, and the f32 routers, which are never packed) the backend
   // holds in a layout of its own (Backend::pack_weights), e.g. "29 of 31 matrices packed16"; empty
   // when none.
   std::string weight_layout() const;
   // Whether every matrix multiplied is packed, so that each row's logits are the same whatever
   // shares its pass (kernels/cpu/quant/packed.h).
   bool all_matrices_packed() const { return matrices_ > 0 && packed_ == matrices_; }
+
+  // A mixture of experts: while counting, each forward pass adds its rows, the bytes of the experts
+  // its rows chose (each layer's distinct experts, which the CPU's expert product reads once a pass),
+  // how many (layer, expert) pairs those were, and how many a uniform router's would be expected to
+  // be (LlamaConfig::expected_experts_read of the pass's rows, in each layer of experts). Host backends only (ref, cpu): a device's ids would need
+  // a copy and a wait, and a recorded step replays without this code; Error elsewhere.
+  struct ExpertReads {
+    uint64_t passes = 0, rows = 0, experts = 0, bytes = 0;
+    double predicted_experts = 0.0;
+  };
+  void count_expert_reads(bool on);  // and starts the counts from zero
+  const ExpertReads& expert_reads() const { return expert_reads_; }
 
   // Bytes of weights the model stores on the device for (config, dtype), and for host weights
   // stored as `dtype` asks (unset: as they are).
@@ -85,19 +98,27 @@ class LlamaModel final : public Model {
   void describe_types();  // info_.dtype and info_.weight_types
   void pack_weights();    // hands the classifier and the layers' matrices to Backend::pack_weights
   // Calls fn(tensor) for the embedding table, the classifier when it is a matrix of its own, and
-  // every part of every layer's matrices: every weight tensor but the norms and the RoPE table.
+  // every part of every layer's matrices (the experts' too, and with `routers` the routers, which
+  // stay f32 as the norms do): every weight tensor but the norms and the RoPE table.
   template <class Fn>
-  void for_each_matrix(Fn&& fn) const {
+  void for_each_matrix(Fn&& fn, bool routers = true) const {
     fn(w_.token_embedding);
     if (!config_.shared_classifier) fn(w_.classifier);
-    for (const Layer& layer : w_.layers)
+    for (const Layer& layer : w_.layers) {
       for (const RowBlocks* r : {&layer.wqkv, &layer.wo, &layer.w13, &layer.w2})
         for (const Tensor& t : r->parts) fn(t);
+      for (const Tensor* t : {&layer.w1_experts, &layer.w3_experts, &layer.w2_experts})
+        if (t->defined()) fn(*t);
+      if (routers && layer.router.defined()) fn(layer.router);
+    }
   }
   struct LayerViews;
   LayerViews layer_views(int64_t layer, int64_t M, const KvCache& cache) const;
   void forward_layer_unfused(const LayerViews& views, const ForwardBatch& batch);
   void forward_layer_fused(int64_t layer, const LayerViews& views, const ForwardBatch& batch);
+  // proj = the feed-forward of xb in a layer of experts (both kernel sets: its ops have no fused form).
+  void feed_forward_experts(const LayerViews& views);
+  void tally_expert_reads(const LayerViews& views);  // count_expert_reads' counting
 
   Backend& backend_;
   LlamaConfig config_;
@@ -106,16 +127,26 @@ class LlamaModel final : public Model {
   uint64_t graph_epoch_ = 0;
   ModelInfo info_;
   int64_t matrices_ = 0, packed_ = 0;  // of pack_weights
+  bool counting_experts_ = false;
+  ExpertReads expert_reads_;
+  std::vector<uint8_t> expert_seen_;  // (n_experts): chosen by a row of this pass's layer
   // note: Q, K and V weights are stored as one (q_dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
   // unfused path multiplies its row blocks separately; the memory is the same. Where a file
   // stores them in different types (Q4_K_M: V in Q6_K, Q and K in Q4_K), the matrix is kept in
   // parts of one type each and the fused product is one product per part.
+  // A layer of experts keeps each expert matrix's experts in one (n_experts, rows, in) tensor, the
+  // layout Backend::matmul_experts multiplies; its w13 and w2 are the shared expert's (empty
+  // without one), and the shared expert's gate is a last row of the router, so one product gives
+  // both.
   struct Layer {
     RowBlocks wqkv;          // (q_dim + 2 kv_dim, dim)
     RowBlocks wo;            // (dim, q_dim)
-    RowBlocks w13;           // (2 hidden, dim)
+    RowBlocks w13;           // (2 hidden, dim); hidden: config.ffn_hidden(layer)
     RowBlocks w2;            // (dim, hidden)
+    Tensor router;           // (n_experts [+ 1], dim) f32: the experts' rows, then the shared expert's gate
+    Tensor w1_experts, w3_experts;  // (n_experts, expert_hidden, dim) each
+    Tensor w2_experts;       // (n_experts, dim, expert_hidden)
   };
   struct Weights {
     Tensor token_embedding;  // (vocab, dim)
@@ -124,7 +155,7 @@ class LlamaModel final : public Model {
     Tensor rms_ffn;          // (L, dim) f32
     Tensor rms_final;        // (dim) f32
     Tensor bqkv;             // (L, q_dim + 2 kv_dim) f32: q | k | v biases, with qkv_bias only
-    Tensor q_norm, k_norm;   // (L, head_dim) f32 each: with qk_norm only
+    Tensor q_norm, k_norm;   // (L, q_norm_dim), (L, k_norm_dim) f32: with qk_norm only
     Tensor rms_post_att, rms_post_ffn;  // (L, dim) f32 each: with post_norms only
     std::vector<Layer> layers;
     Tensor rope;             // (n_ctx, head_dim) f32: (cos, sin) pairs per position
@@ -142,15 +173,23 @@ class LlamaModel final : public Model {
     Tensor hb;    // (rows, hidden): act(w1 x) * w3 x
     Tensor last;  // (logit_rows, dim): the rows whose logits are wanted
     Tensor last_norm;  // (logit_rows, dim)
+    // With experts (0 columns without): k = n_experts_used slots a row, f = expert_hidden_dim.
+    Tensor router;     // (rows, n_experts [+ 1]): the router's logits (and the shared expert's gate)
+    Tensor expert_weights;  // (rows, k)
+    Tensor h13_slots;  // (rows, 2 k f): each slot's w1 x | w3 x, as (rows k, 2 f)
+    Tensor hb_slots;   // (rows, k f): each slot's act(w1 x) * w3 x, as (rows k, f)
+    Tensor shared;     // (rows, dim): the shared expert's output
+    Tensor expert_ids;  // (rows, k) i32
   } ws_;
-  // The workspace's f32 buffers as one list, which reserve() allocates and activation_bytes()
-  // counts: each is (rows, columns), or (logit_rows, columns) where per_logit_row.
+  // The workspace's buffers as one list, which reserve() allocates and activation_bytes() counts:
+  // each is (rows, columns), or (logit_rows, columns) where per_logit_row; f32 but the expert ids.
   struct WorkspaceBuffer {
     Tensor Workspace::*member;
     bool per_logit_row;
     int64_t columns;
+    DType dtype = DType::f32;
   };
-  std::array<WorkspaceBuffer, 9> workspace_buffers() const;
+  std::array<WorkspaceBuffer, 15> workspace_buffers() const;
 };
 
 }  // namespace minfer

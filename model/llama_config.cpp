@@ -61,6 +61,22 @@ void LlamaConfig::validate(const std::string& source) const {
     fail(source, ": ", sliding_layers.size(), " layer types for ", n_layers, " layers");
   if (rope_theta_sliding != 0.0 && !(rope_theta_sliding > 1.0 && rope_theta_sliding < 1e12))
     fail(source, ": the sliding layers' rope_theta = ", rope_theta_sliding, ", must be in (1, 1e12)");
+  validate_experts(source);
+}
+
+void LlamaConfig::validate_experts(const std::string& source) const {
+  if (qk_norm_whole && !qk_norm) fail(source, ": q and k norms over the whole projection need qk_norm");
+  if (n_experts == 0) {
+    if (n_experts_used != 0 || expert_hidden_dim != 0 || shared_expert_hidden_dim != 0 || !dense_ffn_layers.empty())
+      fail(source, ": expert fields set without experts (n_experts = 0)");
+    return;
+  }
+  check_range(source, "n_experts", n_experts, 1, kMaxExperts);
+  check_range(source, "n_experts_used", n_experts_used, 1, n_experts);
+  check_range(source, "expert_hidden_dim", expert_hidden_dim, 1, kMaxHiddenDim);
+  check_range(source, "shared_expert_hidden_dim", shared_expert_hidden_dim, 0, kMaxHiddenDim);
+  if (!dense_ffn_layers.empty() && int64_t(dense_ffn_layers.size()) != n_layers)
+    fail(source, ": ", dense_ffn_layers.size(), " dense feed-forward flags for ", n_layers, " layers");
 }
 
 DType matrix_dtype(DType wanted, int64_t in_features) {
@@ -103,6 +119,7 @@ std::optional<WeightTypes> WeightTypes::parse(const std::string& name) {
 std::string WeightTypes::name() const { return std::string(dtype_name(base)) + (k_mix_ ? "_m" : ""); }
 
 DType WeightTypes::of(WeightRole role, int64_t layer, int64_t n_layers, int64_t in_features) const {
+  if (role == WeightRole::router) return DType::f32;
   DType type = base;
   if (k_mix_ && (role == WeightRole::classifier ||
                 ((role == WeightRole::wv || role == WeightRole::w2) && more_bits(layer, n_layers))))
@@ -110,8 +127,8 @@ DType WeightTypes::of(WeightRole role, int64_t layer, int64_t n_layers, int64_t 
   return matrix_dtype(type, in_features);
 }
 
-std::array<LlamaConfig::MatrixShape, 7> LlamaConfig::layer_matrix_shapes() const {
-  const int64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim();
+std::array<LlamaConfig::MatrixShape, 7> LlamaConfig::layer_matrix_shapes(int64_t layer) const {
+  const int64_t d = dim, h = ffn_hidden(layer), q = q_dim(), kv = kv_dim();
   return {{{WeightRole::wq, q, d},
            {WeightRole::wk, kv, d},
            {WeightRole::wv, kv, d},
@@ -121,14 +138,24 @@ std::array<LlamaConfig::MatrixShape, 7> LlamaConfig::layer_matrix_shapes() const
            {WeightRole::w2, d, h}}};
 }
 
+std::array<LlamaConfig::MatrixShape, 3> LlamaConfig::expert_matrix_shapes() const {
+  const int64_t d = dim, f = expert_hidden_dim;
+  return {{{WeightRole::w1, f, d}, {WeightRole::w3, f, d}, {WeightRole::w2, d, f}}};
+}
+
 uint64_t LlamaConfig::layer_matrix_bytes(const WeightTypes& wanted) const {
   const char* what = "model size";
   uint64_t bytes = 0;
-  for (int64_t l = 0; l < n_layers; ++l)
-    for (const MatrixShape& m : layer_matrix_shapes())
-      bytes = checked_add(bytes,
-                          dtype_bytes(wanted.of(m.role, l, n_layers, m.in), checked_mul(uint64_t(m.rows), uint64_t(m.in), what)),
-                          what);
+  auto add = [&](WeightRole role, int64_t l, uint64_t count, int64_t rows, int64_t in) {
+    const uint64_t n = checked_product({count, uint64_t(rows), uint64_t(in)}, what);
+    bytes = checked_add(bytes, dtype_bytes(wanted.of(role, l, n_layers, in), n), what);
+  };
+  for (int64_t l = 0; l < n_layers; ++l) {
+    for (const MatrixShape& m : layer_matrix_shapes(l)) add(m.role, l, 1, m.rows, m.in);
+    if (!layer_has_experts(l)) continue;
+    for (const MatrixShape& m : expert_matrix_shapes()) add(m.role, l, uint64_t(n_experts), m.rows, m.in);
+    add(WeightRole::router, l, 1, router_rows(), dim);
+  }
   return bytes;
 }
 
@@ -161,17 +188,34 @@ std::vector<float> LlamaConfig::rope_inv_freq(bool sliding) const {
   return inv;
 }
 
-uint64_t LlamaConfig::n_matmul_params() const {
+namespace {
+
+// The weights of the layers' matrices and the classifier, with `experts` experts a layer of experts.
+uint64_t matmul_params(const LlamaConfig& c, int64_t experts) {
   const char* what = "parameter count";
-  uint64_t d = dim, h = hidden_dim, kv = kv_dim(), q = q_dim(), layers = n_layers;
-  // per layer: wq (q x d), wo (d x q); wk, wv (kv x d); w1, w3 (h x d); w2 (d x h)
-  uint64_t per_layer = checked_add(checked_mul(2 * q, d, what),
-                                   checked_add(checked_mul(2 * kv, d, what),
-                                               checked_mul(3 * h, d, what), what),
-                                   what);
-  uint64_t classifier = checked_mul(static_cast<uint64_t>(vocab_size), d, what);
-  return checked_add(checked_mul(layers, per_layer, what), classifier, what);
+  uint64_t total = checked_mul(static_cast<uint64_t>(c.vocab_size), uint64_t(c.dim), what);  // the classifier
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (const LlamaConfig::MatrixShape& m : c.layer_matrix_shapes(l))
+      total = checked_add(total, checked_mul(uint64_t(m.rows), uint64_t(m.in), what), what);
+    if (!c.layer_has_experts(l)) continue;
+    const uint64_t router = checked_mul(uint64_t(c.router_rows()), uint64_t(c.dim), what);
+    const uint64_t expert = checked_mul(3 * uint64_t(c.expert_hidden_dim), uint64_t(c.dim), what);
+    total = checked_add(total, checked_add(router, checked_mul(uint64_t(experts), expert, what), what), what);
+  }
+  return total;
 }
+
+}  // namespace
+
+double LlamaConfig::expected_experts_read(int64_t rows) const {
+  if (n_experts == 0) return 0.0;
+  const double E = double(n_experts), k = double(n_experts_used);
+  return E * (1.0 - std::pow(1.0 - k / E, double(rows)));
+}
+
+uint64_t LlamaConfig::n_matmul_params() const { return matmul_params(*this, n_experts); }
+
+uint64_t LlamaConfig::n_active_matmul_params() const { return matmul_params(*this, n_experts_used); }
 
 uint64_t LlamaConfig::n_params() const {
   const char* what = "parameter count";
@@ -179,7 +223,7 @@ uint64_t LlamaConfig::n_params() const {
   uint64_t norms = checked_add(checked_mul(2 * layers, d, what), d, what);
   uint64_t total = checked_add(n_matmul_params(), norms, what);
   if (qkv_bias) total = checked_add(total, checked_mul(layers, uint64_t(q_dim() + 2 * kv_dim()), what), what);
-  if (qk_norm) total = checked_add(total, checked_mul(layers, 2 * uint64_t(head_dim()), what), what);
+  if (qk_norm) total = checked_add(total, checked_mul(layers, uint64_t(q_norm_dim() + k_norm_dim()), what), what);
   if (post_norms) total = checked_add(total, checked_mul(2 * layers, d, what), what);
   // The classifier counted above is the embedding table when shared, another matrix when not.
   if (!shared_classifier)
@@ -188,6 +232,7 @@ uint64_t LlamaConfig::n_params() const {
 }
 
 const char* LlamaConfig::family_feature() const {
+  if (n_experts > 0) return "a mixture of experts (Qwen3-MoE, OLMoE, Mixtral, Qwen2-MoE)";
   if (qkv_bias) return "q, k and v biases (Qwen2)";
   if (qk_norm) return "q and k norms (Qwen3, Gemma 3)";
   if (post_norms) return "post norms (Gemma 3)";
@@ -204,7 +249,11 @@ std::string LlamaConfig::describe() const {
                         ", vocab ", vocab_size, ", ctx ", n_ctx, shared_classifier ? "" : ", separate classifier",
                         qkv_bias ? ", qkv bias" : "", qk_norm ? ", qk norm" : "", post_norms ? ", post norms" : "",
                         activation == GluActivation::silu ? "" : ", GeGLU",
-                        sliding_window > 0 ? detail::concat(", window ", sliding_window) : "");
+                        sliding_window > 0 ? detail::concat(", window ", sliding_window) : "",
+                        n_experts > 0 ? detail::concat(", ", n_experts_used, " of ", n_experts, " experts of ",
+                                                       expert_hidden_dim) : "",
+                        shared_expert_hidden_dim > 0 ? detail::concat(", shared expert of ", shared_expert_hidden_dim)
+                                                     : "");
 }
 
 }  // namespace minfer

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/glu.h"
+#include "kernels/ref/route_experts.h"
 
 namespace minfer {
 
@@ -38,8 +39,10 @@ struct RopeScaling {
 DType matrix_dtype(DType wanted, int64_t in_features);
 
 // What a weight is: a matrix of a layer, the token embedding table, or the classifier (which is
-// the embedding table too where the model ties them).
-enum class WeightRole { wq, wk, wv, wo, w1, w3, w2, embedding, classifier };
+// the embedding table too where the model ties them). A mixture of experts' matrices take the roles
+// of the dense ones they replace (w1, w3, w2); its router and a shared expert's gate are `router`,
+// kept in f32 as llama-quantize keeps them.
+enum class WeightRole { wq, wk, wv, wo, w1, w3, w2, embedding, classifier, router };
 
 // The types of a model's matrices and tables when a type is asked for: one type for all (f32,
 // q8_0, q4_k, ...), or one of llama-quantize's K-quant mixes, q4_k_m and q5_k_m, as its
@@ -84,7 +87,8 @@ struct LlamaConfig {
   int64_t head_size = 0;    // the width of a head when it is not dim / n_heads (0: dim / n_heads)
   bool shared_classifier = true;  // the output classifier is the token embedding table
   bool qkv_bias = false;    // q, k and v each add a bias after their product (Qwen2)
-  bool qk_norm = false;     // every head of q and k gets an RMSNorm before RoPE (Qwen3, Gemma 3)
+  bool qk_norm = false;     // every head of q and k gets an RMSNorm before RoPE (Qwen3, Qwen3-MoE,
+                            // Gemma 3; OLMoE the whole of q and of k: qk_norm_whole)
   // An RMSNorm of attention's output and of the feed-forward's output, each before its residual
   // add (Gemma 3's post_attention_layernorm and post_feedforward_layernorm).
   bool post_norms = false;
@@ -101,6 +105,24 @@ struct LlamaConfig {
   // The RoPE base of the sliding layers where it differs from rope_theta (Gemma 3's local layers:
   // 10000 against 1e6), unscaled; 0: the sliding layers rotate as the others do.
   double rope_theta_sliding = 0.0;
+  // OLMoE: the q and k norms normalise each row's whole projection (weights q_dim and kv_dim wide),
+  // not each head (head_dim wide).
+  bool qk_norm_whole = false;
+  // A mixture of experts in place of the dense feed-forward (Qwen3-MoE, OLMoE, Mixtral, Qwen2-MoE):
+  // a router (n_experts, dim) scores the experts for each token, the n_experts_used best take it,
+  // each a gated feed-forward of expert_hidden_dim, and their outputs are summed by the router's
+  // softmax weights, renormalised over the chosen where normalize_expert_weights (Qwen3-MoE's
+  // norm_topk_prob; Mixtral's softmax over its top k is the same). 0 experts: a dense model.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_hidden_dim = 0;
+  bool normalize_expert_weights = false;
+  // Qwen2-MoE: a shared expert, a gated feed-forward of this width that every token takes, scaled
+  // by sigmoid(x . w_gate) (a (1, dim) gate) and added to the experts' sum. 0: none.
+  int64_t shared_expert_hidden_dim = 0;
+  // (n_layers): the layers of a mixture of experts whose feed-forward stays dense, hidden_dim wide
+  // (Qwen3-MoE's and Qwen2-MoE's mlp_only_layers and decoder_sparse_step); empty: none.
+  std::vector<bool> dense_ffn_layers;
   float rms_eps = 1e-5f;    // RMSNorm's epsilon (llama2.c's 1e-5; config.json's rms_norm_eps)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
@@ -119,6 +141,20 @@ struct LlamaConfig {
   }
   // Whether `layer` rotates by the sliding layers' own RoPE table (rope_theta_sliding).
   bool layer_uses_sliding_rope(int64_t layer) const { return rope_theta_sliding > 0.0 && layer_slides(layer); }
+  bool layer_has_experts(int64_t layer) const {
+    return n_experts > 0 && (dense_ffn_layers.empty() || !dense_ffn_layers[static_cast<size_t>(layer)]);
+  }
+  // The width of layer `layer`'s dense gated feed-forward (w1, w3, w2): hidden_dim, or in a layer of
+  // experts the shared expert's (0: none).
+  int64_t ffn_hidden(int64_t layer) const { return layer_has_experts(layer) ? shared_expert_hidden_dim : hidden_dim; }
+  // The experts a layer of experts reads in a step of `rows` rows, predicted for a router that
+  // picks each row's k of E uniformly and independently: E (1 - (1 - k/E)^rows); k for one row,
+  // approaching E as rows grow.
+  double expected_experts_read(int64_t rows) const;
+  // The router's rows: the experts', and the shared expert's gate where there is one.
+  int64_t router_rows() const { return n_experts + (shared_expert_hidden_dim > 0 ? 1 : 0); }
+  int64_t q_norm_dim() const { return qk_norm_whole ? q_dim() : head_dim(); }  // the q norm's weights
+  int64_t k_norm_dim() const { return qk_norm_whole ? kv_dim() : head_dim(); }  // the k norm's weights
   int64_t q_dim() const { return n_heads * head_dim(); }     // width of q and of attention's output
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
 
@@ -130,20 +166,31 @@ struct LlamaConfig {
   static constexpr int64_t kMaxHeads = 1 << 10;
   static constexpr int64_t kMaxVocab = 1 << 22;
   static constexpr int64_t kMaxCtx = 1 << 20;
+  static constexpr int64_t kMaxExperts = ref::kMaxExperts;  // route_experts' limit
 
   // Throws Error("<source>: <field> = <value>, <the rule it breaks>") for the first bad field.
   void validate(const std::string& source) const;
+  void validate_experts(const std::string& source) const;  // the mixture of experts' fields (validate calls it)
 
   // Parameters of every weight, counted with overflow checks (call validate() first).
   uint64_t n_params() const;            // including the classifier if it is not shared
-  uint64_t n_matmul_params() const;     // the weights each decode step reads: layers + classifier
-  // A layer's seven matrices in the order wq, wk, wv, wo, w1, w3, w2: role, rows and inputs.
+  // The matrices' weights: the layers' (every expert's) and the classifier. A step of one token
+  // reads those less the experts it does not choose (n_active_matmul_params).
+  uint64_t n_matmul_params() const;
+  uint64_t n_active_matmul_params() const;  // with n_experts_used experts a layer of experts
+  // A layer's seven matrices in the order wq, wk, wv, wo, w1, w3, w2: role, rows and inputs. The
+  // feed-forward's are ffn_hidden(layer) rows or inputs: 0 in a layer of experts without a
+  // shared expert.
   struct MatrixShape {
     WeightRole role;
     int64_t rows, in;
   };
-  std::array<MatrixShape, 7> layer_matrix_shapes() const;
-  // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix).
+  std::array<MatrixShape, 7> layer_matrix_shapes(int64_t layer) const;
+  // One expert's three matrices, w1, w3 and w2 (a layer of experts holds n_experts of each), and
+  // the router's (n_experts, dim).
+  std::array<MatrixShape, 3> expert_matrix_shapes() const;
+  // The bytes of the layers' matrices stored as `wanted` asks (matrix_dtype per matrix), experts
+  // and routers (f32) included.
   uint64_t layer_matrix_bytes(const WeightTypes& wanted) const;
   std::string describe() const;         // "dim 288, hidden 768, 6 layers, 6/6 heads, vocab 32000, ctx 256"
   // The first declared difference from Llama that the config has, named with its families ("q

@@ -25,12 +25,48 @@ void check_vector(const std::string& source, const std::string& name, const Tens
   if (is_quantized(t.dtype())) fail(source, ": ", name, " is ", dtype_name(t.dtype()), "; it must be f32, f16 or bf16");
 }
 
+// A layer of experts' matrices: n of `shape` each, all of one type.
+void check_experts(const std::string& source, const std::string& name, const std::vector<Tensor>& experts, int64_t n,
+                   const std::vector<int64_t>& shape) {
+  if (int64_t(experts.size()) != n) fail(source, ": ", experts.size(), " experts' ", name, " for ", n, " experts");
+  for (size_t e = 0; e < experts.size(); ++e) {
+    check_tensor(source, "expert " + std::to_string(e) + "'s " + name, experts[e], shape);
+    if (experts[e].dtype() != experts[0].dtype())
+      fail(source, ": expert ", e, "'s ", name, " is ", dtype_name(experts[e].dtype()), ", expert 0's ",
+           dtype_name(experts[0].dtype()), " (an expert matrix's experts share one type)");
+  }
+}
+
+// A layer's feed-forward: dense, or experts (with a shared expert where the config has one).
+void check_ffn(const std::string& source, const LlamaConfig& c, int64_t l, const LlamaHostWeights::Layer& w) {
+  const std::string at = "layer " + std::to_string(l) + "'s ";
+  const int64_t d = c.dim, h = c.ffn_hidden(l), E = c.n_experts, f = c.expert_hidden_dim;
+  if (h > 0) {
+    check_tensor(source, at + "w1 (gate)", w.w1, {h, d});
+    check_tensor(source, at + "w2 (down)", w.w2, {d, h});
+    check_tensor(source, at + "w3 (up)", w.w3, {h, d});
+  } else if (w.w1.defined() || w.w2.defined() || w.w3.defined()) {
+    fail(source, ": ", at, "experts have a shared expert the config does not declare");
+  }
+  if (!c.layer_has_experts(l)) {
+    if (w.router.defined() || !w.w1_experts.empty() || !w.w2_experts.empty() || !w.w3_experts.empty())
+      fail(source, ": ", at, "feed-forward has experts the config does not declare");
+    return;
+  }
+  check_tensor(source, at + "router", w.router, {E, d});
+  check_experts(source, at + "w1 (gate)", w.w1_experts, E, {f, d});
+  check_experts(source, at + "w2 (down)", w.w2_experts, E, {d, f});
+  check_experts(source, at + "w3 (up)", w.w3_experts, E, {f, d});
+  if (c.shared_expert_hidden_dim > 0) check_tensor(source, at + "shared expert's gate", w.shared_gate, {1, d});
+  else if (w.shared_gate.defined()) fail(source, ": ", at, "has a shared expert's gate the config does not declare");
+}
+
 }  // namespace
 
 void LlamaHostWeights::validate(const std::string& source) const {
   const LlamaConfig& c = config;
   c.validate(source);
-  const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
+  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
   check_tensor(source, "the token embedding", token_embedding, {V, d});
   check_tensor(source, "the classifier", classifier, {V, d});
   check_tensor(source, "the final norm", rms_final, {d});
@@ -51,8 +87,8 @@ void LlamaHostWeights::validate(const std::string& source) const {
       fail(source, ": ", at, "attention has biases the config does not declare (qkv_bias)");
     }
     if (c.qk_norm) {
-      check_vector(source, at + "q norm", w.q_norm, c.head_dim());
-      check_vector(source, at + "k norm", w.k_norm, c.head_dim());
+      check_vector(source, at + "q norm", w.q_norm, c.q_norm_dim());
+      check_vector(source, at + "k norm", w.k_norm, c.k_norm_dim());
     } else if (w.q_norm.defined() || w.k_norm.defined()) {
       fail(source, ": ", at, "attention has q and k norms the config does not declare (qk_norm)");
     }
@@ -64,9 +100,7 @@ void LlamaHostWeights::validate(const std::string& source) const {
       fail(source, ": ", at, "has post norms the config does not declare (post_norms)");
     }
     check_tensor(source, at + "feed-forward norm", w.rms_ffn, {d});
-    check_tensor(source, at + "w1 (gate)", w.w1, {h, d});
-    check_tensor(source, at + "w2 (down)", w.w2, {d, h});
-    check_tensor(source, at + "w3 (up)", w.w3, {h, d});
+    check_ffn(source, c, l, w);
   }
 }
 

@@ -39,6 +39,14 @@ struct LlamaHostWeights {
     Tensor w2;             // (dim, hidden): down
     Tensor w3;             // (hidden, dim): up
     Tensor post_ffn_norm;  // (dim): with config.post_norms only
+    // A layer of experts (config.layer_has_experts): its router and each expert's matrices, each
+    // kind in one type; hidden above is then config.ffn_hidden(layer), the shared expert's width,
+    // and w1, w2, w3 are absent where it has none.
+    Tensor router;                   // (n_experts, dim)
+    std::vector<Tensor> w1_experts;  // n_experts of (expert_hidden, dim): the gates
+    std::vector<Tensor> w2_experts;  // n_experts of (dim, expert_hidden): down
+    std::vector<Tensor> w3_experts;  // n_experts of (expert_hidden, dim): up
+    Tensor shared_gate;              // (1, dim): with a shared expert only
   };
   std::vector<Layer> layers;
   bool rotate_half = false;  // wq, wk rows in Hugging Face's rotate-half order (see above)
@@ -51,9 +59,10 @@ struct LlamaHostWeights {
   std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
 
   // Checks that every tensor is a dense 2-D (or 1-D for norms and biases) host tensor of the shape
-  // the config implies, of a float or quantized type (not i32), and that the biases and the q, k
-  // norms and the post norms are there exactly when config.qkv_bias, qk_norm and post_norms say
-  // so; Error naming the tensor otherwise.
+  // the config implies, of a float or quantized type (not i32), and that the biases, the q, k
+  // norms, the post norms, the experts and the shared expert are there exactly when the config
+  // says so (qkv_bias, qk_norm, post_norms, layer_has_experts, shared_expert_hidden_dim), each
+  // expert matrix's experts of one type; Error naming the tensor otherwise.
   void validate(const std::string& source) const;
 };
 

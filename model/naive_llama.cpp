@@ -110,7 +110,8 @@ void rope(float* vec,  // (n_heads, head_dim)
 }
 
 // out = act(gate) * up: SwiGLU, act = silu, or Gemma's GeGLU, act = GELU in its tanh form.
-//   forward_layer_*: be.glu; ref::glu, cpu::glu, cuda::glu in glu.{cpp,cu}
+//   forward_layer_*: be.glu; ref::glu, cpu::glu, cuda::glu in glu.{cpp,cu} (a layer of experts:
+//   on every slot's rows at once, the k experts of every row)
 void glu(float* out,         // (n)
          const float* gate,  // (n)
          const float* up,    // (n)
@@ -130,6 +131,12 @@ void add(float* x, const float* delta, int64_t n) {  // x (n), delta (n)
   for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
 }
 
+std::vector<std::vector<float>> experts_f32(const std::vector<Tensor>& experts) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : experts) out.push_back(as_f32(t));
+  return out;
+}
+
 }  // namespace
 
 NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
@@ -141,8 +148,26 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   classifier_ = as_f32(weights.classifier);
   rms_final_ = norm_f32(weights.rms_final, offset);
   for (const LlamaHostWeights::Layer& l : weights.layers) {
-    layers_.push_back({norm_f32(l.rms_att, offset), as_f32(l.wq), as_f32(l.wk), as_f32(l.wv), as_f32(l.wo),
-                       norm_f32(l.rms_ffn, offset), as_f32(l.w1), as_f32(l.w2), as_f32(l.w3), {}, {}, {}, {}, {}, {}, {}});
+    layers_.push_back({});
+    Layer& w = layers_.back();
+    w.rms_att = norm_f32(l.rms_att, offset);
+    w.wq = as_f32(l.wq);
+    w.wk = as_f32(l.wk);
+    w.wv = as_f32(l.wv);
+    w.wo = as_f32(l.wo);
+    w.rms_ffn = norm_f32(l.rms_ffn, offset);
+    if (l.w1.defined()) {  // a layer of experts has none without a shared expert
+      w.w1 = as_f32(l.w1);
+      w.w2 = as_f32(l.w2);
+      w.w3 = as_f32(l.w3);
+    }
+    if (l.router.defined()) {
+      w.router = as_f32(l.router);
+      w.w1_experts = experts_f32(l.w1_experts);
+      w.w2_experts = experts_f32(l.w2_experts);
+      w.w3_experts = experts_f32(l.w3_experts);
+      if (l.shared_gate.defined()) w.shared_gate = as_f32(l.shared_gate);
+    }
     if (c.qkv_bias) {
       layers_.back().bq = as_f32(l.bq);
       layers_.back().bk = as_f32(l.bk);
@@ -166,8 +191,11 @@ NaiveLlama::NaiveLlama(const LlamaHostWeights& weights, int64_t n_ctx)
   q_.resize(static_cast<size_t>(c.q_dim()));
   att_.resize(static_cast<size_t>(c.q_dim()));
   scores_.resize(static_cast<size_t>(n_ctx_));
-  hb_.resize(static_cast<size_t>(c.hidden_dim));
-  hb2_.resize(static_cast<size_t>(c.hidden_dim));
+  const int64_t hidden = std::max({c.hidden_dim, c.expert_hidden_dim, c.shared_expert_hidden_dim});
+  hb_.resize(static_cast<size_t>(hidden));
+  hb2_.resize(static_cast<size_t>(hidden));
+  router_.resize(static_cast<size_t>(c.n_experts));
+  expert_out_.resize(static_cast<size_t>(c.dim));
   logits_.resize(static_cast<size_t>(c.vocab_size));
 }
 
@@ -203,15 +231,14 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     add(k, w.bk.data(), kv_dim);
     add(v, w.bv.data(), kv_dim);
   }
-  // Qwen3 and Gemma 3 normalise every head of q and k on its own (config.qk_norm).
+  // Qwen3 and Gemma 3 normalise every head of q and k on its own (config.qk_norm), OLMoE the whole
+  // of q and of k (config.qk_norm_whole): runs as wide as the norm's weights, each apart.
   //   forward_layer_*: one be.rmsnorm over all of q (and one over k), per head only because the
   //   weight is head_dim wide: rmsnorm normalises each run of its weight's width apart; ref::rmsnorm, ...
   if (c.qk_norm) {
-    for (int64_t h = 0; h < c.n_heads; ++h) {
-      float* head = &q_[static_cast<size_t>(h * hs)];  // (head_dim)
-      rmsnorm(head, head, w.q_norm.data(), hs, c.rms_eps);
-    }
-    for (int64_t h = 0; h < c.n_kv_heads; ++h) rmsnorm(k + h * hs, k + h * hs, w.k_norm.data(), hs, c.rms_eps);
+    const int64_t qn = c.q_norm_dim(), kn = c.k_norm_dim();
+    for (int64_t i = 0; i < q_dim; i += qn) rmsnorm(&q_[size_t(i)], &q_[size_t(i)], w.q_norm.data(), qn, c.rms_eps);
+    for (int64_t i = 0; i < kv_dim; i += kn) rmsnorm(k + i, k + i, w.k_norm.data(), kn, c.rms_eps);
   }
   // Gemma 3's sliding layers rotate by their own frequencies (config.rope_theta_sliding).
   const bool sliding_rope = c.layer_uses_sliding_rope(l);
@@ -252,18 +279,77 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
   add(x_.data(), xb_.data(), dim);
 }
 
-// xb = rmsnorm(x); x += (act(xb W1) * xb W3) W2 (normalised first where the model has post norms).
+// xb = rmsnorm(x); x += (act(xb W1) * xb W3) W2 (normalised first where the model has post norms),
+// or in a layer of experts x += the experts' weighted sum (mixture_of_experts).
 void NaiveLlama::feed_forward_block(int64_t l) {
   const LlamaConfig& c = config_;
   const Layer& w = layers_[static_cast<size_t>(l)];
   const int64_t dim = c.dim, hidden = c.hidden_dim;
   rmsnorm(xb_.data(), x_.data(), w.rms_ffn.data(), dim, c.rms_eps);
-  matmul(hb_.data(), w.w1.data(), xb_.data(), hidden, dim);
-  matmul(hb2_.data(), w.w3.data(), xb_.data(), hidden, dim);
-  glu(hb_.data(), hb_.data(), hb2_.data(), hidden, c.activation);
-  matmul(xb_.data(), w.w2.data(), hb_.data(), dim, hidden);
+  if (c.layer_has_experts(l)) {
+    mixture_of_experts(l);
+  } else {
+    matmul(hb_.data(), w.w1.data(), xb_.data(), hidden, dim);
+    matmul(hb2_.data(), w.w3.data(), xb_.data(), hidden, dim);
+    glu(hb_.data(), hb_.data(), hb2_.data(), hidden, c.activation);
+    matmul(xb_.data(), w.w2.data(), hb_.data(), dim, hidden);
+  }
   if (c.post_norms) rmsnorm(xb_.data(), xb_.data(), w.post_ffn_norm.data(), dim, c.rms_eps);
   add(x_.data(), xb_.data(), dim);
+}
+
+// A mixture of experts (Qwen3-MoE, OLMoE, Mixtral, Qwen2-MoE): the router scores every expert for
+// this token, the k = n_experts_used best each run a gated feed-forward layer of their own on xb,
+// and xb becomes their outputs' sum weighted by the router's softmax. A token reads only its k
+// experts' weights: that is why a mixture of experts decodes fast for its size, and why a batch,
+// whose rows choose different experts, reads more of them.
+void NaiveLlama::mixture_of_experts(int64_t l) {
+  const LlamaConfig& c = config_;
+  const Layer& w = layers_[static_cast<size_t>(l)];
+  const int64_t dim = c.dim, E = c.n_experts, k = c.n_experts_used, f = c.expert_hidden_dim;
+  // The router's logits.   forward_layer_*: be.matmul (one product of every row)
+  matmul(router_.data(), w.router.data(), xb_.data(), E, dim);
+  // The k best experts and their weights: softmax over all E, renormalised over the k where the
+  // model says so (Qwen3-MoE's norm_topk_prob; Mixtral's softmax over its k is the same numbers).
+  //   forward_layer_*: be.route_experts; ref::route_experts, cpu::route_experts, cuda::route_experts
+  std::vector<int32_t> chosen(static_cast<size_t>(E));
+  for (int32_t e = 0; e < E; ++e) chosen[static_cast<size_t>(e)] = e;
+  std::partial_sort(chosen.begin(), chosen.begin() + k, chosen.end(), [&](int32_t a, int32_t b) {
+    return router_[size_t(a)] > router_[size_t(b)] || (router_[size_t(a)] == router_[size_t(b)] && a < b);
+  });
+  chosen.resize(static_cast<size_t>(k));
+  double all = 0.0, top = 0.0;
+  for (int64_t e = 0; e < E; ++e) all += std::exp(double(router_[size_t(e)]) - double(router_[size_t(chosen[0])]));
+  for (int32_t e : chosen) top += std::exp(double(router_[size_t(e)]) - double(router_[size_t(chosen[0])]));
+  // Each chosen expert is a gated feed-forward layer; the outputs are summed by weight, in the
+  // order the experts were chosen.
+  //   forward_layer_*: be.matmul_experts for w1 and w3 (on the CPU each chosen expert's matrix read
+  //   once for the rows that chose it), be.glu, be.matmul_experts for w2 with the weighted sum;
+  //   ref::matmul_experts, cpu::matmul_experts (rows grouped by expert), cuda::matmul_experts
+  std::vector<double> sum(static_cast<size_t>(dim), 0.0);
+  for (int32_t e : chosen) {
+    const double weight =
+        std::exp(double(router_[size_t(e)]) - double(router_[size_t(chosen[0])])) / (c.normalize_expert_weights ? top : all);
+    matmul(hb_.data(), w.w1_experts[size_t(e)].data(), xb_.data(), f, dim);
+    matmul(hb2_.data(), w.w3_experts[size_t(e)].data(), xb_.data(), f, dim);
+    glu(hb_.data(), hb_.data(), hb2_.data(), f, c.activation);
+    matmul(expert_out_.data(), w.w2_experts[size_t(e)].data(), hb_.data(), dim, f);
+    for (int64_t i = 0; i < dim; ++i) sum[size_t(i)] += weight * double(expert_out_[size_t(i)]);
+  }
+  // Qwen2-MoE's shared expert takes every token, scaled by sigmoid(xb . gate), and is added.
+  //   forward_layer_*: be.matmul, be.glu, be.matmul, be.glu with a sigmoid gate of one column, be.add
+  if (c.shared_expert_hidden_dim > 0) {
+    const int64_t hs = c.shared_expert_hidden_dim;
+    double gate = 0.0;
+    for (int64_t i = 0; i < dim; ++i) gate += double(w.shared_gate[size_t(i)]) * double(xb_[size_t(i)]);
+    matmul(hb_.data(), w.w1.data(), xb_.data(), hs, dim);
+    matmul(hb2_.data(), w.w3.data(), xb_.data(), hs, dim);
+    glu(hb_.data(), hb_.data(), hb2_.data(), hs, c.activation);
+    matmul(expert_out_.data(), w.w2.data(), hb_.data(), dim, hs);
+    const double scale = 1.0 / (1.0 + std::exp(-gate));
+    for (int64_t i = 0; i < dim; ++i) sum[size_t(i)] += scale * double(expert_out_[size_t(i)]);
+  }
+  for (int64_t i = 0; i < dim; ++i) xb_[size_t(i)] = static_cast<float>(sum[size_t(i)]);
 }
 
 const std::vector<float>& NaiveLlama::forward(int32_t token, int64_t pos) {

@@ -2,7 +2,8 @@
 // llama2.c's run.c forward(), with grouped-query attention and the RoPE variants of Hugging Face
 // checkpoints, and each family's declared difference (model/llama_config.h) where it applies:
 // Qwen2's biases, Qwen3's and Gemma 3's per-head norms, Gemma's scaled embeddings, GeGLU, post
-// norms, attention scale and sliding windows. (Phi-3 differs only in how its file stores q | k | v
+// norms, attention scale and sliding windows, and the mixtures of experts' routing (Qwen3-MoE,
+// OLMoE, Mixtral, Qwen2-MoE). (Phi-3 differs only in how its file stores q | k | v
 // and gate | up, split by the loaders, and in its window; Mistral v0.2 and later is a Llama.) No
 // backend, no batch, no threads; f32 weights and activations, sums in double.
 // Everything else in minfer computes
@@ -41,6 +42,7 @@ class NaiveLlama {
  private:
   void attention_block(int64_t layer, int64_t pos);
   void feed_forward_block(int64_t layer);
+  void mixture_of_experts(int64_t layer);
 
   struct Layer {
     std::vector<float> rms_att;  // (dim)
@@ -49,11 +51,18 @@ class NaiveLlama {
     std::vector<float> wv;       // (kv_dim, dim)
     std::vector<float> wo;       // (dim, q_dim)
     std::vector<float> rms_ffn;  // (dim)
-    std::vector<float> w1;       // (hidden, dim): the gate
+    std::vector<float> w1;       // (hidden, dim): the gate (a layer of experts: the shared expert's, or empty)
     std::vector<float> w2;       // (dim, hidden): down
     std::vector<float> w3;       // (hidden, dim): up
+    // A layer of experts: the router and each expert's gate, down and up; empty in a dense layer.
+    std::vector<float> router;                         // (n_experts, dim)
+    std::vector<std::vector<float>> w1_experts;        // n_experts of (expert_hidden, dim)
+    std::vector<std::vector<float>> w2_experts;        // n_experts of (dim, expert_hidden)
+    std::vector<std::vector<float>> w3_experts;        // n_experts of (expert_hidden, dim)
+    std::vector<float> shared_gate;                    // (dim): Qwen2-MoE's shared expert's; empty without
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim): Qwen2's biases; empty without
-    std::vector<float> q_norm, k_norm;  // (head_dim) each: Qwen3's, Gemma 3's per-head norms; empty without
+    std::vector<float> q_norm, k_norm;  // (head_dim) each: Qwen3's, Gemma 3's per-head norms (OLMoE's: q_dim,
+                                        // kv_dim, over the whole projection); empty without
     std::vector<float> post_att_norm, post_ffn_norm;  // (dim) each: Gemma 3's post norms; empty without
   };
   LlamaConfig config_;
@@ -73,8 +82,10 @@ class NaiveLlama {
   std::vector<float> q_;       // (q_dim)
   std::vector<float> att_;     // (q_dim): attention output, head after head
   std::vector<float> scores_;  // (n_ctx): one head's attention weights
-  std::vector<float> hb_;      // (hidden): act(w1 x) * w3 x
+  std::vector<float> hb_;      // (hidden): act(w1 x) * w3 x (the widest: a dense layer's, an expert's)
   std::vector<float> hb2_;     // (hidden): w3 x
+  std::vector<float> router_;  // (n_experts): the router's logits
+  std::vector<float> expert_out_;  // (dim): one expert's output
   std::vector<float> logits_;  // (vocab)
 };
 

@@ -58,11 +58,14 @@ LlamaConfig gemma3(LlamaConfig c) {
   return c;
 }
 
-// `c` with `layers` layers; a pattern of sliding layers repeats (Gemma 3's 5 in 6).
+// `c` with `layers` layers; a pattern of sliding layers (Gemma 3's 5 in 6), or of dense layers
+// among experts, repeats.
 LlamaConfig with_layers(LlamaConfig c, int64_t layers) {
-  const std::vector<bool> pattern = c.sliding_layers;
-  c.sliding_layers.clear();
-  for (int64_t l = 0; l < layers && !pattern.empty(); ++l) c.sliding_layers.push_back(pattern[size_t(l) % pattern.size()]);
+  for (std::vector<bool>* flags : {&c.sliding_layers, &c.dense_ffn_layers}) {
+    const std::vector<bool> pattern = *flags;
+    flags->clear();
+    for (int64_t l = 0; l < layers && !pattern.empty(); ++l) flags->push_back(pattern[size_t(l) % pattern.size()]);
+  }
   c.n_layers = layers;
   return c;
 }
@@ -135,13 +138,17 @@ WeightInit weight_init(const LlamaConfig& c, uint64_t model_seed, WeightKind kin
     case WeightKind::rms_final:
     case WeightKind::qk_norm:
     case WeightKind::post_norm: return {seed, 1.0f, 1.0f};
-    case WeightKind::w2: return around(c.hidden_dim);
+    case WeightKind::w2: return around(c.ffn_hidden(layer));
+    case WeightKind::w2_experts: return around(c.expert_hidden_dim);
     case WeightKind::wo: return around(c.q_dim());
     case WeightKind::wq:
     case WeightKind::wk:
     case WeightKind::wv:
     case WeightKind::w1:
     case WeightKind::w3:
+    case WeightKind::router:
+    case WeightKind::w1_experts:
+    case WeightKind::w3_experts:
     case WeightKind::classifier: return around(c.dim);
   }
   return {seed, 0.0f, 0.0f};

@@ -34,7 +34,8 @@ Preset preset_at_least(const std::string& base, uint64_t min_bytes, const Weight
 
 // note: a kind's value seeds its stream, so a new kind goes last.
 enum class WeightKind {
-  embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier, qkv_bias, qk_norm, post_norm
+  embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier, qkv_bias, qk_norm, post_norm,
+  router, w1_experts, w2_experts, w3_experts
 };
 
 struct WeightInit {

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 minfer, source = sys.argv[1], sys.argv[2]
-demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache", "paged-kv"]
+demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache", "paged-kv", "experts"]
 with tempfile.TemporaryDirectory() as out:
     run = subprocess.run([minfer, "demo", "all", "--quick", "--out", out], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr

@@ -15,7 +15,7 @@ std::vector<double> naive_forward(NaiveLlama& model, int32_t token, int64_t pos)
 LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, double gain) {
   c.validate("random_llama_weights");
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  const int64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
+  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), V = c.vocab_size;
   auto matrix = [&](std::vector<int64_t> shape, int64_t fan_in) {
     const float bound = static_cast<float>(gain / std::sqrt(double(fan_in)));
     return host_random(shape, rng, -bound, bound);
@@ -32,17 +32,33 @@ LlamaHostWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, doubl
     layer.wk = matrix({kv, d}, d);
     layer.wv = matrix({kv, d}, d);
     layer.wo = matrix({d, q}, q);
-    layer.w1 = matrix({h, d}, d);
-    layer.w2 = matrix({d, h}, h);
-    layer.w3 = matrix({h, d}, d);
+    const int64_t ffn = c.ffn_hidden(l);  // h, or a layer of experts' shared expert (0: none)
+    if (ffn > 0) {
+      layer.w1 = matrix({ffn, d}, d);
+      layer.w2 = matrix({d, ffn}, ffn);
+      layer.w3 = matrix({ffn, d}, d);
+    }
+    if (c.layer_has_experts(l)) {
+      // The router's logits spread over several units, so that the k-th and (k+1)-th experts are
+      // rarely near a tie that rounding could swap between backends.
+      layer.router = matrix({c.n_experts, d}, d);
+      for (int64_t i = 0; i < layer.router.numel(); ++i) layer.router.data_as<float>()[i] *= 4.0f;
+      const int64_t f = c.expert_hidden_dim;
+      for (int64_t e = 0; e < c.n_experts; ++e) {
+        layer.w1_experts.push_back(matrix({f, d}, d));
+        layer.w2_experts.push_back(matrix({d, f}, f));
+        layer.w3_experts.push_back(matrix({f, d}, d));
+      }
+      if (c.shared_expert_hidden_dim > 0) layer.shared_gate = matrix({1, d}, d);
+    }
     if (c.qkv_bias) {
       layer.bq = host_random({q}, rng, -0.5f, 0.5f);
       layer.bk = host_random({kv}, rng, -0.5f, 0.5f);
       layer.bv = host_random({kv}, rng, -0.5f, 0.5f);
     }
     if (c.qk_norm) {
-      layer.q_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
-      layer.k_norm = host_random({c.head_dim()}, rng, 0.5f, 1.5f);
+      layer.q_norm = host_random({c.q_norm_dim()}, rng, 0.5f, 1.5f);
+      layer.k_norm = host_random({c.k_norm_dim()}, rng, 0.5f, 1.5f);
     }
     if (c.post_norms) {
       layer.post_att_norm = host_random({d}, rng, 0.5f, 1.5f);

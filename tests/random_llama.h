@@ -11,7 +11,8 @@
 namespace minfer::test {
 
 // Seeded random weights for `config` as host f32 tensors. Matrices are uniform in
-// +-gain/sqrt(fan_in), the embedding and classifier in +-1, norms in [0.5, 1.5]: with gain 2 or
+// +-gain/sqrt(fan_in) (a router's in 4 times that), the embedding and classifier in +-1, norms in
+// [0.5, 1.5]; a dense model draws the same values whatever the expert fields. With gain 2 or
 // more the attention is sharp enough that the logits depend clearly on the tokens and positions
 // (tests check that they do before relying on it).
 LlamaHostWeights random_llama_weights(const LlamaConfig& config, uint64_t seed, double gain);

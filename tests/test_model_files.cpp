@@ -307,8 +307,29 @@ TEST(ModelFiles, MalformedSafetensorsAndConfigsAreRefusedWithOneLine) {
   header_with("a bias", [](nlohmann::json& h) {
     h["model.layers.0.self_attn.q_proj.bias"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}};
   }, "is a bias");
-  config_with("another architecture", [](nlohmann::json& c) { c["architectures"] = {"MixtralForCausalLM"}; },
-              "architecture MixtralForCausalLM is not supported");
+  config_with("another architecture", [](nlohmann::json& c) { c["architectures"] = {"DeepseekV3ForCausalLM"}; },
+              "architecture DeepseekV3ForCausalLM is not supported");
+  config_with("experts without a count", [](nlohmann::json& c) { c["architectures"] = {"MixtralForCausalLM"}; },
+              "num_local_experts must be a positive integer");
+  config_with("more experts a token than experts", [](nlohmann::json& c) {
+    c["architectures"] = {"Qwen3MoeForCausalLM"};
+    c["num_experts"] = 4;
+    c["num_experts_per_tok"] = 5;
+    c["moe_intermediate_size"] = 32;
+  }, "n_experts_used = 5, must be in [1, 4]");
+  config_with("a dense layer the model does not have", [](nlohmann::json& c) {
+    c["architectures"] = {"Qwen3MoeForCausalLM"};
+    c["num_experts"] = 4;
+    c["num_experts_per_tok"] = 2;
+    c["moe_intermediate_size"] = 32;
+    c["mlp_only_layers"] = {7};
+  }, "mlp_only_layers names a layer the model does not have");
+  config_with("OLMoE's clipped q, k, v", [](nlohmann::json& c) {
+    c["architectures"] = {"OlmoeForCausalLM"};
+    c["num_experts"] = 4;
+    c["num_experts_per_tok"] = 2;
+    c["clip_qkv"] = 8.0;
+  }, "clipping q, k and v (clip_qkv) is not supported");
   config_with("an unknown rope scaling", [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
               "rope scaling of type 'yarn' is not supported");
   config_with("attention biases", [](nlohmann::json& c) { c["attention_bias"] = true; }, "attention biases");
@@ -555,6 +576,21 @@ TEST(ModelFiles, MalformedGgufFilesAreRefusedWithOneLine) {
     file_with("partial rotary", phi3_with("phi3.rope.dimension_count", 8), "RoPE over 8 of a head's 16 dimensions");
     file_with("a fused qkv of other rows", phi3_with("phi3.attention.head_count_kv", 2),
               "does not hold the config's q | k | v");
+  }
+  // A mixture of experts' counts, each broken once: more experts a token than the layer has, more
+  // than a router takes, and a count the expert tensors do not hold.
+  if (std::filesystem::exists(models + "qwen3moe-f32.gguf")) {
+    const std::string moe = slurp(models + "qwen3moe-f32.gguf");
+    auto moe_with = [&](const std::string& key, uint32_t value) {
+      std::string b = moe;
+      std::memcpy(b.data() + b.find(key) + key.size() + 4, &value, 4);
+      return b;
+    };
+    file_with("more experts a token than experts", moe_with("qwen3moe.expert_used_count", 9),
+              "n_experts_used = 9, must be in [1, 8]");
+    file_with("too many experts", moe_with("qwen3moe.expert_count", 5000), "n_experts = 5000, must be in [1, 1024]");
+    file_with("experts the tensors do not hold", moe_with("qwen3moe.expert_count", 16),
+              "blk.0.ffn_*_exps f32[8, 32, 64] cpu does not hold the config's 16 experts");
   }
   for (const Broken& b : cases) expect_refused(b);
 }

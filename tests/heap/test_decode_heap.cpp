@@ -45,6 +45,29 @@ long allocations_in(Fn&& fn) {
   return allocations.load();
 }
 
+// Heap allocations in 20 decode steps of four sequences, after their prompts and two steps to warm
+// up (buffers that grow once, then are reused, grow there).
+long decode_step_allocations(LlamaModel& model) {
+  DecoderOptions options;
+  options.n_seqs = 4;
+  options.n_ctx = 64;
+  Decoder decoder(model, options);
+  decoder.prefill({{1, 2, 3}, {1, 4}, {1}, {1, 5, 6, 7}});
+  std::vector<int32_t> next;
+  next.reserve(4);
+  for (int step = 0; step < 2; ++step) {
+    decoder.argmax(&next);
+    decoder.decode(next);
+  }
+  return allocations_in([&] {
+    for (int step = 0; step < 20; ++step) {
+      decoder.argmax(&next);
+      decoder.decode(next);
+      decoder.fetch_logits();
+    }
+  });
+}
+
 // Four sequences decoding, with f32, Q4_K and Q4_0 weights (the quantized products' buffers), fused
 // and unfused kernels. preset:tiny's rows are too short for Q4_K's blocks, so most of its matrices
 // fall back to Q5_0; with AVX2 or AVX-512 the CPU packs Q4_0 and Q5_0 at load, the
@@ -58,26 +81,34 @@ TEST(DecodeHeap, DecodeStepsAllocateNothing) {
       o.dtype = WeightTypes::parse(dtype);
       o.kernels = kernels;
       auto model = load_model("preset:tiny", *backend, o);
-      DecoderOptions options;
-      options.n_seqs = 4;
-      options.n_ctx = 64;
-      Decoder decoder(*model, options);
-      decoder.prefill({{1, 2, 3}, {1, 4}, {1}, {1, 5, 6, 7}});
-      std::vector<int32_t> next;
-      next.reserve(4);
-      for (int step = 0; step < 2; ++step) {
-        decoder.argmax(&next);
-        decoder.decode(next);
-      }
-      const long n = allocations_in([&] {
-        for (int step = 0; step < 20; ++step) {
-          decoder.argmax(&next);
-          decoder.decode(next);
-          decoder.fetch_logits();
-        }
-      });
-      EXPECT_EQ(n, 0) << "heap allocations in 20 decode steps of 4 sequences";
+      EXPECT_EQ(decode_step_allocations(*model), 0) << "heap allocations in 20 decode steps of 4 sequences";
     }
+}
+
+// A mixture of experts (synthetic weights, top 2 of 8 experts, Qwen2-MoE's shared expert): its
+// routing and its grouped expert products, whose groups change size from step to step, in f32 and
+// in Q4_0 (packed experts).
+TEST(DecodeHeap, ExpertDecodeStepsAllocateNothing) {
+  auto backend = make_backend(BackendKind::cpu);
+  LlamaConfig c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 97;
+  c.n_ctx = 64;
+  c.n_experts = 8;
+  c.n_experts_used = 2;
+  c.expert_hidden_dim = 64;
+  c.shared_expert_hidden_dim = 32;
+  for (DType dtype : {DType::f32, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    LlamaOptions o;
+    o.dtype = WeightTypes(dtype);
+    LlamaModel model(*backend, c, "experts", o);
+    EXPECT_EQ(decode_step_allocations(model), 0) << "heap allocations in 20 decode steps of 4 sequences";
+  }
 }
 
 // Scheduler::step allocates nothing either: while three requests decode (their prompts read) and
