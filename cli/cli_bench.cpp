@@ -9,7 +9,8 @@
 // repetition's time). Tokenisation and sampling are not involved: prompts are fixed pseudo-random
 // ids and decode feeds fixed ids.
 //
-// Beside each figure: for decode the bytes one step reads (every weight matrix once, plus the KV
+// Beside each figure: for decode the bytes one step reads (every weight matrix once, of a mixture
+// of experts the experts its rows chose, counted on the CPU and predicted on CUDA, plus the KV
 // cache read so far, averaged over the steps; model/llama_cost.h) and the achieved GB/s; for
 // prefill the FLOPs and the achieved GFLOP/s. With --roofline the read bandwidth of every memory
 // level and the matmul peak are measured first (engine/roofline.h): a decode row is given as a
@@ -268,14 +269,22 @@ class Bench {
     return row;
   }
 
-  BenchRow decode_row(BenchRow row, Backend& backend, Decoder& decoder, const LlamaModel& model, int64_t N) {
+  BenchRow decode_row(BenchRow row, Backend& backend, Decoder& decoder, LlamaModel& model, int64_t N) {
     const LlamaConfig& c = model.config();
     const int64_t B = decoder.n_seqs();
     std::vector<int32_t> tokens(static_cast<size_t>(B));
     for (int64_t s = 0; s < B; ++s) tokens[s] = static_cast<int32_t>((3 + s * 31) % c.vocab_size);
+    // A mixture of experts on a host backend counts the experts its steps read (each repetition
+    // starts the counts again, so the last one's N steps remain); elsewhere they are predicted
+    // (model/llama_cost.h).
+    const bool count = c.n_experts > 0 && backend.device() == DeviceKind::cpu;
     std::vector<double> seconds = time_reps(backend, s_.reps, [&] { start_at_depth(decoder, c); }, [&] {
+      if (count) model.count_expert_reads(true);
       for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
     });
+    std::optional<uint64_t> experts_read;
+    if (count) experts_read = model.expert_reads().bytes / std::max<uint64_t>(model.expert_reads().passes, 1);
+    if (count) model.count_expert_reads(false);
     row.test = "tg" + std::to_string(N) + depth_suffix();
     row.n_gen = N;
     row.n_depth = s_.depth;
@@ -283,7 +292,7 @@ class Bench {
     mean_stddev(row.samples_ts, &row.avg_ts, &row.stddev_ts);
     uint64_t bytes = 0, flops = 0;
     for (int64_t pos = s_.depth; pos < s_.depth + N; ++pos) {
-      bytes += decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, pos);
+      bytes += decode_step_bytes(model.info(), c, decoder.cache().dtype(), B, pos, experts_read);
       flops += decode_step_flops(c, B, pos);
     }
     row.bytes_per_step = bytes / uint64_t(N);

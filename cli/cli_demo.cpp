@@ -34,6 +34,7 @@ const Lesson kLessons[] = {
     {"speculative", demo::speculative, "speculative decoding: a q8_0 self-draft and prompt lookup against k"},
     {"prompt-cache", demo::prompt_cache, "time to first token by turn of a conversation, with and without prompt caching"},
     {"paged-kv", demo::paged_kv, "the KV cache as whole contexts against blocks in one budget: memory, sequences, tok/s"},
+    {"experts", demo::experts, "a mixture of experts: experts read a step and decode tokens/s against batch size"},
 };
 
 }  // namespace

@@ -54,8 +54,8 @@ std::string cache_resident_spec(const Roofline& roof) {
 // Whether every matrix of `c` takes the type asked for: none falls back (matrix_dtype) for rows
 // that are not whole blocks (a mix's q6_k has the same 256 as its base).
 bool whole_blocks(const LlamaConfig& c, const WeightTypes& t) {
-  for (int64_t in : {c.dim, c.hidden_dim, c.q_dim()})
-    if (matrix_dtype(t.base, in) != t.base) return false;
+  for (int64_t in : {c.dim, c.hidden_dim, c.q_dim(), c.expert_hidden_dim, c.shared_expert_hidden_dim})
+    if (in > 0 && matrix_dtype(t.base, in) != t.base) return false;
   return true;
 }
 

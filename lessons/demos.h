@@ -19,5 +19,6 @@ void continuous(const Options& o);
 void speculative(const Options& o);
 void prompt_cache(const Options& o);
 void paged_kv(const Options& o);
+void experts(const Options& o);
 
 }  // namespace minfer::demo
