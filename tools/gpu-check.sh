@@ -19,8 +19,8 @@
 #       skipped, small benches, quick demos), the same archive and summary. `make test` runs it.
 #
 # The order puts the most valuable results first: the build, the CUDA op and end-to-end tests
-# (golden agreement included), a short compute-sanitizer pass (memcheck and racecheck over a
-# dozen op cases), decode and prefill with the roofline, graphs and fusion ratios, the PyTorch
+# (golden agreement included), a short compute-sanitizer pass (memcheck and racecheck over 17
+# op cases), decode and prefill with the roofline, graphs and fusion ratios, the PyTorch
 # peer, then demos. Each step gets a time limit from what is left of the budget
 # (GPU_CHECK_SECONDS, default 330), so the archive and the summary always come back.
 set -uo pipefail
@@ -141,8 +141,8 @@ test_status=$?
 [ $test_status -eq 0 ] || status=1
 say "CUDA tests: exit $test_status"
 
-# --- compute-sanitizer: memcheck and racecheck over paged attention, Tensor Core prefill and the ---
-# quantized products, a few op-harness cases each (tests/test_backend_ops.cpp), every one of which
+# --- compute-sanitizer: memcheck and racecheck over paged attention, Tensor Core prefill, the ---
+# quantized products and the mixture of experts' ops, a few op-harness cases each (tests/test_backend_ops.cpp), every one of which
 # must exist; sanitizer.md has a line per tool: its error count, the tests passed, the seconds.
 sanitizer_cases=(
   cuda_KV_STORE_M3_4x2x10_f16_strided_scattered                    # paged: writes through a scattered table
@@ -159,6 +159,9 @@ sanitizer_cases=(
   cuda_MUL_MAT_M8_33x512_q5_k
   cuda_MUL_MAT_M17_33x512_q4_k_strided                             # gemm_quant_rows (9 to 64 rows)
   cuda_ATTENTION_ONLINE_SOFTMAX_M512_8x2x64_f16                    # prefill tiles beside flash-decoding
+  cuda_ROUTE_EXPERTS_M100_60x0_f32_top3                            # a mixture of experts' router
+  cuda_MUL_MAT_EXPERTS_WEIGHTED_M8_37x96x6_q4_0_strided_top3       # matvec_experts and the weighted sum
+  cuda_MUL_MAT_EXPERTS_M100_37x512x6_q4_k_top3                     # K-quant experts, a slot a grid row
 )
 sanitize() {
   local filter="" c tool cs listed
