@@ -145,9 +145,9 @@ class Backend {
   //                                x (M, K): one row for all its slots, or (M k, K): one per slot;
   //                                w (E, N, K); ids (M, k) i32 in [0, E)
   // out (M k, N) = y (row m k + j); or, with `weights` (M, k) f32 defined, out (M, N) =
-  // sum over j, in j order, of weights[m, j] * y[m, j, :]. The CPU groups the rows by expert, so
-  // each chosen expert's matrix is read once for all the rows that chose it; CUDA reads it once per
-  // slot (kernels/cuda/matvec.cuh's matvec_experts).
+  // sum over j, in j order, of weights[m, j] * y[m, j, :]. The CPU and CUDA group the rows by
+  // expert, so each chosen expert's matrix is read from memory once for all the rows that chose
+  // it (on CUDA in chunks of up to 8 rows, a chunk after the first likely from cache).
   virtual void matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
                               const Tensor& weights) = 0;
   // out = a + b                    out, a (M, D); b (M, D), or (D): one row added to every row (a

@@ -233,13 +233,13 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   // The ids stay on the device (graph-safe), so none is checked here: a slot whose id names no
-  // expert is left unwritten (with weights, the sum takes that slot's stale scratch row).
+  // expert is left out (its row unwritten, or left out of the weighted sum; matmul_experts.cuh).
   void matmul_experts(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& ids,
                       const Tensor& weights) override {
     const auto s = checks::matmul_experts(out, x, w, ids, weights, kCuda);
-    float* slot_rows = weights.defined() ? scratch(Scratch::expert_slots, s.M * s.k * s.N) : nullptr;
+    float* grouping = scratch(Scratch::expert_grouping, cuda::matmul_experts_scratch_floats(s.M, s.k, s.E, s.N, s.K));
     cuda::matmul_experts(stream_, f32(out), ld(out), f32(x), ld(x), s.x_per_slot, w.data(), w.dtype(), i32(ids),
-                         weights.defined() ? f32(weights) : nullptr, slot_rows, s.M, s.k, s.E, s.N, s.K);
+                         weights.defined() ? f32(weights) : nullptr, grouping, s.M, s.k, s.E, s.N, s.K);
   }
 
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override {
@@ -297,7 +297,7 @@ class CudaBackend final : public Backend, private Recorder {
   }
 
   // The scratch buffers, each kept and grown on its own.
-  enum class Scratch { attention_scores, flash_partials, sum_partials, quant_rows_partials, expert_slots, count };
+  enum class Scratch { attention_scores, flash_partials, sum_partials, quant_rows_partials, expert_grouping, count };
 
   // A device buffer of at least `floats` floats.
   float* scratch(Scratch which, int64_t floats) {

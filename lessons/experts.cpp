@@ -153,7 +153,7 @@ void run_half(Report& r, const std::string& half, Backend& backend, const Option
   r.ran(half);
   const std::string first = fmt("at B = 1 the mixture decodes at %.2fx the speed of a dense model of its active size",
                                 first_ratio);
-  if (std::isnan(last_experts)) {  // CUDA reads an expert once per row that chose it: B k a layer
+  if (std::isnan(last_experts)) {  // a device's experts are not counted (its ids stay on the device)
     r.conclude(half, first + fmt("; at B = %.0f it decodes at ", double(batches.back())) +
                          fmt("%.2fx a dense model of its total size", last_ratio));
     return;
@@ -171,8 +171,8 @@ void experts(const Options& o) {
   Report r("experts", "a mixture of experts: experts read a step and decode tokens/s against batch size");
   auto cpu = cpu_backend(o);
   run_half(r, "cpu", *cpu, o);
-  // note: CUDA's expert product reads an expert once per row that chose it (kernels/cuda/matvec.cuh),
-  // so its batches read more than the experts counted on the CPU; its experts are only predicted.
+  // note: CUDA's expert product groups a step's rows by expert on the device, as the CPU's does, but
+  // the ids stay there, so its experts read are only predicted.
   if (!o.cuda) {
     r.skipped("cuda", "no CUDA device (" + o.cuda_reason + ")");
   } else {

@@ -161,7 +161,7 @@ sanitizer_cases=(
   cuda_ATTENTION_ONLINE_SOFTMAX_M512_8x2x64_f16                    # prefill tiles beside flash-decoding
   cuda_ROUTE_EXPERTS_M100_60x0_f32_top3                            # a mixture of experts' router
   cuda_MUL_MAT_EXPERTS_WEIGHTED_M8_37x96x6_q4_0_strided_top3       # matvec_experts and the weighted sum
-  cuda_MUL_MAT_EXPERTS_M100_37x512x6_q4_k_top3                     # K-quant experts, a slot a grid row
+  cuda_MUL_MAT_EXPERTS_M100_37x512x6_q4_k_top3                     # K-quant experts, grouped: 67 rows for expert 0, ~58 for 1-4, none for 5
 )
 sanitize() {
   local filter="" c tool cs listed

@@ -2,36 +2,81 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matvec.cuh"
 
-#include <algorithm>
+#include <type_traits>
 
 namespace minfer::cuda {
 
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+constexpr int64_t kMaxGridRows = 65535;  // a grid's y dimension: the most grid rows matvec_experts takes
 
-// The expert product's slots (matvec_experts): row y of the grid is slot first + y, which
-// multiplies expert ids[slot]'s matrix by x's row slot (x_per_slot) or slot / k into out's row
-// slot. ids null: the plain product, one grid row.
-struct Slots {
-  const int32_t* ids = nullptr;
-  int64_t first = 0, k = 1, experts = 0, expert_bytes = 0;
-  bool x_per_slot = false;
+// The expert product's groups (matvec_experts): row y of the grid multiplies expert used[y]'s
+// matrix by its rows, [first[e], first[e + 1]) of x and out, which hold the rows in expert order
+// (matmul_experts.cu groups them); rows y past *n_used return at once. first null: the plain
+// product, one grid row of exactly MR rows.
+struct ExpertGroups {
+  const int32_t* first = nullptr;   // (E + 1), on the device
+  const int32_t* used = nullptr;    // (E): the experts with rows, in increasing order, on the device
+  const int32_t* n_used = nullptr;  // (1): how many, on the device
+  int64_t expert_bytes = 0;         // one expert's matrix
 };
 
-// Moves out, x and w to this block's slot; an id outside [0, experts) leaves its row unwritten
-// (the host cannot read ids on the device without a synchronisation).
-template <class T>
-__device__ __forceinline__ bool at_slot(const Slots& s, float*& out, int64_t ld_out, const float*& x, int64_t ld_x,
-                                        const T*& w) {
-  if (s.ids == nullptr) return true;
-  const int64_t slot = s.first + blockIdx.y;
-  const int32_t e = s.ids[slot];
-  if (e < 0 || e >= s.experts) return false;
-  w = reinterpret_cast<const T*>(reinterpret_cast<const char*>(w) + e * s.expert_bytes);
-  x += (s.x_per_slot ? slot : slot / s.k) * ld_x;
-  out += slot * ld_out;
-  return true;
+// Moves out, x and w to this block's expert and returns its rows (MR without groups; 0 for a grid
+// row past the experts used).
+template <int MR, class T>
+__device__ __forceinline__ int64_t rows_of_group(const ExpertGroups& g, float*& out, int64_t ld_out, const float*& x,
+                                                 int64_t ld_x, const T*& w) {
+  if (g.first == nullptr) return MR;
+  if (int32_t(blockIdx.y) >= *g.n_used) return 0;
+  const int32_t e = g.used[blockIdx.y];
+  const int64_t r0 = g.first[e];
+  w = reinterpret_cast<const T*>(reinterpret_cast<const char*>(w) + e * g.expert_bytes);
+  x += r0 * ld_x;
+  out += r0 * ld_out;
+  return g.first[e + 1] - r0;
+}
+
+// Row m of a chunk of `rows` <= MR: the rows past the chunk's last read its last (their sums are
+// not written), so every unrolled row loads from a row that exists.
+__device__ __forceinline__ const float* chunk_row(const float* x, int64_t ld_x, int m, int rows) {
+  return x + (m < rows ? m : rows - 1) * ld_x;
+}
+
+// The warp's sums of a chunk's rows, each written by lane 0 where the row exists.
+template <int MR>
+__device__ __forceinline__ void write_sums(float* out, int64_t ld_out, int64_t n, const float (&acc)[MR], int rows) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    const float s = warp_sum(acc[m]);
+    if (lane == 0 && m < rows) out[m * ld_out + n] = s;
+  }
+}
+
+// One chunk of `rows` <= M rows: multiply(acc, x, rows) adds this lane's part of each row's sum.
+template <int M, class Multiply>
+__device__ __forceinline__ void product_chunk(float* out, int64_t ld_out, const float* x, int64_t n, int rows,
+                                              Multiply& multiply) {
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  multiply(acc, x, rows);
+  write_sums<M>(out, ld_out, n, acc, rows);
+}
+
+// Rows [0, rows) of x times weight row n into column n of out, MR rows a chunk. A chunk of one row
+// takes the one-row body: at small batches most chosen experts have one row.
+template <int MR, class Multiply>
+__device__ __forceinline__ void product_rows(float* out, int64_t ld_out, const float* x, int64_t ld_x, int64_t n,
+                                             int64_t rows, Multiply multiply) {
+  for (int64_t r = 0; r < rows; r += MR) {
+    const int chunk = rows - r < MR ? int(rows - r) : MR;
+    if (chunk == 1)
+      product_chunk<1>(out + r * ld_out, ld_out, x + r * ld_x, n, chunk, multiply);
+    else
+      product_chunk<MR>(out + r * ld_out, ld_out, x + r * ld_x, n, chunk, multiply);
+  }
 }
 
 // Eight weights as floats from one 16-byte (f16/bf16) or two 16-byte (f32) loads.
@@ -64,18 +109,12 @@ __device__ __forceinline__ void load8<__nv_bfloat16>(float (&v)[8], const __nv_b
   }
 }
 
-// kVector: rows and x are 16-byte aligned with K a multiple of 8, so 8-wide loads are legal.
-template <class T, int MR, bool kVector>
-__global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
-                              int64_t K, Slots slots) {
-  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
+// One weight row n times a chunk of `rows` <= MR rows of x, by one warp: acc[m] is this lane's part.
+// kVector: w's rows and x's rows are 16-byte aligned with K a multiple of 8, so 8-wide loads are legal.
+template <class T, bool kVector, int MR>
+__device__ __forceinline__ void float_row_chunk(float (&acc)[MR], const float* x, int64_t ld_x, const T* row,
+                                                int64_t K, int rows) {
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  if (n >= N) return;
-  const T* row = w + n * K;
-  float acc[MR];
-#pragma unroll
-  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
   if constexpr (kVector) {
     for (int64_t k = 8 * lane; k < K; k += 8 * kWarpSize) {
       float wv[8];
@@ -83,7 +122,7 @@ __global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_
 #pragma unroll
       for (int m = 0; m < MR; ++m) {
         float xv[8];
-        load8<float>(xv, x + m * ld_x + k);
+        load8<float>(xv, chunk_row(x, ld_x, m, rows) + k);
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[m] += wv[i] * xv[i];
       }
@@ -92,32 +131,30 @@ __global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_
     for (int64_t k = lane; k < K; k += kWarpSize) {
       const float wv = to_float(row[k]);
 #pragma unroll
-      for (int m = 0; m < MR; ++m) acc[m] += wv * x[m * ld_x + k];
+      for (int m = 0; m < MR; ++m) acc[m] += wv * chunk_row(x, ld_x, m, rows)[k];
     }
   }
-#pragma unroll
-  for (int m = 0; m < MR; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) out[m * ld_out + n] = s;
-  }
+}
+
+template <class T, int MR, bool kVector>
+__global__ void matvec_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
+                              int64_t K, ExpertGroups groups) {
+  const int64_t rows = rows_of_group<MR>(groups, out, ld_out, x, ld_x, w);
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  product_rows<MR>(out, ld_out, x, ld_x, n, rows, [&](auto& acc, const float* xc, int chunk) {
+    float_row_chunk<T, kVector>(acc, xc, ld_x, w + n * K, K, chunk);
+  });
 }
 
 // Q8_0 weights (34-byte blocks, so only 2-byte aligned): eight lanes share a block, each taking
 // four of its int8 weights with two 2-byte loads, so a warp-wide load covers four neighbouring
 // blocks (136 contiguous bytes) and the loop's unrolled iterations keep several in flight.
 template <int MR>
-__global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
-                                   int64_t N, int64_t K, Slots slots) {
-  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
+__device__ __forceinline__ void q8_0_row_chunk(float (&acc)[MR], const float* x, int64_t ld_x, const BlockQ8* row,
+                                               int64_t nb, int rows) {
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  if (n >= N) return;
-  const int64_t nb = K / 32;
-  const BlockQ8* row = w + n * nb;
   const int part = lane % 8;  // weights 4*part .. 4*part+3 of the block
-  float acc[MR];
-#pragma unroll
-  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
 #pragma unroll 4
   for (int64_t b = lane / 8; b < nb; b += kWarpSize / 8) {
     const BlockQ8* block = row + b;
@@ -129,15 +166,22 @@ __global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, i
     const int64_t k = 32 * b + 4 * part;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
-      const float* xm = x + m * ld_x + k;
+      const float* xm = chunk_row(x, ld_x, m, rows) + k;
       acc[m] += w0 * xm[0] + w1 * xm[1] + w2 * xm[2] + w3 * xm[3];
     }
   }
-#pragma unroll
-  for (int m = 0; m < MR; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) out[m * ld_out + n] = s;
-  }
+}
+
+template <int MR>
+__global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
+                                   int64_t N, int64_t K, ExpertGroups groups) {
+  const int64_t rows = rows_of_group<MR>(groups, out, ld_out, x, ld_x, w);
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int64_t nb = K / 32;
+  product_rows<MR>(out, ld_out, x, ld_x, n, rows, [&](auto& acc, const float* xc, int chunk) {
+    q8_0_row_chunk(acc, xc, ld_x, w + n * nb, nb, chunk);
+  });
 }
 
 // Q4_0 .. Q6_K: each lane owns one group of 8 weights of a block (core/quants_blocks.h), so a
@@ -145,23 +189,15 @@ __global__ void matvec_q8_0_kernel(float* out, int64_t ld_out, const float* x, i
 // contiguous bytes), while a K-quant super-block of 256 takes the whole warp. A lane reads only
 // its group's bytes (single-byte loads, as blocks of 18 .. 210 bytes have no wider alignment) and
 // its sub-block's scale, dequantizes the 8 weights in registers exactly as the host does, and
-// multiplies them with 8 consecutive activations of each of the M rows.
+// multiplies them with 8 consecutive activations of each of the chunk's rows.
 template <class Block, int MR>
-__global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
-                                     int64_t N, int64_t K, Slots slots) {
-  if (!at_slot(slots, out, ld_out, x, ld_x, w)) return;
+__device__ __forceinline__ void blocks_row_chunk(float (&acc)[MR], const float* x, int64_t ld_x, const Block* row,
+                                                 int64_t nb, int rows) {
   constexpr int kWeights = blocks::Traits<Block>::kWeights;
-  constexpr int kGroups = kWeights / 8;                 // lanes per block
-  constexpr int kBlocksPerStep = kWarpSize / kGroups;   // blocks per warp-wide step
+  constexpr int kGroups = kWeights / 8;                // lanes per block
+  constexpr int kBlocksPerStep = kWarpSize / kGroups;  // blocks per warp-wide step
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  if (n >= N) return;
-  const int64_t nb = K / kWeights;
-  const Block* row = w + n * nb;
   const int g = lane % kGroups;
-  float acc[MR];
-#pragma unroll
-  for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
 #pragma unroll 2
   for (int64_t b = lane / kGroups; b < nb; b += kBlocksPerStep) {
     float wv[8];
@@ -169,137 +205,108 @@ __global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x,
     const int64_t k = b * kWeights + 8 * g;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
-      const float* xm = x + m * ld_x + k;
+      const float* xm = chunk_row(x, ld_x, m, rows) + k;
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[m] += wv[i] * xm[i];
     }
   }
-#pragma unroll
-  for (int m = 0; m < MR; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) out[m * ld_out + n] = s;
-  }
-}
-
-// A grid of N / 8 blocks a row, and a row per slot (one without slots).
-dim3 grid_of(int64_t N, const Slots& slots, int64_t slot_count) {
-  return dim3(blocks_for(N, kWarpsPerBlock), slots.ids ? unsigned(slot_count) : 1u);
 }
 
 template <class Block, int MR>
-void launch_blocks(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
-                   int64_t N, int64_t K, const Slots& slots = {}, int64_t slot_count = 1) {
-  matvec_blocks_kernel<Block, MR><<<grid_of(N, slots, slot_count), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-      out, ld_out, x, ld_x, w, N, K, slots);
+__global__ void matvec_blocks_kernel(float* out, int64_t ld_out, const float* x, int64_t ld_x, const Block* w,
+                                     int64_t N, int64_t K, ExpertGroups groups) {
+  const int64_t rows = rows_of_group<MR>(groups, out, ld_out, x, ld_x, w);
+  const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int64_t nb = K / blocks::Traits<Block>::kWeights;
+  product_rows<MR>(out, ld_out, x, ld_x, n, rows, [&](auto& acc, const float* xc, int chunk) {
+    blocks_row_chunk<Block>(acc, xc, ld_x, w + n * nb, nb, chunk);
+  });
 }
 
-template <int MR>
-void launch_q8_0(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const BlockQ8* w,
-                 int64_t N, int64_t K, const Slots& slots = {}, int64_t slot_count = 1) {
-  matvec_q8_0_kernel<MR><<<grid_of(N, slots, slot_count), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-      out, ld_out, x, ld_x, w, N, K, slots);
-}
-
-template <class T, int MR>
-void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const T* w, int64_t N,
-            int64_t K, bool vector, const Slots& slots = {}, int64_t slot_count = 1) {
-  const dim3 grid = grid_of(N, slots, slot_count);
-  if (vector)
-    matvec_kernel<T, MR, true><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K, slots);
-  else
-    matvec_kernel<T, MR, false><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(out, ld_out, x, ld_x, w, N, K, slots);
+// A grid of N / 8 blocks a row, and `grid_rows` rows (one without groups).
+dim3 grid_of(int64_t N, const ExpertGroups& groups, int64_t grid_rows) {
+  return dim3(blocks_for(N, kWarpsPerBlock), groups.first ? unsigned(grid_rows) : 1u);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls f with the chunk size MR for `rows` rows as a compile-time constant: rows itself up to
+// kMatvecMaxRows, and kMatvecMaxRows beyond.
+template <class F>
+void dispatch_rows(int64_t rows, F&& f) {
+  static_assert(kMatvecMaxRows == 8, "the cases below are 1 .. kMatvecMaxRows");
+  switch (rows) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+// The kernel for w's type, in chunks of MR rows (`rows` picks MR), on a grid of one row or, with
+// groups, `grid_rows` rows.
+void launch(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+            DType w_dtype, int64_t rows, int64_t N, int64_t K, bool vector, const ExpertGroups& groups,
+            int64_t grid_rows) {
+  const dim3 grid = grid_of(N, groups, grid_rows);
+  const unsigned threads = kWarpsPerBlock * kWarpSize;
+  dispatch_rows(rows, [&](auto mr) {
+    constexpr int MR = decltype(mr)::value;
+    if (w_dtype == DType::q8_0) {
+      matvec_q8_0_kernel<MR><<<grid, threads, 0, stream>>>(out, ld_out, x, ld_x, static_cast<const BlockQ8*>(w), N,
+                                                           K, groups);
+    } else if (is_quantized(w_dtype)) {
+      blocks::dispatch_block(w_dtype, [&](auto tag) {
+        using Block = typename decltype(tag)::type;
+        matvec_blocks_kernel<Block, MR>
+            <<<grid, threads, 0, stream>>>(out, ld_out, x, ld_x, static_cast<const Block*>(w), N, K, groups);
+      });
+    } else {
+      dispatch_float_type(w_dtype, [&](auto type) {
+        using T = decltype(type);
+        const T* weights = static_cast<const T*>(w);
+        if (vector)
+          matvec_kernel<T, MR, true><<<grid, threads, 0, stream>>>(out, ld_out, x, ld_x, weights, N, K, groups);
+        else
+          matvec_kernel<T, MR, false><<<grid, threads, 0, stream>>>(out, ld_out, x, ld_x, weights, N, K, groups);
+      });
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void check_whole_blocks(const char* op, DType w_dtype, int64_t K) {
+  MINFER_CHECK(!is_quantized(w_dtype) || K % dtype_block(w_dtype) == 0, op, ": ", dtype_name(w_dtype), " rows of ",
+               K, " weights are not whole blocks");
+}
 
 }  // namespace
 
 void matvec(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
             DType w_dtype, int64_t M, int64_t N, int64_t K) {
   MINFER_CHECK(M >= 1 && M <= kMatvecMaxRows, "matvec takes 1 to ", kMatvecMaxRows, " rows, got ", M);
+  check_whole_blocks("matvec", w_dtype, K);
   if (N == 0) return;
-  if (w_dtype == DType::q8_0) {
-    MINFER_CHECK(K % 32 == 0, "matvec: q8_0 rows of ", K, " weights are not whole blocks");
-    const auto* q8 = static_cast<const BlockQ8*>(w);
-    switch (M) {
-      case 1: launch_q8_0<1>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 2: launch_q8_0<2>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 3: launch_q8_0<3>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 4: launch_q8_0<4>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 5: launch_q8_0<5>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 6: launch_q8_0<6>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      case 7: launch_q8_0<7>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-      default: launch_q8_0<8>(stream, out, ld_out, x, ld_x, q8, N, K); break;
-    }
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  if (is_quantized(w_dtype)) {
-    MINFER_CHECK(K % dtype_block(w_dtype) == 0, "matvec: ", dtype_name(w_dtype), " rows of ", K,
-                 " weights are not whole blocks");
-    blocks::dispatch_block(w_dtype, [&](auto tag) {
-      using Block = typename decltype(tag)::type;
-      const auto* weights = static_cast<const Block*>(w);
-      switch (M) {
-        case 1: launch_blocks<Block, 1>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 2: launch_blocks<Block, 2>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 3: launch_blocks<Block, 3>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 4: launch_blocks<Block, 4>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 5: launch_blocks<Block, 5>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 6: launch_blocks<Block, 6>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        case 7: launch_blocks<Block, 7>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-        default: launch_blocks<Block, 8>(stream, out, ld_out, x, ld_x, weights, N, K); break;
-      }
-    });
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
   const bool vector = K % 8 == 0 && ld_x % 4 == 0 && aligned16(x) && aligned16(w);
-  dispatch_float_type(w_dtype, [&](auto type) {
-    using T = decltype(type);
-    const T* weights = static_cast<const T*>(w);
-    switch (M) {
-      case 1: launch<T, 1>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 2: launch<T, 2>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 3: launch<T, 3>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 4: launch<T, 4>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 5: launch<T, 5>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 6: launch<T, 6>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      case 7: launch<T, 7>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-      default: launch<T, 8>(stream, out, ld_out, x, ld_x, weights, N, K, vector); break;
-    }
-  });
-  CUDA_CHECK_LAUNCH();
+  launch(stream, out, ld_out, x, ld_x, w, w_dtype, M, N, K, vector, ExpertGroups{}, 1);
 }
 
-void matvec_experts(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, bool x_per_slot,
-                    const void* w, DType w_dtype, const int32_t* ids, int64_t slots, int64_t k, int64_t E, int64_t N,
-                    int64_t K) {
-  if (N == 0 || slots == 0) return;
-  MINFER_CHECK(!is_quantized(w_dtype) || K % dtype_block(w_dtype) == 0, "matvec_experts: ", dtype_name(w_dtype),
-               " rows of ", K, " weights are not whole blocks");
+void matvec_experts(cudaStream_t stream, float* out, int64_t ld_out, const float* x, int64_t ld_x, const void* w,
+                    DType w_dtype, const int32_t* first, const int32_t* used, const int32_t* n_used,
+                    int64_t chunk_rows, int64_t max_used, int64_t N, int64_t K) {
+  check_whole_blocks("matvec_experts", w_dtype, K);
+  MINFER_CHECK(max_used >= 0 && max_used <= kMaxGridRows, "matvec_experts: ", max_used,
+               " experts, more than a grid's ", kMaxGridRows, " rows");
+  if (N == 0 || max_used == 0 || chunk_rows == 0) return;
   const auto expert_bytes = static_cast<int64_t>(dtype_bytes(w_dtype, uint64_t(N) * uint64_t(K)));
-  // note: a grid has at most 65535 rows, so the slots go in chunks of that many.
-  constexpr int64_t kMaxGridRows = 65535;
   const bool vector = K % 8 == 0 && ld_x % 4 == 0 && aligned16(x) && aligned16(w) && expert_bytes % 16 == 0;
-  for (int64_t first = 0; first < slots; first += kMaxGridRows) {
-    const int64_t count = std::min(kMaxGridRows, slots - first);
-    const Slots s{ids, first, k, E, expert_bytes, x_per_slot};
-    if (w_dtype == DType::q8_0) {
-      launch_q8_0<1>(stream, out, ld_out, x, ld_x, static_cast<const BlockQ8*>(w), N, K, s, count);
-    } else if (is_quantized(w_dtype)) {
-      blocks::dispatch_block(w_dtype, [&](auto tag) {
-        using Block = typename decltype(tag)::type;
-        launch_blocks<Block, 1>(stream, out, ld_out, x, ld_x, static_cast<const Block*>(w), N, K, s, count);
-      });
-    } else {
-      dispatch_float_type(w_dtype, [&](auto type) {
-        using T = decltype(type);
-        launch<T, 1>(stream, out, ld_out, x, ld_x, static_cast<const T*>(w), N, K, vector, s, count);
-      });
-    }
-    CUDA_CHECK_LAUNCH();
-  }
+  launch(stream, out, ld_out, x, ld_x, w, w_dtype, chunk_rows, N, K, vector,
+         ExpertGroups{first, used, n_used, expert_bytes}, max_used);
 }
 
 }  // namespace minfer::cuda

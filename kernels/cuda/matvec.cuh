@@ -26,17 +26,21 @@ void matvec(cudaStream_t stream,
             const void* w, DType w_dtype,  // (N, K), dense; quantized: (N, K / block) blocks
             int64_t M, int64_t N, int64_t K);
 
-// The expert product one slot at a time (kernels/ref/matmul_experts.h, without weights): out's
-// row s = x's row s (x_per_slot) or s / k, times the matrix of expert ids[s], read by the same
-// warps as matvec's one-row product. Graph-safe: the ids stay on the device, and an id outside
-// [0, E) leaves its row unwritten. note: each slot reads its expert's matrix, so a batch whose rows share
-// an expert reads it once per row, in decode and prefill alike; nothing on CUDA groups rows by
-// expert yet (the CPU's cpu::matmul_experts does).
+// The expert product's multiplications, its rows grouped by expert (matmul_experts.cu groups
+// them): for each expert e of used[0 .. *n_used), rows [first[e], first[e + 1]) of x times expert
+// e's matrix into the same rows of out, by matvec's warps, in chunks of min(chunk_rows,
+// kMatvecMaxRows) rows. A grid row per expert used: its matrix is read from memory once a step,
+// and a chunk after the first re-reads it from cache (likely: the warp re-reads its own row at
+// once; not measured). Graph-safe: first, used and n_used stay on the device; the host gives
+// max_used, a bound on *n_used (the grid's rows; those past *n_used return at once), and
+// chunk_rows, which only sets the chunk size.
 void matvec_experts(cudaStream_t stream,
-                    float* out, int64_t ld_out,                    // (slots, N)
-                    const float* x, int64_t ld_x, bool x_per_slot,  // (slots, K), or (slots / k, K)
-                    const void* w, DType w_dtype,                  // (E, N, K), dense
-                    const int32_t* ids,                            // (slots), each in [0, E)
-                    int64_t slots, int64_t k, int64_t E, int64_t N, int64_t K);
+                    float* out, int64_t ld_out,    // (first[E], N), in expert order
+                    const float* x, int64_t ld_x,  // (first[E], K), in expert order
+                    const void* w, DType w_dtype,  // (E, N, K), dense
+                    const int32_t* first,          // (E + 1), on the device: expert e's first row
+                    const int32_t* used,           // (E), on the device: the experts with rows, ascending
+                    const int32_t* n_used,         // (1), on the device: how many
+                    int64_t chunk_rows, int64_t max_used, int64_t N, int64_t K);
 
 }  // namespace minfer::cuda
