@@ -55,8 +55,8 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   return s;
 }
 
-std::vector<int32_t> generate_greedy(const std::vector<std::string>& prompt_args, int64_t n) {
-  std::vector<std::string> args = {"generate", "-m", kTextModel, "-n", std::to_string(n), "--temp", "0", "--print-ids"};
+std::vector<int32_t> generate_greedy(const std::vector<std::string>& prompt_args, int64_t n, const std::string& model) {
+  std::vector<std::string> args = {"generate", "-m", model, "-n", std::to_string(n), "--temp", "0", "--print-ids"};
   args.insert(args.end(), prompt_args.begin(), prompt_args.end());
   CliResult r = run_cli(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;

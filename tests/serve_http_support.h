@@ -48,7 +48,8 @@ void expect_clean_exit(ServerProcess& server);
 std::vector<int32_t> ids_of(const json& v);
 std::string ids_text(const std::vector<int32_t>& ids);
 // What `minfer generate --temp 0` prints for the same prompt.
-std::vector<int32_t> generate_greedy(const std::vector<std::string>& prompt_args, int64_t n);
+std::vector<int32_t> generate_greedy(const std::vector<std::string>& prompt_args, int64_t n,
+                                     const std::string& model = kTextModel);
 // `a` is OpenAI's error object with `status` and a one-line message containing `fragment`.
 void expect_api_error(const Answer& a, int status, const std::string& fragment);
 // Sends `bytes` one at a time, `gap_ms` apart, until they are sent, a send fails or `max_s` passes.

@@ -552,6 +552,37 @@ TEST(ServeCli, BadOptionsAreRefusedBeforeServing) {
   }
 }
 
+// --- A mixture of experts: the server serves one as it serves a dense model ---
+
+class ServeExperts : public SharedServer<ServeExperts> {
+ public:
+  static inline const std::string kModel = MINFER_SOURCE_DIR "/tests/data/models/qwen3moe-f32";  // top 3 of 8
+  // Batch-invariant products (docs/serving.md): a row's logits, and so its experts, do not depend
+  // on what else shares its step, and greedy answers equal generate's whatever the timing.
+  static std::vector<std::string> server_args() {
+    return {"-m", kModel, "--slots", "2", "--ctx", "64", "--batch-invariant"};
+  }
+};
+
+TEST_F(ServeExperts, GreedyCompletionsSentTogetherEqualGenerate) {
+  // Sent at once to a server of two slots, the two requests usually decode in the same steps, so a
+  // step's expert product groups both rows by expert.
+  const std::vector<std::vector<int32_t>> prompts = {{1, 70, 300, 12, 501}, {1, 9, 640 - 1, 4}};
+  std::vector<Answer> answers(prompts.size());
+  auto ask = [&](size_t i) {
+    answers[i] = post(port(), json{{"prompt", prompts[i]}, {"max_tokens", 24}, {"temperature", 0}}.dump());
+  };
+  std::thread second(ask, 1);
+  ask(0);
+  second.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(answers[i].status, 200) << answers[i].raw;
+    EXPECT_EQ(ids_of(answers[i].body["choices"][0]["token_ids"]),
+              generate_greedy({"--prompt-ids", ids_text(prompts[i]), "--batch-invariant"}, 24, kModel))
+        << "prompt " << i;
+  }
+}
+
 #endif  // MINFER_HAVE_HTTPLIB
 
 }  // namespace

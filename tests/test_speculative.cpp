@@ -240,6 +240,26 @@ TEST(Speculative, GreedyOutputIsThePlainOutputForEveryKAndDrafter) {
   EXPECT_GT(self_rate, other_rate + 0.2) << "acceptance does not tell a good drafter from a bad one";
 }
 
+TEST(Speculative, GreedyOutputIsThePlainOutputWithExperts) {
+  // A mixture of experts as the target (top 2 of 8, renormalised): a verifying pass groups its
+  // k + 1 rows a sequence by expert, and every row must still get one-by-one decoding's token.
+  auto backend = make_backend(BackendKind::cpu);
+  LlamaConfig config = small_vocab_config(96);
+  config.n_experts = 8;
+  config.n_experts_used = 2;
+  config.expert_hidden_dim = 40;
+  config.normalize_expert_weights = true;
+  LlamaModel target(*backend, random_llama_weights(config, 23, 2.5), "experts", {});
+  LlamaOptions q8;
+  q8.dtype = DType::q8_0;
+  LlamaModel self_q8(*backend, random_llama_weights(config, 23, 2.5), "experts q8_0", q8);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 5, 9}, {1}, {1, 40, 41, 42, 43, 44, 45, 46, 47}};
+  double rate = 0.0;
+  expect_greedy_identity(target, &self_q8, prompts, 40, "experts, q8_0 self-draft", &rate);
+  expect_greedy_identity(target, nullptr, prompts, 40, "experts, prompt lookup");
+  EXPECT_GT(rate, 0.5) << "the q8_0 copy should mostly agree with its f32 original";
+}
+
 TEST(Speculative, GreedyOutputIsRunCsOnTheTrainedModel) {
   SKIP_WITHOUT_GOLDEN("stories260K.bin");
   SKIP_WITHOUT_GOLDEN("stories260K.greedy.ids");
