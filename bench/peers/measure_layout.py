@@ -118,11 +118,13 @@ def cmd_summary(outdir):
             commits.setdefault(engine, json.load(open(path))[0]["build_commit"])
         except (OSError, ValueError, LookupError, TypeError):
             pass
-    pairs = [("new", "base")] + ([("new-avx2", "base-avx2")] if "new-avx2" in engines else [])
+    # the speed step's engines: an ops-only engine (OPS_NEW_AVX2's new-avx2) gets no columns there
+    speed_engines = [e for e in engines if any(k[0] == "speed" and e in cells[k][i] for k in order for i in cells[k])]
+    pairs = [("new", "base")] + ([("new-avx2", "base-avx2")] if "new-avx2" in speed_engines else [])
     out, js = [], {"meta": meta, "speed": [], "dram": [], "ops": [], "greedy": {}, "targets": []}
     out.append(f"# Repacked weights (issue 57): {meta.get('cpu', '?')}, {meta.get('threads', '?')} threads\n")
     out.append(f"- base: `{meta.get('base')}`; new: `{meta.get('new')}`"
-               + (f"; base-avx2: `{meta.get('base-avx2')}`; new-avx2: `{meta.get('new-avx2')}`" if "new-avx2" in engines else "")
+               + (f"; base-avx2: `{meta.get('base-avx2')}`; new-avx2: `{meta.get('new-avx2')}`" if "new-avx2" in speed_engines else "")
                + f"; llama.cpp: `{meta.get('llama')}`")
     out.append("- minfer's build commits: " + ", ".join(f"{e}: {commits[e]}" for e in engines if e in commits))
     out.append("- minfer's ISA as its bench names it: " + ", ".join(f"{e}: {isa[e]}" for e in engines if e in isa))
@@ -153,18 +155,18 @@ def cmd_summary(outdir):
         out.append("## Prefill pp and decode tg, tok/s (medians), and medians of per-round ratios\n")
         out.append("llama.cpp: OpenMP's default wait; llama.cpp-passive: OMP_WAIT_POLICY=passive; a ratio to llama.cpp "
                    "takes the better of the two in each round.\n")
-        head = "| file | test | " + " | ".join(engines) + " | " + " | ".join(f"{a}/{b}" for a, b in pairs) + " | " \
+        head = "| file | test | " + " | ".join(speed_engines) + " | " + " | ".join(f"{a}/{b}" for a, b in pairs) + " | " \
                + " | ".join(f"{a}/llama.cpp" for a, _ in pairs) + " | decode GB/s " + " / ".join(a for a, _ in pairs) + " |"
         out.append(head)
-        out.append("|---|---|" + "---:|" * (len(engines) + 2 * len(pairs) + 1))
+        out.append("|---|---|" + "---:|" * (len(speed_engines) + 2 * len(pairs) + 1))
         for k in speed:
-            m = {e: med(series(k, e)) for e in engines}
+            m = {e: med(series(k, e)) for e in speed_engines}
             rb = {f"{a}/{b}": med(per_round(k, a, b)) for a, b in pairs}
             rl = {f"{a}/llama.cpp": med(per_round(k, a, "llama.cpp")) for a, _ in pairs}
             gb = {a: med(series(k, a, "gbps")) for a, _ in pairs}
             js["speed"].append({"file": k[1], "test": k[2], "tok_s": m, "ratios": {**rb, **rl}, "gbps": gb,
                                 "per_round": {n: per_round(k, *n.split("/")) for n in list(rb) + list(rl)}})
-            out.append(f"| {k[1]} | {k[2]} | " + " | ".join(f(m[e]) for e in engines) + " | "
+            out.append(f"| {k[1]} | {k[2]} | " + " | ".join(f(m[e]) for e in speed_engines) + " | "
                        + " | ".join(f(v, 3) for v in rb.values()) + " | " + " | ".join(f(v, 3) for v in rl.values())
                        + " | " + " / ".join(f(v) for v in gb.values()) + " |")
         out.append("")

@@ -11,7 +11,8 @@
 #        PY (default /work/venv-measure/bin/python, with gguf==0.19.0: the tensor types of each file),
 #        BASE_AVX2, NEW_AVX2 (optional: the same two commits built for AVX2 alone, e.g.
 #        cmake -DMINFER_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=haswell; measured in the same rounds),
-#        OPS_BASE, OPS_NEW (optional: minfer_microbench binaries for step ops), OPS_FILTER (their
+#        OPS_BASE, OPS_NEW (optional: minfer_microbench binaries for step ops; OPS_NEW_AVX2 NEW's commit built
+#        for AVX2 alone, measured in the same rounds as engine new-avx2), OPS_FILTER (their
 #        --benchmark_filter; default BM_MatmulFromDram at 2048x768 and BM_QuantLayoutFromDram, M=1), THREADS (default 2),
 #        PROMPT (256), GEN (128), REPS (timed repetitions per measurement, after one warm-up; default 1),
 #        DRAM_X (the DRAM step's models hold at least this many times the last cache; default 8),
@@ -214,10 +215,12 @@ if has dram; then
 fi
 
 # ------------------------------------------------------------------------------------------- ops
-if has ops && { [ -n "${OPS_BASE:-}" ] || [ -n "${OPS_NEW:-}" ]; }; then
+if has ops && { [ -n "${OPS_BASE:-}" ] || [ -n "${OPS_NEW:-}" ] || [ -n "${OPS_NEW_AVX2:-}" ]; }; then
     declare -A OPS
     [ -n "${OPS_BASE:-}" ] && cp "$OPS_BASE" "$OUTDIR/bin/microbench-base" && OPS[base]=$OUTDIR/bin/microbench-base
     [ -n "${OPS_NEW:-}" ] && cp "$OPS_NEW" "$OUTDIR/bin/microbench-new" && OPS[new]=$OUTDIR/bin/microbench-new
+    [ -n "${OPS_NEW_AVX2:-}" ] && cp "$OPS_NEW_AVX2" "$OUTDIR/bin/microbench-new-avx2" &&
+        OPS[new-avx2]=$OUTDIR/bin/microbench-new-avx2
     for r in $(seq 1 "$ROUNDS"); do
         echo "--- ops round $r/$ROUNDS"
         for e in $(rotated "$r" "${!OPS[@]}"); do
