@@ -242,7 +242,7 @@ TEST(Speculative, GreedyOutputIsThePlainOutputForEveryKAndDrafter) {
 
 TEST(Speculative, GreedyOutputIsThePlainOutputWithExperts) {
   // A mixture of experts as the target (top 2 of 8, renormalised): a verifying pass groups its
-  // k + 1 rows a sequence by expert, and every row must still get one-by-one decoding's token.
+  // up to k + 1 rows a sequence by expert, and every row must still get one-by-one decoding's token.
   auto backend = make_backend(BackendKind::cpu);
   LlamaConfig config = small_vocab_config(96);
   config.n_experts = 8;
