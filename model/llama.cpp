@@ -83,7 +83,7 @@ void matmul(Backend& backend, const Tensor& out, const Tensor& x, const RowBlock
   });
 }
 
-std::array<LlamaModel::WorkspaceBuffer, 15> LlamaModel::workspace_buffers() const {
+std::array<LlamaModel::WorkspaceBuffer, 17> LlamaModel::workspace_buffers() const {
   const LlamaConfig& c = config_;
   const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim();
   int64_t h = 0;  // the widest dense feed-forward of a layer
@@ -103,7 +103,9 @@ std::array<LlamaModel::WorkspaceBuffer, 15> LlamaModel::workspace_buffers() cons
            {&Workspace::h13_slots, false, 2 * k * f},
            {&Workspace::hb_slots, false, k * f},
            {&Workspace::shared, false, c.shared_expert_hidden_dim > 0 ? d : 0},
-           {&Workspace::expert_ids, false, k, DType::i32}}};
+           {&Workspace::expert_ids, false, k, DType::i32},
+           {&Workspace::logits_part, true, comm_ != nullptr ? split_.vocab.size() : 0},
+           {&Workspace::logits_gathered, true, comm_ != nullptr ? c.vocab_size : 0}}};
 }
 
 uint64_t LlamaModel::activation_bytes(int64_t max_rows, int64_t max_logit_rows) const {
@@ -225,6 +227,7 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
   be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
                AttentionAlgorithm::three_pass);
   matmul(be, v.proj, v.att, v.w->wo);
+  sum_over_ranks(v.proj);  // tensor parallel: wo's partial sums
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, config_.rms_eps);
   be.add(v.x, v.x, v.proj);
 
@@ -238,6 +241,7 @@ void LlamaModel::forward_layer_unfused(const LayerViews& v, const ForwardBatch& 
     be.glu(v.hb, v.gate, v.up, config_.activation);
     matmul(be, v.proj, v.hb, v.w->w2);
   }
+  sum_over_ranks(v.proj);  // tensor parallel: w2's partial sums
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, config_.rms_eps);
   be.add(v.x, v.x, v.proj);
 }
@@ -264,6 +268,7 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
   be.attention(v.att, v.q, v.k_cache, v.v_cache, v.block_table, b.seq, b.pos, v.attention,
                AttentionAlgorithm::online_softmax);
   matmul(be, v.proj, v.att, v.w->wo);
+  sum_over_ranks(v.proj);  // tensor parallel: wo's partial sums
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_att, eps);
 
   be.residual_rmsnorm(v.xb, v.x, v.proj, v.rms_ffn, eps);  // x += proj; xb = rmsnorm(x)
@@ -274,6 +279,7 @@ void LlamaModel::forward_layer_fused(int64_t l, const LayerViews& v, const Forwa
     be.glu(v.hb, v.gate, v.up, config_.activation);
     matmul(be, v.proj, v.hb, v.w->w2);
   }
+  sum_over_ranks(v.proj);  // tensor parallel: w2's partial sums
   if (config_.post_norms) be.rmsnorm(v.proj, v.proj, v.rms_post_ffn, eps);
   if (l + 1 < config_.n_layers)
     be.residual_rmsnorm(v.xb, v.x, v.proj, w_.rms_att.select(0, l + 1), eps);  // and the next layer's norm
@@ -354,7 +360,32 @@ void LlamaModel::forward(const ForwardBatch& b, const KvCache& cache, const Tens
   Tensor last = ws_.last.slice(0, 0, R), last_norm = ws_.last_norm.slice(0, 0, R);
   backend_.gather_rows(last, x, b.logit_rows, 1.0f);
   backend_.rmsnorm(last_norm, last, w_.rms_final, config_.rms_eps);
-  backend_.matmul(logits, last_norm, w_.classifier);
+  if (comm_ != nullptr) gather_logits(logits, last_norm);
+  else backend_.matmul(logits, last_norm, w_.classifier);
+}
+
+void LlamaModel::sum_over_ranks(const Tensor& x) {
+  if (comm_ == nullptr) return;
+  backend_.synchronize();
+  comm_->all_reduce_sum(x);
+}
+
+// note: all_gather joins the ranks' parts flat, rank after rank, so the R rows of rank r's logits
+// arrive as one (R, its vocabulary) block; each block is then copied into its columns of logits.
+void LlamaModel::gather_logits(const Tensor& logits, const Tensor& last_norm) {
+  const int64_t R = logits.size(0), V = config_.vocab_size;
+  const Tensor part = ws_.logits_part.slice(0, 0, R);
+  backend_.matmul(part, last_norm, w_.classifier);
+  backend_.synchronize();
+  for (size_t r = 0; r < vocab_counts_.size(); ++r) gather_counts_[r] = R * vocab_counts_[r];
+  const Tensor gathered = ws_.logits_gathered.slice(0, 0, R).reshape({R * V});
+  comm_->all_gather(gathered, part.reshape({R * part.size(1)}), gather_counts_);
+  int64_t at = 0, column = 0;
+  for (int64_t count : vocab_counts_) {
+    logits.slice(1, column, column + count).copy_from(gathered.slice(0, at, at + R * count).reshape({R, count}));
+    at += R * count;
+    column += count;
+  }
 }
 
 }  // namespace minfer

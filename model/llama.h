@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/communicator.h"
 #include "engine/model.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
 #include "model/presets.h"
+#include "model/tensor_split.h"
 
 namespace minfer {
 
@@ -43,6 +45,10 @@ struct LlamaOptions {
   // 256 positions; a serving benchmark of prompts and outputs up to 256 each needs 512). A
   // model file's context is what it was trained with and is never extended.
   int64_t preset_ctx = 0;
+  // Tensor parallel over its ranks (model/tensor_split.h): this process holds and computes its
+  // rank's part of a model file's weights, and every rank must run the same forward passes. Null,
+  // or one rank: the whole model.
+  Communicator* communicator = nullptr;
 };
 
 class LlamaModel final : public Model {
@@ -92,8 +98,17 @@ class LlamaModel final : public Model {
   // stored as `dtype` asks (unset: as they are).
   static uint64_t weight_bytes(const LlamaConfig& config, const WeightTypes& dtype);
   static uint64_t weight_bytes(const LlamaHostWeights& weights, const std::optional<WeightTypes>& dtype);
+  // The blocks a tensor-parallel cut of each row-parallel matrix must fall on: those of the file's
+  // type, where the columns are cut, and of the type `dtype` asks to store it in (unset: the file's).
+  static SplitGrain split_grain(const LlamaHostWeights& weights, const std::optional<WeightTypes>& dtype);
+  // This rank's part, where the model is split over ranks (nullptr otherwise).
+  const TensorSplit* split() const { return comm_ != nullptr ? &split_ : nullptr; }
+  // The whole model's shape: config() where the model is not split, else what its parts make up.
+  const LlamaConfig& full_config() const { return comm_ != nullptr ? full_config_ : config_; }
 
  private:
+  void split_over(Communicator& comm, const SplitGrain& grain);  // sets comm_, split_ and the counts
+  void upload_weights(const std::string& name, const LlamaHostWeights& weights);  // allocates, copies, packs
   void allocate(const std::string& name, const LlamaHostWeights* host);
   void describe_types();  // info_.dtype and info_.weight_types
   void pack_weights();    // hands the classifier and the layers' matrices to Backend::pack_weights
@@ -119,6 +134,11 @@ class LlamaModel final : public Model {
   // proj = the feed-forward of xb in a layer of experts (both kernel sets: its ops have no fused form).
   void feed_forward_experts(const LayerViews& views);
   void tally_expert_reads(const LayerViews& views);  // count_expert_reads' counting
+  // Tensor parallel: x = the sum of every rank's x (the row-parallel products' partial sums); a
+  // no-op in one process.
+  void sum_over_ranks(const Tensor& x);
+  // Tensor parallel: logits (R, vocab) = every rank's part of them, from this rank's classifier rows.
+  void gather_logits(const Tensor& logits, const Tensor& last_norm);
 
   Backend& backend_;
   LlamaConfig config_;
@@ -130,6 +150,13 @@ class LlamaModel final : public Model {
   bool counting_experts_ = false;
   ExpertReads expert_reads_;
   std::vector<uint8_t> expert_seen_;  // (n_experts): chosen by a row of this pass's layer
+  // Tensor parallel (split_over): the ranks, this rank's part, the whole model's shape, every
+  // rank's count of vocabulary rows, and all_gather's counts for a pass's logits (kept so a pass
+  // allocates nothing).
+  Communicator* comm_ = nullptr;
+  TensorSplit split_;
+  LlamaConfig full_config_;
+  std::vector<int64_t> vocab_counts_, gather_counts_;
   // note: Q, K and V weights are stored as one (q_dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the
   // unfused path multiplies its row blocks separately; the memory is the same. Where a file
@@ -180,6 +207,10 @@ class LlamaModel final : public Model {
     Tensor hb_slots;   // (rows, k f): each slot's act(w1 x) * w3 x, as (rows k, f)
     Tensor shared;     // (rows, dim): the shared expert's output
     Tensor expert_ids;  // (rows, k) i32
+    // Tensor parallel (0 columns in one process): this rank's logits, and every rank's, gathered
+    // in rank order, (logit_rows, vocab) as a flat buffer.
+    Tensor logits_part;      // (logit_rows, this rank's vocabulary rows)
+    Tensor logits_gathered;  // (logit_rows, vocab)
   } ws_;
   // The workspace's buffers as one list, which reserve() allocates and activation_bytes() counts:
   // each is (rows, columns), or (logit_rows, columns) where per_logit_row; f32 but the expert ids.
@@ -189,7 +220,7 @@ class LlamaModel final : public Model {
     int64_t columns;
     DType dtype = DType::f32;
   };
-  std::array<WorkspaceBuffer, 15> workspace_buffers() const;
+  std::array<WorkspaceBuffer, 17> workspace_buffers() const;
 };
 
 }  // namespace minfer

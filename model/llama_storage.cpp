@@ -144,6 +144,25 @@ uint64_t LlamaModel::weight_bytes(const LlamaHostWeights& w, const std::optional
   return planned_bytes(w.config, &w, dtype);
 }
 
+SplitGrain LlamaModel::split_grain(const LlamaHostWeights& w, const std::optional<WeightTypes>& dtype) {
+  const LlamaConfig& c = w.config;
+  SplitGrain grain;
+  // The host's blocks too: the columns are cut from the file's matrix before any conversion.
+  auto widen = [&](int64_t& g, const LayerMatrix& m) {
+    if (m.rows == 0 || m.in == 0) return;
+    g = std::max(g, dtype_block(stored_type(dtype, m, c.n_layers)));
+    if (m.host != nullptr) g = std::max(g, dtype_block(m.host->dtype()));
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LlamaHostWeights::Layer* h = &w.layers[size_t(l)];
+    const auto m = layer_matrices(c, l, h);
+    widen(grain.attention_columns, m[3]);
+    widen(grain.ffn_columns, m[6]);
+    if (c.layer_has_experts(l)) widen(grain.expert_columns, expert_matrices(c, l, h)[2]);
+  }
+  return grain;
+}
+
 namespace {
 
 // The (n_ctx, head_dim) table of (cos, sin) pairs on the backend: the global one, or with `sliding`
@@ -167,8 +186,9 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   // (matrix_dtype: quantized blocks need rows of whole blocks, else a legacy type or f16, as
   // llama.cpp falls back).
   w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(c, host), L));
-  w_.classifier =
-      c.shared_classifier ? w_.token_embedding : backend_.empty({V, d}, stored_type(wanted, classifier_table(c, host), L));
+  const int64_t classifier_rows = comm_ != nullptr ? split_.vocab.size() : V;  // a shard's: its vocabulary
+  w_.classifier = c.shared_classifier ? w_.token_embedding
+                                      : backend_.empty({classifier_rows, d}, stored_type(wanted, classifier_table(c, host), L));
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);
@@ -284,11 +304,36 @@ Tensor offset_norm(Backend& backend, const Tensor& w, float offset) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& weights, const std::string& name,
+LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& full, const std::string& name,
                        const LlamaOptions& options)
-    : backend_(backend), config_(weights.config), dtype_(options.dtype),
+    : backend_(backend), config_(full.config), dtype_(options.dtype),
       kernels_(options.kernels) {
-  weights.validate(name);
+  full.validate(name);
+  if (options.communicator != nullptr && options.communicator->size() > 1) {
+    split_over(*options.communicator, split_grain(full, dtype_));
+    const LlamaHostWeights shard = shard_host_weights(full, split_);
+    config_ = shard.config;
+    upload_weights(name, shard);
+  } else {
+    upload_weights(name, full);
+  }
+}
+
+void LlamaModel::split_over(Communicator& comm, const SplitGrain& grain) {
+  MINFER_CHECK(comm.device() == backend_.device(), "tensor parallel: the ", comm.name(), " communicator moves ",
+               device_name(comm.device()), " memory, the ", backend_.name(), " backend's tensors are on ",
+               device_name(backend_.device()));
+  for (int r = 0; r < comm.size(); ++r) {
+    const TensorSplit s = split_for_rank(config_, grain, r, comm.size());
+    if (r == comm.rank()) split_ = s;
+    vocab_counts_.push_back(s.vocab.size());
+  }
+  gather_counts_.assign(vocab_counts_.size(), 0);
+  full_config_ = config_;
+  comm_ = &comm;
+}
+
+void LlamaModel::upload_weights(const std::string& name, const LlamaHostWeights& weights) {
   allocate(name, &weights);
   const int64_t q = config_.q_dim(), kv = config_.kv_dim(), hd = config_.head_dim();
   // Each tensor is released (its file pages dropped) as soon as it is on the device.
@@ -360,6 +405,8 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaConfig& config, const std::s
                        const LlamaOptions& options)
     : backend_(backend), config_(config), dtype_(options.dtype.value_or(WeightTypes(DType::f32))), kernels_(options.kernels) {
   config_.validate(name);
+  MINFER_CHECK(options.communicator == nullptr || options.communicator->size() == 1, name,
+               ": tensor parallel needs a model file; synthetic weights are not split");
   allocate(name, nullptr);
   const int64_t q = config_.q_dim(), kv = config_.kv_dim();
   auto fill = [&](const Tensor& t, WeightKind kind, int64_t layer) {

@@ -273,6 +273,9 @@ void NaiveLlama::attention_block(int64_t l, int64_t pos) {
     }
   }
   matmul(xb_.data(), w.wo.data(), att_.data(), dim, q_dim);
+  // Split over ranks (model/tensor_split.h), each rank holds some heads and wo's columns for them,
+  // so its xb here is a partial sum: the first of a layer's two all-reduces adds them up.
+  //   forward_layer_*: sum_over_ranks(proj)
   // Gemma 3 normalises the block's output before the residual add (config.post_norms).
   //   forward_layer_*: be.rmsnorm in place
   if (c.post_norms) rmsnorm(xb_.data(), xb_.data(), w.post_att_norm.data(), dim, c.rms_eps);
@@ -294,6 +297,8 @@ void NaiveLlama::feed_forward_block(int64_t l) {
     glu(hb_.data(), hb_.data(), hb2_.data(), hidden, c.activation);
     matmul(xb_.data(), w.w2.data(), hb_.data(), dim, hidden);
   }
+  // Split over ranks, each holds some hidden units (of every expert) and w2's columns for them: the
+  // second all-reduce adds up the partial sums.   forward_layer_*: sum_over_ranks(proj)
   if (c.post_norms) rmsnorm(xb_.data(), xb_.data(), w.post_ffn_norm.data(), dim, c.rms_eps);
   add(x_.data(), xb_.data(), dim);
 }

@@ -33,7 +33,8 @@ fetch_xgrammar() {
 }
 
 packages=(cmake make g++ libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libpcre2-dev
-          libcpp-httplib-dev python3-matplotlib python3-venv tmux clang libclang-rt-14-dev)
+          libcpp-httplib-dev python3-matplotlib python3-venv tmux clang libclang-rt-14-dev
+          openmpi-bin libopenmpi-dev)
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "minfer: not a Debian system; make sure these are installed: ${packages[*]}" >&2

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""minfer's commands under mpirun -np 2 (cli/cli_ranks.h) against one process.
+
+  - generate, greedy: the same ids as one process, and its timing lines printed once (rank 0's);
+  - generate, sampled without --seed: the ranks share rank 0's clock seed, so one process given
+    the seed rank 0 printed samples the same text (a rank that drew its own would feed the others
+    other tokens, and rank 0's logits would be sums of unrelated parts);
+  - perplexity: the one process's value to 1e-5;
+  - bench on a model file: a table, printed once, and a decode step's all-reduces counted;
+  - a command that does not run across ranks (serve) and a model that is missing: a non-zero
+    exit with one line per rank, and no hang.
+Usage: check_cli_ranks.py MPIRUN MINFER SOURCE_DIR
+"""
+import re
+import subprocess
+import sys
+
+MPIRUN, MINFER, SOURCE = sys.argv[1], sys.argv[2], sys.argv[3]
+MODEL = SOURCE + "/tests/data/models/qwen2-f32.gguf"  # biases and a split of 2 KV heads
+LIMIT = 120
+
+
+def run(args, ranks):
+    command = [MINFER] + args
+    if ranks > 1:
+        command = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + command
+    return subprocess.run(command, capture_output=True, text=True, timeout=LIMIT)
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL: " + message)
+        sys.exit(1)
+    print("ok: " + message)
+
+
+def main():
+    greedy = ["generate", "-m", MODEL, "--prompt-ids", "1,5,9,3,7", "-n", "24", "--temp", "0", "--print-ids",
+              "--threads", "1"]
+    one, two = run(greedy, 1), run(greedy, 2)
+    check(one.returncode == 0 and two.returncode == 0, "greedy generate runs in one process and over 2 ranks")
+    check(two.stdout == one.stdout and one.stdout.strip(), "over 2 ranks the same ids: " + two.stdout.strip())
+    check(two.stderr.count("prompt eval time") == 1, "the timing lines are printed once")
+    check("tensor parallel over MPI (2 ranks): rank 0 of 2: heads 1-2 of 4" in two.stderr,
+          "the model line names rank 0's part")
+
+    sampled = ["generate", "-m", MODEL, "--prompt-ids", "1,5,9", "-n", "32", "--temp", "1.0", "--print-ids",
+               "--threads", "1"]
+    two = run(sampled, 2)
+    seed = re.search(r"seed (\d+)", two.stderr)
+    check(two.returncode == 0 and seed is not None, "sampled generate over 2 ranks prints its seed")
+    one = run(sampled + ["--seed", seed.group(1)], 1)
+    check(one.stdout == two.stdout, "one process given rank 0's seed samples the same ids")
+
+    ids = ",".join(str((7 * i) % 600 + 3) for i in range(200))
+    with open("/tmp/minfer_check_cli_ranks_ids.txt", "w") as f:
+        f.write(ids)
+    perplexity = ["perplexity", "-m", MODEL, "--ids", "/tmp/minfer_check_cli_ranks_ids.txt", "-c", "64",
+                  "--threads", "1"]
+    values = []
+    for ranks in (1, 2):
+        result = run(perplexity, ranks)
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| " + MODEL)]
+        check(result.returncode == 0 and len(rows) == 1, f"perplexity over {ranks} rank(s) prints one row")
+        values.append(float(rows[0].split("|")[5].split("+/-")[0]))
+    check(abs(values[1] - values[0]) <= 1e-5 * values[0], f"perplexity {values[1]} over 2 ranks, {values[0]} in one")
+
+    bench = run(["bench", "-m", MODEL, "-B", "1", "-p", "16", "-n", "8", "-r", "1", "--threads", "1"], 2)
+    rows = [line for line in bench.stdout.splitlines() if line.startswith("| " + MODEL)]
+    check(bench.returncode == 0 and len(rows) == 2, "bench over 2 ranks prints its pp and tg rows once")
+    # 2 layers: the two all-reduces of each
+    check("tg8 over ranks: 4.0 all-reduces a step" in bench.stderr,
+          "bench counts a decode step's all-reduces: " + bench.stderr.splitlines()[-1])
+
+    serve = run(["serve", "-m", MODEL], 2)
+    refusals = serve.stderr.count("minfer serve does not run across ranks")
+    check(serve.returncode != 0 and refusals == 2, "serve under mpirun: a non-zero exit and one line a rank")
+    missing = run(["generate", "-m", "/nonexistent/model.gguf", "-n", "4"], 2)
+    check(missing.returncode != 0 and "rank 0: " in missing.stderr and "rank 1: " in missing.stderr,
+          "a missing model: a non-zero exit and a line from each rank naming it")
+
+
+if __name__ == "__main__":
+    main()
