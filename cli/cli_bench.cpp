@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "engine/communicator.h"
 #include "engine/decoder.h"
 #include "engine/speculative.h"
 #include "core/error.h"
@@ -110,6 +111,7 @@ class Bench {
     std::unique_ptr<Backend> backend = make_backend(kind, options);
     LlamaOptions model_options;
     model_options.dtype = dtype;
+    model_options.communicator = split_communicator();
     std::unique_ptr<ProfilingBackend> profiler;
     if (s_.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
     Backend& runner = profiler ? static_cast<Backend&>(*profiler) : *backend;
@@ -119,6 +121,7 @@ class Bench {
     if (!s_.draft.empty() && s_.draft != "ngram") {
       LlamaOptions draft_options;
       draft_options.dtype = s_.draft_dtype;
+      draft_options.communicator = split_communicator();
       draft = load_draft_model(s_.draft, draft_options, runner, model->info());
       draft_label_ = std::string(dtype_name(draft->info().dtype)) + " model";
     }
@@ -278,8 +281,10 @@ class Bench {
     // starts the counts again, so the last one's N steps remain); elsewhere they are predicted
     // (model/llama_cost.h).
     const bool count = c.n_experts > 0 && backend.device() == DeviceKind::cpu;
+    Communicator& world = world_communicator();
     std::vector<double> seconds = time_reps(backend, s_.reps, [&] { start_at_depth(decoder, c); }, [&] {
       if (count) model.count_expert_reads(true);
+      world.reset_stats();  // the last repetition's N steps remain
       for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
     });
     std::optional<uint64_t> experts_read;
@@ -299,7 +304,20 @@ class Bench {
     const double steps_per_second = row.avg_ts / double(B);
     row.gbps = double(row.bytes_per_step) * steps_per_second / 1e9;
     row.gflops = double(flops) / double(N) * steps_per_second / 1e9;
+    if (model.split() != nullptr) print_all_reduces(row, world.stats(), N);
     return row;
+  }
+
+  // Split over ranks: a decode step's all-reduces (this rank's, of the last repetition) beside the
+  // step's time and the bytes of weights this rank read.
+  static void print_all_reduces(const BenchRow& row, const CommunicatorStats& stats, int64_t N) {
+    const double step_ms = 1e3 * double(row.batch) / row.avg_ts, reduce_ms = 1e3 * stats.all_reduce_seconds / double(N);
+    std::fprintf(stderr,
+                 "minfer: %s over ranks: %.1f all-reduces a step, %.1f KiB in all, %.3f ms of the step's %.3f ms "
+                 "(%.0f%%), beside %s of this rank's weights and cache\n",
+                 row.test.c_str(), double(stats.all_reduces) / double(N),
+                 double(stats.all_reduce_bytes) / double(N) / 1024.0, reduce_ms, step_ms,
+                 100.0 * reduce_ms / step_ms, format_bytes(row.bytes_per_step).c_str());
   }
 
   // "preset:dram-bound": stories110M's shape with as many layers as make its weights, in the

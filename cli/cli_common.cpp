@@ -1,5 +1,7 @@
 #include "cli/cli_common.h"
 
+#include "engine/communicator.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -60,8 +62,14 @@ BackendOptions backend_options(const Args& args) {
 }
 
 uint64_t seed_option(const Args& args) {
-  return args.has("--seed") ? static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX))
-                            : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  if (args.has("--seed")) return static_cast<uint64_t>(args.get_int("--seed", 1, 1, INT64_MAX));
+  uint64_t seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) | 1;
+  Communicator& world = world_communicator();
+  if (world.size() > 1) {  // every rank must sample alike: rank 0's clock
+    const Tensor t = Tensor::wrap(&seed, {2}, DType::i32, DeviceKind::cpu);  // its 8 bytes
+    world.broadcast(t, 0);
+  }
+  return seed;
 }
 
 std::optional<DType> kv_dtype_option(const Args& args) {
@@ -90,6 +98,11 @@ std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* op
   return types;
 }
 
+Communicator* split_communicator() {
+  Communicator& world = world_communicator();  // one process, or mpirun's ranks (cli/cli_ranks.h)
+  return world.size() > 1 ? &world : nullptr;
+}
+
 LlamaOptions llama_options(const Args& args) {
   LlamaOptions options;
   options.dtype = weights_dtype_option(args, "--dtype");
@@ -97,6 +110,7 @@ LlamaOptions llama_options(const Args& args) {
   MINFER_CHECK(kernels == "fused" || kernels == "unfused", "--kernels: '", kernels,
                "' is not fused or unfused");
   options.kernels = kernels == "fused" ? Kernels::fused : Kernels::unfused;
+  options.communicator = split_communicator();
   return options;
 }
 
@@ -176,6 +190,9 @@ void describe_model(const LlamaModel& model, const Backend& backend, const char*
   std::fprintf(stderr, "minfer: %s %s (%s), %.1fM params, %s of %s weights%s on %s\n", what, info.name.c_str(),
                info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(), types.c_str(),
                layout.c_str(), backend.name().c_str());
+  if (const TensorSplit* split = model.split())  // the shape above is this rank's part
+    std::fprintf(stderr, "minfer: tensor parallel over %s: %s\n", world_communicator().name().c_str(),
+                 split->describe(model.full_config()).c_str());
 }
 
 }  // namespace minfer::cli

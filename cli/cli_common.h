@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/communicator.h"
 #include "engine/scheduler.h"
 #include "model/llama.h"
 #include "tokenizers/text_tokenizer.h"
@@ -30,6 +31,9 @@ BackendOptions backend_options(const Args& args);
 // kernels' choice) on cuda, and on ref, which runs on one thread.
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
+// The ranks a model is split over under mpirun (cli/cli_ranks.h); nullptr in one process.
+Communicator* split_communicator();
+// --dtype and --kernels, and split_communicator().
 LlamaOptions llama_options(const Args& args);
 // A weights type option (--dtype, --draft-dtype): unset when not given; a dtype or a K-quant mix
 // (WeightTypes::parse).

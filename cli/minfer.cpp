@@ -11,7 +11,9 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
+#include "engine/communicator.h"
 
 namespace {
 
@@ -54,12 +56,18 @@ int main(int argc, char** argv) {
   }
   minfer::install_signal_cleanup();
   std::signal(SIGPIPE, SIG_IGN);  // a closed pipe on stdout is a write error (EPIPE), not a signal
+  // Errors go to `errors` (a rank of an mpirun run past 0 prints nothing else), named by rank in a
+  // run of several, and such an error ends every rank (cli/cli_ranks.h).
+  FILE* errors = stderr;
   try {
     for (const auto& c : kCommands)
       if (std::strcmp(argv[1], c.name) == 0) {
+        errors = minfer::cli::join_ranks(c.name);
         const int status = c.run(argc, argv);
         if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-          std::fprintf(stderr, "minfer: error: writing to standard output failed: %s\n", std::strerror(errno));
+          std::fprintf(errors, "minfer: error: %swriting to standard output failed: %s\n", minfer::cli::rank_prefix(),
+                       std::strerror(errno));
+          minfer::end_all_ranks_after_error(1);
           return 1;
         }
         return status;
@@ -67,11 +75,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "minfer: error: unknown command '%s' (see minfer help)\n", argv[1]);
     return 2;
   } catch (const minfer::Error& e) {
-    std::fprintf(stderr, "minfer: error: %s\n", e.what());
+    std::fprintf(errors, "minfer: error: %s%s\n", minfer::cli::rank_prefix(), e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "minfer: error: out of host memory\n");
+    std::fprintf(errors, "minfer: error: %sout of host memory\n", minfer::cli::rank_prefix());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "minfer: error: %s\n", e.what());
+    std::fprintf(errors, "minfer: error: %s%s\n", minfer::cli::rank_prefix(), e.what());
   }
+  std::fflush(errors);
+  minfer::end_all_ranks_after_error(1);
   return 1;
 }
