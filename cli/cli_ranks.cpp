@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -30,6 +31,11 @@ std::string& prefix() {
 
 FILE* join_ranks(const char* command) {
   if (!started_by_mpi_launcher()) return stderr;
+  // The launcher's own count and rank name this rank's errors before MPI starts (OpenMPI's
+  // variables; MPI's world, below, replaces them).
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (size != nullptr && rank != nullptr && std::strcmp(size, "1") != 0) prefix() = "rank " + std::string(rank) + ": ";
   MINFER_CHECK(runs_across_ranks(command), "minfer ", command,
                " does not run across ranks (mpirun -np N): generate, bench and perplexity do");
   const Communicator& world = world_communicator();

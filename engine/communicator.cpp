@@ -40,17 +40,17 @@ void Communicator::all_gather(const Tensor& out, const Tensor& part, const std::
   check_tensor(*this, part, "all_gather", "part");
   MINFER_CHECK(out.dtype() == part.dtype(), "all_gather: out ", out.str(), " and part ", part.str(), " differ in type");
   MINFER_CHECK(counts.size() == size_t(size()), "all_gather: ", counts.size(), " counts for ", size(), " ranks");
-  std::vector<int64_t> byte_counts;
+  byte_counts_.resize(counts.size());
   uint64_t total = 0;
-  for (int64_t n : counts) {
-    MINFER_CHECK(n >= 0, "all_gather: a count of ", n);
-    byte_counts.push_back(int64_t(dtype_bytes(part.dtype(), uint64_t(n))));
-    total = checked_add(total, uint64_t(n), "all_gather's counts");
+  for (size_t r = 0; r < counts.size(); ++r) {
+    MINFER_CHECK(counts[r] >= 0, "all_gather: a count of ", counts[r]);
+    byte_counts_[r] = int64_t(dtype_bytes(part.dtype(), uint64_t(counts[r])));
+    total = checked_add(total, uint64_t(counts[r]), "all_gather's counts");
   }
   MINFER_CHECK(part.numel() == counts[size_t(rank())], "all_gather: part ", part.str(), " on rank ", rank(),
                ", whose count is ", counts[size_t(rank())]);
   MINFER_CHECK(uint64_t(out.numel()) == total, "all_gather: out ", out.str(), " for counts summing to ", total);
-  gather_bytes(out.data(), part.data(), byte_counts);
+  gather_bytes(out.data(), part.data(), byte_counts_);
 }
 
 void LocalCommunicator::gather_bytes(void* out, const void* part, const std::vector<int64_t>& byte_counts) {

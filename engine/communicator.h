@@ -2,14 +2,16 @@
 // the split itself: model/tensor_split.h).
 //
 // A run is N processes started together (mpirun -np N), each a rank holding part of every matrix.
-// Megatron's split needs two all-reduces a layer, each summing every rank's partial product; a
-// step's batch is broadcast from rank 0, which alone tokenizes, samples and schedules; logits split
-// by vocabulary are gathered. minfer uses the field's libraries for them, not a protocol of its own:
-//   - one process: every collective is a no-op (the default, and what a run without mpirun gets);
-//   - MPI (OpenMPI from Debian) between processes, on one machine or over a network: host memory;
-//   - NCCL between GPUs, one rank a GPU, set up through MPI: device memory.
-// Every rank calls the same collectives in the same order with the same shapes; a rank that does
-// not (or dies) ends the run, and mpirun stops the others.
+// Megatron's split needs two all-reduces a layer, each summing every rank's partial product, and
+// the logits split by vocabulary are gathered; every rank runs the same command in step
+// (cli/cli_ranks.h), and a seed drawn from the clock is broadcast from rank 0. minfer uses the
+// field's library for them, not a protocol of its own:
+//   - one process: every collective leaves its tensors as they are (the default, and what a run
+//     without mpirun gets);
+//   - MPI (OpenMPI from Debian) between processes, on one machine or over a network: host memory.
+// (NCCL, between GPUs, is not written yet.) Every rank must call the same collectives in the same
+// order with the same shapes: MPI leaves a mismatch undefined, and it usually hangs. A rank that
+// dies is noticed by mpirun, which stops the others.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +64,7 @@ class Communicator {
 
  private:
   CommunicatorStats stats_;
+  std::vector<int64_t> byte_counts_;  // all_gather's, grown once, so a step allocates nothing
 };
 
 // One process: size 1; a sum or a broadcast leaves its tensor as it is, all_gather copies part.
@@ -83,8 +86,6 @@ class LocalCommunicator final : public Communicator {
   DeviceKind device_;
 };
 
-// Whether this build links MPI (CMake found it: make deps installs OpenMPI).
-bool have_mpi();
 // Whether this process was started by mpirun (or another launcher setting PMI's or PMIx's
 // variables, or OpenMPI's OMPI_COMM_WORLD_SIZE), so that it is one rank of several processes.
 bool started_by_mpi_launcher();

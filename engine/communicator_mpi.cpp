@@ -39,8 +39,13 @@ class MpiCommunicator final : public Communicator {
                  ", below MPI_THREAD_SERIALIZED");
     counts_.resize(size_t(size_));
     displacements_.resize(size_t(size_));
+    MPI_Type_contiguous(kWord, MPI_BYTE, &word_);
+    MPI_Type_commit(&word_);
   }
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  ~MpiCommunicator() override {
+    MPI_Type_free(&word_);
+    MPI_Finalize();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -56,14 +61,20 @@ class MpiCommunicator final : public Communicator {
   void broadcast_bytes(void* data, int64_t bytes, int root) override {
     check(MPI_Bcast(data, mpi_count(bytes, "MPI_Bcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
   }
+  // note: counted in words of 4 bytes where every part is whole words (f32 logits), so a pass's
+  // gathered logits may reach 8 GiB before an int count cannot hold them (2 GiB in bytes).
   void gather_bytes(void* out, const void* part, const std::vector<int64_t>& byte_counts) override {
+    bool words = true;
+    for (int64_t n : byte_counts) words = words && n % kWord == 0;
+    const int64_t unit = words ? kWord : 1;
     int64_t at = 0;
     for (size_t r = 0; r < byte_counts.size(); ++r) {
-      counts_[r] = mpi_count(byte_counts[r], "MPI_Allgatherv");
-      displacements_[r] = mpi_count(at, "MPI_Allgatherv");
+      counts_[r] = mpi_count(byte_counts[r] / unit, "MPI_Allgatherv");
+      displacements_[r] = mpi_count(at / unit, "MPI_Allgatherv");
       at += byte_counts[r];
     }
-    check(MPI_Allgatherv(part, counts_[size_t(rank_)], MPI_BYTE, out, counts_.data(), displacements_.data(), MPI_BYTE,
+    const MPI_Datatype type = words ? word_ : MPI_BYTE;
+    check(MPI_Allgatherv(part, counts_[size_t(rank_)], type, out, counts_.data(), displacements_.data(), type,
                          MPI_COMM_WORLD),
           "MPI_Allgatherv");
   }
@@ -77,13 +88,13 @@ class MpiCommunicator final : public Communicator {
     fail("rank ", rank_, ": ", what, " failed: ", std::string(text, size_t(length)));
   }
 
+  static constexpr int kWord = 4;
   int rank_ = 0, size_ = 1;
+  MPI_Datatype word_ = MPI_DATATYPE_NULL;    // kWord bytes
   std::vector<int> counts_, displacements_;  // (size_): all_gather's, kept so a step allocates nothing
 };
 
 }  // namespace
-
-bool have_mpi() { return true; }
 
 void end_all_ranks_after_error(int status) {
   int initialized = 0, finalized = 0, size = 1;
@@ -94,7 +105,6 @@ void end_all_ranks_after_error(int status) {
   if (size > 1) MPI_Abort(MPI_COMM_WORLD, status);
 }
 #else
-bool have_mpi() { return false; }
 void end_all_ranks_after_error(int) {}
 #endif
 

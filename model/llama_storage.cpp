@@ -185,7 +185,9 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   // note: each matrix's type is the file's or the one asked for, following its input width
   // (matrix_dtype: quantized blocks need rows of whole blocks, else a legacy type or f16, as
   // llama.cpp falls back).
-  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(c, host), L));
+  // A split model's own classifier is part of a table it ties (shard_host_weights): the table is
+  // typed as the whole model's, the classifier's type.
+  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(full_config(), host), L));
   const int64_t classifier_rows = comm_ != nullptr ? split_.vocab.size() : V;  // a shard's: its vocabulary
   w_.classifier = c.shared_classifier ? w_.token_embedding
                                       : backend_.empty({classifier_rows, d}, stored_type(wanted, classifier_table(c, host), L));

@@ -11,8 +11,9 @@
 //                 w2           row-parallel: the columns of those units  -> all-reduce (sum)
 //   classifier                 split by vocabulary: rank r's rows give its run of the logits
 //
-// So two all-reduces a layer cross ranks, each of the residual stream's width, and nothing else;
-// norms, RoPE, biases and routers act on whole rows every rank holds in full.
+// So two all-reduces a layer cross ranks, each of the residual stream's width, and nothing else
+// (and one all-gather of the logits a pass); q, k and v's biases and per-head norms go with their
+// heads, and the other norms, RoPE and the routers act on whole rows every rank holds in full.
 //
 // note: the unit of a split. A row-parallel matrix is cut along its inputs, and a quantized row is
 // whole blocks (32 weights, 256 for the K-quants), so a cut must fall on a block: wo's on
@@ -63,7 +64,8 @@ struct TensorSplit {
   // The decoder this rank computes: its heads (head_size kept), its hidden widths; the vocabulary,
   // context, norms and everything else as in `full`.
   LlamaConfig shard_config(const LlamaConfig& full) const;
-  // "rank 1 of 2: heads 5-8 of 9, KV heads 2-2 of 3, ..." (1-based, inclusive), for --verbose.
+  // "rank 1 of 2: heads 7-9 of 9, KV heads 3-3 of 3, ..." (1-based, inclusive): the model line of
+  // a split run (cli/cli_common.cpp).
   std::string describe(const LlamaConfig& full) const;
 };
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/threads.h"
 #include "engine/communicator.h"
 #include "tests/op_harness.h"
+#include "tests/test_support.h"
 
 namespace minfer {
 namespace {
@@ -18,15 +18,6 @@ Tensor host(const std::vector<float>& values) {
   Tensor t = test::host_tensor({int64_t(values.size())}, DType::f32);
   for (size_t i = 0; i < values.size(); ++i) t.data_as<float>()[i] = values[i];
   return t;
-}
-
-std::string error_of(FunctionRef<void()> body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Communicator, WithoutMpirunTheWorldIsOneProcess) {
@@ -58,18 +49,18 @@ TEST(Communicator, BadArgumentsAreRefusedInOneLine) {
   const Tensor x = host({1, 2, 3, 4});
   const Tensor wide = test::host_tensor({2, 4}, DType::f32);
   const Tensor ints = test::host_tensor({4}, DType::i32);
-  EXPECT_EQ(error_of([&] { comm.all_reduce_sum(ints); }), "all_reduce_sum: x i32[4] cpu is not f32");
-  EXPECT_EQ(error_of([&] { comm.all_reduce_sum(wide.slice(1, 0, 2)); }),
+  EXPECT_EQ(test::error_of([&] { comm.all_reduce_sum(ints); }), "all_reduce_sum: x i32[4] cpu is not f32");
+  EXPECT_EQ(test::error_of([&] { comm.all_reduce_sum(wide.slice(1, 0, 2)); }),
             "all_reduce_sum: x f32[2, 2] cpu is not contiguous");
-  EXPECT_EQ(error_of([&] { comm.broadcast(x, 1); }), "broadcast: root 1 of 1 ranks");
-  EXPECT_EQ(error_of([&] { comm.all_gather(x, x, {4, 0}); }), "all_gather: 2 counts for 1 ranks");
-  EXPECT_EQ(error_of([&] { comm.all_gather(x, x, {3}); }), "all_gather: part f32[4] cpu on rank 0, whose count is 3");
-  EXPECT_EQ(error_of([&] { comm.all_gather(wide, x, {4}); }), "all_gather: out f32[2, 4] cpu for counts summing to 4");
-  EXPECT_EQ(error_of([&] { comm.all_gather(ints, x, {4}); }),
+  EXPECT_EQ(test::error_of([&] { comm.broadcast(x, 1); }), "broadcast: root 1 of 1 ranks");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(x, x, {4, 0}); }), "all_gather: 2 counts for 1 ranks");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(x, x, {3}); }), "all_gather: part f32[4] cpu on rank 0, whose count is 3");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(wide, x, {4}); }), "all_gather: out f32[2, 4] cpu for counts summing to 4");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(ints, x, {4}); }),
             "all_gather: out i32[4] cpu and part f32[4] cpu differ in type");
-  EXPECT_EQ(error_of([&] { comm.all_gather(x, x, {-1}); }), "all_gather: a count of -1");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(x, x, {-1}); }), "all_gather: a count of -1");
   LocalCommunicator gpu(DeviceKind::cuda);
-  EXPECT_EQ(error_of([&] { gpu.all_reduce_sum(x); }),
+  EXPECT_EQ(test::error_of([&] { gpu.all_reduce_sum(x); }),
             "all_reduce_sum: x is on cpu, the one process communicator moves cuda memory");
   EXPECT_EQ(comm.stats().all_reduces, 0u);
 }

@@ -35,14 +35,6 @@ std::vector<int32_t> greedy(const std::vector<std::string>& extra) {
   return parse_ids(r.out);
 }
 
-double nmse(const std::vector<float>& expected, const std::vector<float>& actual) {
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
-    err += (double(expected[i]) - actual[i]) * (double(expected[i]) - actual[i]);
-    norm += double(expected[i]) * expected[i];
-  }
-  return expected.size() == actual.size() && norm > 0 ? err / norm : 1.0;
-}
 
 double agreement(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t same = 0;

@@ -115,6 +115,15 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+double nmse(const std::vector<float>& expected, const std::vector<float>& actual) {
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+    err += (double(expected[i]) - actual[i]) * (double(expected[i]) - actual[i]);
+    norm += double(expected[i]) * expected[i];
+  }
+  return expected.size() == actual.size() && norm > 0 ? err / norm : 1.0;
+}
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();

@@ -68,6 +68,8 @@ std::vector<int32_t> parse_ids(const std::string& text);  // "1,2,3" (whitespace
 std::string read_file(const std::string& path);
 // `text` quoted on one line for a failure message: "\n" for a newline, \xNN for other control bytes.
 std::string printable(const std::string& text);
+// sum (actual - expected)^2 / sum expected^2; 1 when the sizes differ or expected is all zeros.
+double nmse(const std::vector<float>& expected, const std::vector<float>& actual);
 // The message of the minfer::Error that `fn` throws; "(no error)" when it throws none.
 std::string error_of(const std::function<void()>& fn);
 

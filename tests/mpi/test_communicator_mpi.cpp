@@ -95,6 +95,16 @@ TEST(Mpi, AllGatherJoinsUnevenPartsInRankOrder) {
   int64_t at = 0;
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < counts[size_t(r)]; ++i, ++at) ASSERT_EQ(out.data_as<float>()[at], float(r * 100 + i));
+  // Parts of odd byte counts (f16, 2 r + 1 values) take the byte path, not 4-byte words.
+  std::vector<int64_t> halves;
+  for (int r = 0; r < R; ++r) halves.push_back(2 * r + 1);
+  Tensor half_part = host(2 * me + 1, DType::f16), half_out = host(R * R, DType::f16);
+  for (int64_t i = 0; i < half_part.numel(); ++i) static_cast<uint16_t*>(half_part.data())[i] = uint16_t(me * 100 + i);
+  world().all_gather(half_out, half_part, halves);
+  at = 0;
+  for (int r = 0; r < R; ++r)
+    for (int64_t i = 0; i < 2 * r + 1; ++i, ++at)
+      ASSERT_EQ(static_cast<const uint16_t*>(half_out.data())[at], uint16_t(r * 100 + i));
 }
 
 TEST(Mpi, StatsCountTheAllReducesAndTheirBytes) {
