@@ -156,6 +156,10 @@ class LlamaModel final : public Model {
   Communicator* comm_ = nullptr;
   TensorSplit split_;
   LlamaConfig full_config_;
+  // A split model on a host backend reads its embedding table in place, from the host weights'
+  // memory (a file's mapping), which it keeps alive (allocate's note).
+  bool mapped_embedding_ = false;
+  std::shared_ptr<void> mapping_;
   std::vector<int64_t> vocab_counts_, gather_counts_;
   // note: Q, K and V weights are stored as one (q_dim + 2 kv_dim, dim) matrix per layer, and W1
   // and W3 as one (2 hidden, dim) matrix: the fused path multiplies each in one product, the

@@ -187,7 +187,19 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   // llama.cpp falls back).
   // A split model's own classifier is part of a table it ties (shard_host_weights): the table is
   // typed as the whole model's, the classifier's type.
-  w_.token_embedding = backend_.empty({V, d}, stored_type(wanted, embedding_table(full_config(), host), L));
+  const DType table_type = stored_type(wanted, embedding_table(full_config(), host), L);
+  // note: split over ranks on a host backend, the embedding table is not copied: gather_rows reads
+  // the rows a step's tokens name straight from the host's table (a file's mapping), so a rank
+  // keeps resident only the rows it has read, where a copy would hold the whole table on every
+  // rank. Another type than the file's needs the copy.
+  mapped_embedding_ = comm_ != nullptr && backend_.device() == DeviceKind::cpu && host != nullptr &&
+                      host->token_embedding.dtype() == table_type && host->token_embedding.is_contiguous();
+  if (mapped_embedding_) {
+    w_.token_embedding = host->token_embedding;
+    mapping_ = host->owner;
+  } else {
+    w_.token_embedding = backend_.empty({V, d}, table_type);
+  }
   const int64_t classifier_rows = comm_ != nullptr ? split_.vocab.size() : V;  // a shard's: its vocabulary
   w_.classifier = c.shared_classifier ? w_.token_embedding
                                       : backend_.empty({classifier_rows, d}, stored_type(wanted, classifier_table(c, host), L));
@@ -355,7 +367,7 @@ void LlamaModel::upload_weights(const std::string& name, const LlamaHostWeights&
     upload(backend_, dst, offset_norm(backend_, src, norm_offset));
     if (weights.release) weights.release(src);
   };
-  put(w_.token_embedding, weights.token_embedding);
+  if (!mapped_embedding_) put(w_.token_embedding, weights.token_embedding);
   if (!config_.shared_classifier) put(w_.classifier, weights.classifier);
   put_norm(w_.rms_final, weights.rms_final);
   for (int64_t l = 0; l < config_.n_layers; ++l) {

@@ -1,5 +1,7 @@
 #include "model/tensor_split.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -109,12 +111,18 @@ Tensor rows_of(const Tensor& t, const IndexRange& r, int64_t per) { return t.sli
 
 // Columns [r.begin, r.end) of a host matrix (rows, in), copied into memory of their own: a
 // quantized row's blocks are bytes, so the cut (on a block: SplitGrain) is a byte offset.
+// note: the copy is an anonymous mapping of its own, so that once LlamaModel has uploaded it, the
+// shard's release gives its pages back (madvise) though the shard still holds the tensor: a rank
+// loading holds one copied matrix at a time, not all of them.
 Tensor columns_of(const Tensor& w, const IndexRange& r) {
   const int64_t rows = w.size(0), in = w.size(1);
   const size_t row_bytes = size_t(dtype_bytes(w.dtype(), uint64_t(in)));
   const size_t first = size_t(dtype_bytes(w.dtype(), uint64_t(r.begin)));
   const size_t width = size_t(dtype_bytes(w.dtype(), uint64_t(r.size())));
-  std::shared_ptr<char> bytes(new char[width * size_t(rows)], std::default_delete<char[]>());
+  const size_t size = width * size_t(rows);
+  void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  MINFER_CHECK(memory != MAP_FAILED, "tensor parallel: no memory for a matrix's ", size, " bytes of columns");
+  std::shared_ptr<char> bytes(static_cast<char*>(memory), [size](char* p) { munmap(p, size); });
   const char* src = static_cast<const char*>(w.data());
   for (int64_t i = 0; i < rows; ++i) std::memcpy(bytes.get() + size_t(i) * width, src + size_t(i) * row_bytes + first, width);
   return Tensor::wrap(bytes.get(), {rows, r.size()}, w.dtype(), DeviceKind::cpu, bytes);
@@ -132,8 +140,8 @@ LlamaHostWeights shard_host_weights(const LlamaHostWeights& full, const TensorSp
   w.config.shared_classifier = false;
   const int64_t hd = c.head_dim();
   const IndexRange q_dims = {s.q_heads.begin * hd, s.q_heads.end * hd};
-  // The columns are copies: their sources' pages go now, and LlamaModel's release of a copy is a
-  // no-op (it is not the file's).
+  // The columns are copies: their sources' pages go now, and LlamaModel's release of a copy gives
+  // the copy's pages back (columns_of's note), not the file's.
   auto copies = std::make_shared<std::set<const void*>>();
   auto columns = [&](const Tensor& src, const IndexRange& r) {
     Tensor out = columns_of(src, r);
@@ -166,10 +174,12 @@ LlamaHostWeights shard_host_weights(const LlamaHostWeights& full, const TensorSp
       dst.w2_experts[e] = columns(src.w2_experts[e], s.expert_hidden);
     }
   }
-  if (full.release)
-    w.release = [release = full.release, copies](const Tensor& t) {
-      if (copies->count(t.data()) == 0) release(t);
-    };
+  w.release = [release = full.release, copies](const Tensor& t) {
+    if (copies->count(t.data()) != 0)
+      madvise(t.data(), t.nbytes(), MADV_DONTNEED);  // its own mapping, from its first page
+    else if (release)
+      release(t);
+  };
   return w;
 }
 

@@ -78,7 +78,8 @@ TensorSplit split_for_rank(const LlamaConfig& config, const SplitGrain& grain, i
 // a classifier of its own (its vocabulary rows; the embedding table's where the model ties them);
 // views of the rows it holds (wq, wk, wv and their biases by heads, w1 and w3 by hidden units, the
 // classifier by vocabulary) and copies of the columns (wo, w2), their file pages released once
-// copied; the norms, routers and embedding table whole. Error for OLMoE, whose q and k norms span
+// copied and the copies' own pages by `release` once uploaded; the norms, routers and embedding
+// table whole. Error for OLMoE, whose q and k norms span
 // every head (not split yet).
 // note: the classifier's rows: config.vocab_size stays the whole vocabulary (the embedding table's
 // rows, the logits' width), so the shard's classifier is (split.vocab.size(), dim) and
