@@ -110,6 +110,7 @@ class LlamaModel final : public Model {
   void split_over(Communicator& comm, const SplitGrain& grain);  // sets comm_, split_ and the counts
   void upload_weights(const std::string& name, const LlamaHostWeights& weights);  // allocates, copies, packs
   void allocate(const std::string& name, const LlamaHostWeights* host);
+  void allocate_tables(const LlamaHostWeights* host);  // the embedding table and the classifier
   void describe_types();  // info_.dtype and info_.weight_types
   void pack_weights();    // hands the classifier and the layers' matrices to Backend::pack_weights
   // Calls fn(tensor) for the embedding table, the classifier when it is a matrix of its own, and

@@ -178,16 +178,13 @@ Tensor rope_table(Backend& backend, const LlamaConfig& c, bool sliding) {
 
 }  // namespace
 
-void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
+// The embedding table and the classifier (the table itself where the model ties them).
+void LlamaModel::allocate_tables(const LlamaHostWeights* host) {
   const LlamaConfig& c = config_;
   const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
-  const std::optional<WeightTypes>& wanted = dtype_;
-  // note: each matrix's type is the file's or the one asked for, following its input width
-  // (matrix_dtype: quantized blocks need rows of whole blocks, else a legacy type or f16, as
-  // llama.cpp falls back).
   // A split model's own classifier is part of a table it ties (shard_host_weights): the table is
   // typed as the whole model's, the classifier's type.
-  const DType table_type = stored_type(wanted, embedding_table(full_config(), host), L);
+  const DType table_type = stored_type(dtype_, embedding_table(full_config(), host), L);
   // note: split over ranks on a host backend, the embedding table is not copied: gather_rows reads
   // the rows a step's tokens name straight from the host's table (a file's mapping), so a rank
   // keeps resident only the rows it has read, where a copy would hold the whole table on every
@@ -202,7 +199,17 @@ void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host)
   }
   const int64_t classifier_rows = comm_ != nullptr ? split_.vocab.size() : V;  // a shard's: its vocabulary
   w_.classifier = c.shared_classifier ? w_.token_embedding
-                                      : backend_.empty({classifier_rows, d}, stored_type(wanted, classifier_table(c, host), L));
+                                      : backend_.empty({classifier_rows, d}, stored_type(dtype_, classifier_table(c, host), L));
+}
+
+void LlamaModel::allocate(const std::string& name, const LlamaHostWeights* host) {
+  const LlamaConfig& c = config_;
+  const int64_t L = c.n_layers, d = c.dim, V = c.vocab_size;
+  const std::optional<WeightTypes>& wanted = dtype_;
+  // note: each matrix's type is the file's or the one asked for, following its input width
+  // (matrix_dtype: quantized blocks need rows of whole blocks, else a legacy type or f16, as
+  // llama.cpp falls back).
+  allocate_tables(host);
   w_.rms_att = backend_.empty({L, d}, DType::f32);
   w_.rms_ffn = backend_.empty({L, d}, DType::f32);
   w_.rms_final = backend_.empty({d}, DType::f32);

@@ -12,16 +12,12 @@
 
 #include "core/error.h"
 #include "engine/communicator.h"
+#include "tests/op_harness.h"
 
 namespace minfer {
 namespace {
 
-CachingPool& pool() {
-  static CachingPool p(std::make_unique<HostUpstream>());
-  return p;
-}
-
-Tensor host(int64_t n, DType dtype = DType::f32) { return Tensor::empty({n}, dtype, DeviceKind::cpu, pool()); }
+Tensor host(int64_t n, DType dtype = DType::f32) { return test::host_tensor({n}, dtype); }
 
 Communicator& world() { return world_communicator(); }
 
