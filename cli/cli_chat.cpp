@@ -30,6 +30,7 @@
 #include "engine/sampler.h"
 #include "tokenizers/chat_format.h"
 #include "cli/cli_common.h"
+#include "cli/cli_ranks.h"
 #include "cli/cli_sampling.h"
 #include "cli/commands.h"
 
@@ -134,7 +135,7 @@ class ChatSession {
     format_.encode(first_turn, true);
   }
 
-  const Decoder& decoder() const { return decoder_; }
+  Decoder& decoder() { return decoder_; }
 
   void reset() {
     messages_.clear();
@@ -302,11 +303,13 @@ int cmd_chat(int argc, char** argv) {
   check_tokenizer_fits(*tokenizer, engine.model->info(), args.has("-z") ? args.get("-z") : args.get("-m"));
   catch_sigint();
   ChatSession session(*engine.model, *tokenizer, format, settings);
+  if (follow_rank_0(session.decoder())) return 0;
   const KvCache& cache = session.decoder().cache();
   std::fprintf(stderr, "minfer: chat template %s; KV cache %s (%s, %lld positions)\n",
                format.chat_template().name().c_str(), format_bytes(cache.bytes()).c_str(),
                dtype_name(cache.dtype()), static_cast<long long>(session.decoder().n_ctx()));
   chat_loop(session);
+  session.decoder().end_following();
   return 0;
 }
 

@@ -1,8 +1,10 @@
 #include "cli/cli_ranks.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,10 +16,10 @@ namespace minfer::cli {
 
 namespace {
 
-// Commands whose every step every rank can take from the arguments alone. chat and serve read
-// requests on rank 0 only, which the others would need broadcast: not yet (issue 54).
+// Commands whose every step every rank can take from the arguments alone (generate, bench,
+// perplexity), and those whose passes rank 0 sends the others (chat, serve: follow_rank_0).
 bool runs_across_ranks(const char* command) {
-  for (const char* name : {"generate", "bench", "perplexity"})
+  for (const char* name : {"generate", "bench", "perplexity", "chat", "serve"})
     if (std::strcmp(command, name) == 0) return true;
   return false;
 }
@@ -25,6 +27,16 @@ bool runs_across_ranks(const char* command) {
 std::string& prefix() {
   static std::string text;
   return text;
+}
+
+// serve takes SIGINT, SIGTERM and SIGHUP on a thread of its own (sigwait), which needs them blocked
+// in every thread; MPI's initialisation starts threads, which would take them and die, so they
+// are blocked before it, and every thread inherits the mask.
+void block_serve_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, signal);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 }
 
 }  // namespace
@@ -37,7 +49,8 @@ FILE* join_ranks(const char* command) {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   if (size != nullptr && rank != nullptr && std::strcmp(size, "1") != 0) prefix() = "rank " + std::string(rank) + ": ";
   MINFER_CHECK(runs_across_ranks(command), "minfer ", command,
-               " does not run across ranks (mpirun -np N): generate, bench and perplexity do");
+               " does not run across ranks (mpirun -np N): generate, bench, perplexity, chat and serve do");
+  if (std::strcmp(command, "serve") == 0) block_serve_signals();
   const Communicator& world = world_communicator();
   if (world.size() == 1) return stderr;
   prefix() = "rank " + std::to_string(world.rank()) + ": ";
@@ -55,5 +68,22 @@ FILE* join_ranks(const char* command) {
 }
 
 const char* rank_prefix() { return prefix().c_str(); }
+
+bool follow_rank_0(Decoder& decoder) {
+  if (!started_by_mpi_launcher()) return false;
+  Communicator& world = world_communicator();
+  if (world.size() == 1) return false;
+  if (world.rank() == 0) {
+    decoder.lead(world);
+    std::fprintf(stderr, "minfer: rank 0 of %d, process %d, leads the other ranks' passes\n", world.size(),
+                 static_cast<int>(getpid()));
+    return false;
+  }
+  // Rank 0 alone decides when the run ends: serve's drain after SIGTERM needs every rank for the
+  // requests it finishes, so a signal to this rank (mpirun sends SIGTERM to every rank) is ignored.
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_IGN);
+  decoder.follow(world);
+  return true;
+}
 
 }  // namespace minfer::cli

@@ -5,9 +5,14 @@
 // others, so every rank computes the same forward passes, and the logits gathered from all ranks
 // are the same bytes on each: the same token is sampled everywhere (the clock's seed is rank 0's).
 // Rank 0 prints; the other ranks print only their errors.
+//
+// chat and serve read their requests on rank 0 alone, so the other ranks cannot compute the passes
+// themselves: rank 0's decoder leads and theirs follow (Decoder::lead), every pass broadcast.
 #pragma once
 
 #include <cstdio>
+
+#include "engine/decoder.h"
 
 namespace minfer::cli {
 
@@ -17,5 +22,10 @@ namespace minfer::cli {
 FILE* join_ranks(const char* command);
 // "rank R: " in a run of several ranks, else "".
 const char* rank_prefix();
+// For chat and serve once their decoder is made (the same on every rank): on rank 0 of several,
+// the decoder leads the other ranks and this returns false, the command going on (it calls
+// decoder.end_following() when done); on another rank it follows rank 0's passes until then and
+// returns true (the command is over on this rank). In one process: false, and nothing changes.
+bool follow_rank_0(Decoder& decoder);
 
 }  // namespace minfer::cli

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "engine/scheduler.h"
 #include "cli/cli_common.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "serve/serve_http.h"
 
@@ -318,6 +319,7 @@ int serve(const Args& args) {
   set_context(args, info, &config);
   kv_cache_mib_option(args, info, *engine.backend, &config.scheduler);
   Scheduler scheduler(*engine.model, config.scheduler);
+  if (follow_rank_0(scheduler.decoder())) return 0;
   const KvCache& cache = scheduler.decoder().cache();
   std::fprintf(stderr,
                "minfer: KV cache %s (%s, %lld blocks of %lld positions: %.1f contexts of %lld), %lld slots, %s\n",
@@ -334,6 +336,7 @@ int serve(const Args& args) {
     std::fprintf(stderr, "minfer: chat template %s; prompt caching %s\n", http.chat_template_name().c_str(),
                  config.scheduler.prompt_cache ? "on" : "off (--no-prompt-cache)");
   run_server(http, scheduler, events, signals, config.http.host, config.grace);
+  scheduler.decoder().end_following();
   return 0;
 }
 

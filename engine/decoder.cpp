@@ -140,6 +140,7 @@ void Decoder::run_rows(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_
                        const std::string* recording_key) {
   const int32_t* staged = staging_.data_as<int32_t>();
   cache_.check_rows("forward pass", staged + n_rows, staged + 2 * n_rows, n_rows);
+  if (leads_ != nullptr) broadcast_pass(n_rows, first_logit_row, n_logit_rows, recording_key != nullptr);
   cache_.upload(backend_);
   auto device_work = [&] {
     backend_.copy_async(batch_.slice(0, 0, 3 * n_rows + n_logit_rows), staging_.slice(0, 0, 3 * n_rows + n_logit_rows));
@@ -292,6 +293,7 @@ void Decoder::set_blocks(int64_t seq, const int32_t* blocks, int64_t n, int64_t 
 void Decoder::copy_block(int32_t dst, int32_t src) {
   backend_.synchronize();  // no pass is reading or writing the cache
   cache_.copy_block(backend_, dst, src);
+  if (leads_ != nullptr) broadcast_copy(dst, src);
 }
 
 void Decoder::reset_sequence(int64_t seq) {
@@ -318,14 +320,18 @@ void Decoder::decode(const std::vector<int32_t>& tokens) {
     staged.put(s, tokens[s], s, n_past_[s]);
     staged.logit_row(s, s);
   }
+  run_rows(n_seqs_, 0, n_seqs_, &decode_key());
+  for (int64_t& n_past : n_past_) ++n_past;
+  host_logits_valid_ = false;
+  rows_are_sequences_ = true;
+}
+
+const std::string& Decoder::decode_key() {
   if (decode_key_epoch_ != model_.graph_epoch()) {  // not per step: no allocation in the loop
     decode_key_epoch_ = model_.graph_epoch();
     decode_key_ = recording_prefix_ + "decode@" + std::to_string(decode_key_epoch_);
   }
-  run_rows(n_seqs_, 0, n_seqs_, &decode_key_);
-  for (int64_t& n_past : n_past_) ++n_past;
-  host_logits_valid_ = false;
-  rows_are_sequences_ = true;
+  return decode_key_;
 }
 
 void Decoder::fetch_logits() {

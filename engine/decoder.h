@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/communicator.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -167,6 +168,18 @@ class Decoder {
   // The greedy choice for every sequence, computed on the device (only n_seqs ids are copied back).
   void argmax(std::vector<int32_t>* out);
 
+  // Tensor parallelism with rank 0 in charge (issue 54: `minfer chat` and `serve` under mpirun,
+  // where rank 0 alone reads requests). Every rank makes a decoder with the same options on its
+  // part of the model. Rank 0's leads: before each forward pass it broadcasts the pass (the
+  // staged rows and which logits are wanted; the block table too when a row changed), and each
+  // block copy, to the others. Their decoders follow: each runs the same pass on its heads and
+  // hidden units, taking part in the model's all-reduces and its logits' gather, until rank 0
+  // ends the following. Only rank 0 samples. (generate, bench and perplexity need none of this:
+  // every rank runs them in step from the arguments alone, cli/cli_ranks.h.)
+  void lead(Communicator& ranks);
+  void follow(Communicator& ranks);  // returns when the leader calls end_following()
+  void end_following();
+
   // Generates n_new tokens for every sequence after its prompt; on_token(seq, id) is called as
   // each token is produced. Throws Error before any work if a prompt plus the new tokens need
   // more positions than the context.
@@ -182,6 +195,10 @@ class Decoder {
   // The positions sequence `seq` may reach: the context, or fewer when its blocks hold fewer.
   int64_t room(int64_t seq) const;
   bool is_stop(int32_t token) const;
+  const std::string& decode_key();  // the recording key of a decode step, for the graph epoch
+  // Rank 0's side of lead(): the step's header, then its payload (decoder_ranks.cpp).
+  void broadcast_pass(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows, bool recorded);
+  void broadcast_copy(int32_t dst, int32_t src);
 
   // note: a decode step's work is the same at every position (positions live on the device), so
   // it is run through Backend::run_recorded: with CUDA Graphs on, hundreds of kernel launches
@@ -210,6 +227,10 @@ class Decoder {
   Tensor host_argmax_;  // (logit_rows) i32 on the host
   bool host_logits_valid_ = false;
   bool rows_are_sequences_ = true;
+  // note: a led step is a header of kStepFields i32 (what, then its numbers) and, for a pass,
+  // the staged rows it names: two broadcasts (three when the table changed), none allocating.
+  Communicator* leads_ = nullptr;  // the ranks this decoder leads (lead()), if any
+  Tensor step_header_;             // (kStepFields) i32 on the host, on a leader or follower
   std::vector<Sampler> samplers_;
   std::vector<int32_t> next_;
 };

@@ -79,6 +79,18 @@ void KvCache::upload(Backend& backend) {
   table_changed_ = false;
 }
 
+void KvCache::broadcast_table(Communicator& ranks) {
+  ranks.broadcast(host_table_, 0);
+  const int64_t width = blocks_per_seq();
+  const int32_t* table = host_table_.data_as<int32_t>();
+  for (int64_t s = 0; s < n_seqs_; ++s) {  // a row is its blocks, then -1 (set_row)
+    int64_t n = 0;
+    while (n < width && table[s * width + n] != -1) ++n;
+    held_[size_t(s)] = n;
+  }
+  table_changed_ = true;
+}
+
 void KvCache::copy_block(Backend& backend, int32_t dst, int32_t src) const {
   MINFER_CHECK(dst >= 0 && dst < n_blocks_ && src >= 0 && src < n_blocks_, "KV cache: copy of block ", src,
                " into ", dst, " outside the pool of ", n_blocks_);

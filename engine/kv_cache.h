@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/communicator.h"
 #include "core/tensor.h"
 
 namespace minfer {
@@ -76,6 +77,11 @@ class KvCache {
   // work, whose copy would run only when a recording is launched, if ever). The change is
   // forgotten only once the copy is enqueued.
   void upload(Backend& backend);
+  // Whether a row changed since the last upload, and, for tensor parallelism with rank 0 in charge
+  // (Decoder::lead), rank 0's host table on every rank: a collective, which every rank calls when
+  // rank 0's table changed. It counts as a change on every rank (the next upload copies it).
+  bool table_changed() const { return table_changed_; }
+  void broadcast_table(Communicator& ranks);
   // Copies block `src`'s keys and values, in every layer, into block `dst` (a partly filled
   // shared block copied before it is written), on the backend's stream.
   void copy_block(Backend& backend, int32_t dst, int32_t src) const;

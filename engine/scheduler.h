@@ -193,6 +193,8 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
   int64_t n_ctx() const { return decoder_.n_ctx(); }
   const Decoder& decoder() const { return decoder_; }
+  // For Decoder::lead and follow (tensor parallelism), before run().
+  Decoder& decoder() { return decoder_; }
 
   // Queues a request and returns its id. Throws Error, with nothing queued, for a request that no
   // waiting would let run: an empty prompt, a token outside the vocabulary, max_tokens < 1 (< 0 with

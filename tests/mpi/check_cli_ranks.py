@@ -2,12 +2,13 @@
 """minfer's commands under mpirun -np 2 (cli/cli_ranks.h) against one process.
 
   - generate, greedy: the same ids as one process, and its timing lines printed once (rank 0's);
+  - generate with a draft model (speculative): the same ids and the same drafts accepted;
   - generate, sampled without --seed: the ranks share rank 0's clock seed, so one process given
     the seed rank 0 printed samples the same text (a rank that drew its own would feed the others
     other tokens, and rank 0's logits would be sums of unrelated parts);
   - perplexity: the one process's value to 1e-5;
   - bench on a model file: a table, printed once, and a decode step's all-reduces counted;
-  - a command that does not run across ranks (serve): a non-zero exit and one line a rank naming
+  - a command that does not run across ranks (tokenize): a non-zero exit and one line a rank naming
     it; a model that is missing: a non-zero exit and a line naming the rank (the first rank to fail
     ends the other, which may not have printed yet), and no hang.
 Usage: check_cli_ranks.py MPIRUN MINFER SOURCE_DIR
@@ -45,6 +46,14 @@ def main():
     check("tensor parallel over MPI (2 ranks): rank 0 of 2: heads 1-2 of 4" in two.stderr,
           "the model line names rank 0's part")
 
+    # Speculative decoding, the draft model split as the target is (in Q8_0: its own cuts, on its blocks).
+    speculative = greedy + ["--draft", MODEL, "--draft-dtype", "q8_0"]
+    one, two = run(speculative, 1), run(speculative, 2)
+    accepted = [re.search(r"speculative \(draft model.*", r.stderr) for r in (one, two)]
+    check(one.returncode == 0 and two.returncode == 0 and two.stdout == one.stdout and None not in accepted,
+          "speculative generate over 2 ranks: the same ids as one process")
+    check(accepted[0].group(0) == accepted[1].group(0), "and the same drafts accepted: " + accepted[1].group(0))
+
     sampled = ["generate", "-m", MODEL, "--prompt-ids", "1,5,9", "-n", "32", "--temp", "1.0", "--print-ids",
                "--threads", "1"]
     two = run(sampled, 2)
@@ -73,10 +82,10 @@ def main():
     check("tg8 over ranks: 4.0 all-reduces a step" in bench.stderr,
           "bench counts a decode step's all-reduces: " + bench.stderr.splitlines()[-1])
 
-    serve = run(["serve", "-m", MODEL], 2)
-    refusals = serve.stderr.count("minfer serve does not run across ranks")
-    check(serve.returncode != 0 and refusals == 2 and "rank 1: minfer serve" in serve.stderr,
-          "serve under mpirun: a non-zero exit and one line a rank, naming it")
+    tokenize = run(["tokenize", "-m", MODEL, "hello"], 2)
+    refusals = tokenize.stderr.count("minfer tokenize does not run across ranks")
+    check(tokenize.returncode != 0 and refusals == 2 and "rank 1: minfer tokenize" in tokenize.stderr,
+          "tokenize under mpirun: a non-zero exit and one line a rank, naming it")
     missing = run(["generate", "-m", "/nonexistent/model.gguf", "-n", "4"], 2)
     # The first rank to fail ends the other (MPI_Abort), which may be gone before it prints.
     named = re.findall(r"minfer: error: rank [01]: .*/nonexistent/model.gguf", missing.stderr)
