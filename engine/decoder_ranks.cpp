@@ -80,7 +80,7 @@ void Decoder::follow(Communicator& ranks) {
         const int64_t n_rows = header[kRows], n_logit_rows = header[kLogitRows];
         MINFER_CHECK(n_rows >= 1 && n_rows <= pass_rows_ && n_logit_rows >= 0 && n_logit_rows <= logit_rows_ &&
                          header[kFirstLogitRow] >= 0 && header[kFirstLogitRow] + n_logit_rows <= logit_rows_,
-                     "rank ", ranks.rank(), ": rank 0's pass of ", n_rows, " rows and ", n_logit_rows,
+                     "rank 0's pass of ", n_rows, " rows and ", n_logit_rows,
                      " logits does not fit this rank's decoder (", pass_rows_, " rows, ", logit_rows_,
                      " logits): were both made with the same options?");
         backend_.synchronize();  // the last pass's copy of the staging buffer has happened
@@ -90,7 +90,7 @@ void Decoder::follow(Communicator& ranks) {
         break;
       }
       default:
-        fail("rank ", ranks.rank(), ": step ", header[kWhat], " from rank 0 is none a decoder takes");
+        fail("step ", header[kWhat], " from rank 0 is none a decoder takes");
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/splitmix.h"
 #include "kernels/ref/rope.h"
 
 namespace minfer {
@@ -163,6 +164,7 @@ LlamaHostWeights load_checkpoint(const std::string& path) {
   auto file = MappedFile::open(path, "checkpoint");
   CheckpointLayout layout = parse_checkpoint(file->data(), file->size(), path);
   LlamaHostWeights w = view_checkpoint(file->data(), layout, file);
+  w.header_digest = digest_bytes(file->data(), layout.header_bytes, layout.file_bytes);
   w.release = [file](const Tensor& t) { file->drop(t.data(), t.nbytes()); };
   return w;
 }

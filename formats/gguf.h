@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/files.h"
+#include "core/splitmix.h"
 #include "core/tensor.h"
 
 namespace minfer {
@@ -86,6 +87,8 @@ class GgufFile {
   // A host view with minfer's shape (dimensions reversed: a matrix is (out, in)); the types of
   // kGgmlTypes only, any other type refused by name.
   Tensor view(const std::string& name) const;
+  // digest_bytes of the bytes before the tensor data: the header, the metadata, the tensor table.
+  uint64_t header_digest() const { return digest_bytes(data_, contents_.data_offset); }
   // Gives back the file pages of a tensor once copied (nothing for an image in memory).
   void drop(const Tensor& t) const {
     if (file_) file_->drop(t.data(), t.nbytes());

@@ -243,6 +243,7 @@ LlamaHostWeights load_gguf_weights(const std::string& path) {
   const LlamaConfig& c = w.config;
   const int64_t q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
   w.owner = file;
+  w.header_digest = file->header_digest();
   w.token_embedding = file->view("token_embd.weight");
   w.rms_final = file->view("output_norm.weight");
   w.classifier = c.shared_classifier ? w.token_embedding : file->view("output.weight");

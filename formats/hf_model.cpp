@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/splitmix.h"
 #include "formats/safetensors.h"
 
 namespace minfer {
@@ -475,6 +476,10 @@ LlamaHostWeights load_hf_weights(const std::string& path) {
   auto shards = std::make_shared<std::map<std::string, std::shared_ptr<SafetensorsFile>>>();
   for (const std::string& p : shard_paths) (*shards)[p] = std::make_shared<SafetensorsFile>(p);
   w.owner = shards;
+  const std::string config_text = InputFile(folder + "/config.json", "model config").read_all(kMaxJsonBytes);
+  w.header_digest = digest_bytes(config_text.data(), config_text.size());
+  for (const auto& [p, file] : *shards)
+    w.header_digest = digest_bytes(file->file()->data(), file->header().data_offset, w.header_digest);
   auto get = [&](const std::string& name) -> Tensor {
     auto s = shard_of.find(name);
     if (s != shard_of.end()) return shards->at(s->second)->view(name);

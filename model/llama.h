@@ -107,6 +107,9 @@ class LlamaModel final : public Model {
   const LlamaConfig& full_config() const { return comm_ != nullptr ? full_config_ : config_; }
 
  private:
+  // Fails on a rank whose file's header_digest (LlamaHostWeights) is not rank 0's: the first
+  // collective of a split, before the ranks' shapes could part.
+  void check_same_file(Communicator& comm, uint64_t header_digest);
   void split_over(Communicator& comm, const SplitGrain& grain);  // sets comm_, split_ and the counts
   void upload_weights(const std::string& name, const LlamaHostWeights& weights);  // allocates, copies, packs
   void allocate(const std::string& name, const LlamaHostWeights* host);

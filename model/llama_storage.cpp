@@ -331,6 +331,7 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& full, const std
       kernels_(options.kernels) {
   full.validate(name);
   if (options.communicator != nullptr && options.communicator->size() > 1) {
+    check_same_file(*options.communicator, full.header_digest);
     split_over(*options.communicator, split_grain(full, dtype_));
     const LlamaHostWeights shard = shard_host_weights(full, split_);
     config_ = shard.config;
@@ -338,6 +339,13 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& full, const std
   } else {
     upload_weights(name, full);
   }
+}
+
+void LlamaModel::check_same_file(Communicator& comm, uint64_t header_digest) {
+  uint64_t rank_0s = header_digest;
+  comm.broadcast(Tensor::wrap(&rank_0s, {2}, DType::i32, DeviceKind::cpu), 0);  // 8 bytes as two i32
+  MINFER_CHECK(rank_0s == header_digest, "the model file differs from rank 0's (its header and tensor table digest to ", header_digest,
+               ", rank 0's to ", rank_0s, "): every rank must load the same file");
 }
 
 void LlamaModel::split_over(Communicator& comm, const SplitGrain& grain) {

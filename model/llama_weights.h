@@ -57,6 +57,10 @@ struct LlamaHostWeights {
   // file's pages (madvise), so that loading peaks near one copy of the weights, not two.
   std::function<void(const Tensor&)> release;
   std::shared_ptr<void> owner;  // keeps the mapping (or the memory) alive
+  // A digest of the file's header and tensor table (digest_bytes: GGUF's bytes before its tensor
+  // data; config.json and each safetensors header; a llama2.c header and the file's length), which
+  // the ranks of a split compare before anything else; 0 where nothing was read from a file.
+  uint64_t header_digest = 0;
 
   // Checks that every tensor is a dense 2-D (or 1-D for norms and biases) host tensor of the shape
   // the config implies, of a float or quantized type (not i32), and that the biases, the q, k

@@ -154,6 +154,34 @@ TEST(ModelFiles, WrittenFoldersAndGgufFilesReadBackAndRunLikeTheNaiveForwardPass
   }
 }
 
+// The header digest ranks compare (LlamaHostWeights::header_digest): the same on two reads of a
+// file, and another for a file of another shape (2 KV heads, not 4) or type, in every format.
+TEST(ModelFiles, HeaderDigestsAgreeOnAFileAndTellFilesApart) {
+  ScratchDir dir("header-digest");
+  std::vector<std::string> paths;
+  for (int64_t kv_heads : {4, 2}) {
+    const LlamaHostWeights w = random_llama_weights(base_config(4, kv_heads, false), 7, 2.5);
+    const std::string tag = std::to_string(kv_heads);
+    write_checkpoint(dir.file("model-" + tag + ".bin"), w, CheckpointFormat::v0);
+    paths.push_back(dir.file("model-" + tag + ".bin"));
+    for (DType dtype : {DType::f32, DType::f16}) {
+      const std::string name = tag + "-" + dtype_name(dtype);
+      write_hf_folder(dir.file("hf-" + name), w, dtype);
+      write_gguf(dir.file("model-" + name + ".gguf"), w, dtype, nullptr);
+      paths.push_back(dir.file("hf-" + name));
+      paths.push_back(dir.file("model-" + name + ".gguf"));
+    }
+  }
+  std::vector<uint64_t> digests;
+  for (const std::string& path : paths) {
+    digests.push_back(load_model_weights(path).header_digest);
+    EXPECT_NE(digests.back(), 0u) << path;
+    EXPECT_EQ(load_model_weights(path).header_digest, digests.back()) << path;
+  }
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (size_t j = i + 1; j < paths.size(); ++j) EXPECT_NE(digests[i], digests[j]) << paths[i] << ", " << paths[j];
+}
+
 // GGUF data starts at the first multiple of general.alignment after the header, whatever the
 // header's length: for the default 32 and for 64, general.name 0 to A - 1 bytes longer ends the
 // header at every offset from a multiple of A, and each file reads back to the weights written. A

@@ -9,7 +9,10 @@
   - perplexity: the one process's value to 1e-5;
   - bench on a model file: a table, printed once, and a decode step's all-reduces counted;
   - a command that does not run across ranks (tokenize): a non-zero exit and one line a rank naming
-    it; a model that is missing: a non-zero exit and a line naming the rank (the first rank to fail
+    it;
+  - a rank given another file of the model's shape (MPMD: `-np 1 A : -np 1 B`): a non-zero exit and
+    a line naming the rank (the ranks compare their file's header digest);
+  - a model that is missing: a non-zero exit and a line naming the rank (the first rank to fail
     ends the other, which may not have printed yet), and no hang.
 Usage: check_cli_ranks.py MPIRUN MINFER SOURCE_DIR
 """
@@ -86,6 +89,15 @@ def main():
     refusals = tokenize.stderr.count("minfer tokenize does not run across ranks")
     check(tokenize.returncode != 0 and refusals == 2 and "rank 1: minfer tokenize" in tokenize.stderr,
           "tokenize under mpirun: a non-zero exit and one line a rank, naming it")
+    # Two files of one shape, in other types: each rank would run its own file's part, silently.
+    ranks_args = [MPIRUN, "--allow-run-as-root", "--oversubscribe"]
+    for file in ("llama2-f32.gguf", "llama2-f16.gguf"):
+        ranks_args += ["-np", "1", MINFER, "generate", "-m", SOURCE + "/tests/data/models/" + file,
+                       "--prompt-ids", "1,2", "-n", "4", "--threads", "1"] + ([":"] if file.endswith("f32.gguf") else [])
+    differ = subprocess.run(ranks_args, capture_output=True, text=True, errors="replace", timeout=LIMIT)
+    check(differ.returncode != 0 and "rank 1: the model file differs from rank 0's" in differ.stderr,
+          "a rank given another file: a non-zero exit and a line naming the rank")
+
     missing = run(["generate", "-m", "/nonexistent/model.gguf", "-n", "4"], 2)
     # The first rank to fail ends the other (MPI_Abort), which may be gone before it prints.
     named = re.findall(r"minfer: error: rank [01]: .*/nonexistent/model.gguf", missing.stderr)
