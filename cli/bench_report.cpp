@@ -109,7 +109,10 @@ std::string to_json(const std::vector<BenchRow>& rows) {
                        {"roofline_level_bytes", r.roofline_level_bytes}, {"roofline_gbps", r.roofline_gbps},
                        {"roofline_gflops", r.roofline_gflops}, {"roofline_fraction", r.roofline_fraction()},
                        {"roofline_over", r.over_reason}, {"roofline_levels", levels}, {"build_commit", r.build_commit},
-                       {"draft", r.draft}, {"acceptance", r.acceptance}, {"tokens_per_pass", r.tokens_per_pass}});
+                       {"draft", r.draft}, {"acceptance", r.acceptance}, {"tokens_per_pass", r.tokens_per_pass},
+                       {"ranks", r.ranks}, {"all_reduces_per_step", r.all_reduces_per_step},
+                       {"all_reduce_bytes_per_step", r.all_reduce_bytes_per_step},
+                       {"all_reduce_seconds_per_step", r.all_reduce_seconds_per_step}});
   }
   return records.dump(1) + "\n";  // non-finite numbers are written as null
 }

@@ -48,6 +48,10 @@ struct BenchRow {
   std::string draft;
   double acceptance = 0.0;       // accepted / drafted tokens
   double tokens_per_pass = 0.0;  // decode tokens per target forward pass
+  // Split over ranks (mpirun): their count, and a decode row's all-reduces a step on rank 0 (the
+  // last repetition's mean); 1 and zeros in one process, zeros for a prefill row.
+  int ranks = 1;
+  double all_reduces_per_step = 0.0, all_reduce_bytes_per_step = 0.0, all_reduce_seconds_per_step = 0.0;
 
   bool decode() const { return n_gen > 0; }
   bool generation() const { return !draft.empty(); }

@@ -164,6 +164,7 @@ class Bench {
     base.device_name = backend->name();
     base.dtype = dtype && dtype->is_k_mix() ? dtype->name() : std::string(dtype_name(model->info().dtype));
     base.threads = backend->cpu_threads();
+    base.ranks = model->split() != nullptr ? world_communicator().size() : 1;
     base.gemm = gemm_name(options.gemm);
     base.build_commit = build_commit();
     for (const std::string& kernels : s_.kernels) {
@@ -304,20 +305,23 @@ class Bench {
     const double steps_per_second = row.avg_ts / double(B);
     row.gbps = double(row.bytes_per_step) * steps_per_second / 1e9;
     row.gflops = double(flops) / double(N) * steps_per_second / 1e9;
-    if (model.split() != nullptr) print_all_reduces(row, world.stats(), N);
+    if (model.split() != nullptr) count_all_reduces(&row, world, N);
     return row;
   }
 
-  // Split over ranks: a decode step's all-reduces (this rank's, of the last repetition) beside the
-  // step's time and the bytes of weights this rank read.
-  static void print_all_reduces(const BenchRow& row, const CommunicatorStats& stats, int64_t N) {
-    const double step_ms = 1e3 * double(row.batch) / row.avg_ts, reduce_ms = 1e3 * stats.all_reduce_seconds / double(N);
+  // Split over ranks: a decode step's all-reduces (this rank's, of the last repetition), kept in
+  // the row and printed beside the step's time and the bytes of weights this rank read.
+  static void count_all_reduces(BenchRow* row, const Communicator& world, int64_t N) {
+    const CommunicatorStats& stats = world.stats();
+    row->all_reduces_per_step = double(stats.all_reduces) / double(N);
+    row->all_reduce_bytes_per_step = double(stats.all_reduce_bytes) / double(N);
+    row->all_reduce_seconds_per_step = stats.all_reduce_seconds / double(N);
+    const double step_ms = 1e3 * double(row->batch) / row->avg_ts, reduce_ms = 1e3 * row->all_reduce_seconds_per_step;
     std::fprintf(stderr,
                  "minfer: %s over ranks: %.1f all-reduces a step, %.1f KiB in all, %.3f ms of the step's %.3f ms "
                  "(%.0f%%), beside %s of this rank's weights and cache\n",
-                 row.test.c_str(), double(stats.all_reduces) / double(N),
-                 double(stats.all_reduce_bytes) / double(N) / 1024.0, reduce_ms, step_ms,
-                 100.0 * reduce_ms / step_ms, format_bytes(row.bytes_per_step).c_str());
+                 row->test.c_str(), row->all_reduces_per_step, row->all_reduce_bytes_per_step / 1024.0, reduce_ms,
+                 step_ms, 100.0 * reduce_ms / step_ms, format_bytes(row->bytes_per_step).c_str());
   }
 
   // "preset:dram-bound": stories110M's shape with as many layers as make its weights, in the

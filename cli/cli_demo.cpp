@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "engine/communicator.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "lessons/demos.h"
@@ -35,6 +36,7 @@ const Lesson kLessons[] = {
     {"prompt-cache", demo::prompt_cache, "time to first token by turn of a conversation, with and without prompt caching"},
     {"paged-kv", demo::paged_kv, "the KV cache as whole contexts against blocks in one budget: memory, sequences, tok/s"},
     {"experts", demo::experts, "a mixture of experts: experts read a step and decode tokens/s against batch size"},
+    {"tensor-parallel", demo::tensor_parallel, "a model split over ranks: decode steps, all-reduce latency, a GPU pair's links"},
 };
 
 }  // namespace
@@ -74,6 +76,11 @@ int cmd_demo(int argc, char** argv) {
   if (error) fail("--out: cannot create ", o.out_dir, ": ", error.message());
   check_output_path(o.out_dir + "/.probe.json", "--out");
   o.threads = static_cast<int>(args.get_int("-t", 0, 1, 1024));
+  if (started_by_mpi_launcher()) {  // the ranks tensor-parallel starts for its all-reduce sweep
+    MINFER_CHECK(name == "tensor-parallel", "under mpirun only demo tensor-parallel runs (it starts mpirun itself)");
+    demo::tensor_parallel_ranks(o);
+    return 0;
+  }
   bool found = false;
   const auto start = std::chrono::steady_clock::now();
   for (const auto& l : kLessons)

@@ -17,9 +17,10 @@ namespace minfer::cli {
 namespace {
 
 // Commands whose every step every rank can take from the arguments alone (generate, bench,
-// perplexity), and those whose passes rank 0 sends the others (chat, serve: follow_rank_0).
+// perplexity), those whose passes rank 0 sends the others (chat, serve: follow_rank_0), and demo,
+// whose tensor-parallel lesson starts its own ranks (cmd_demo refuses the others).
 bool runs_across_ranks(const char* command) {
-  for (const char* name : {"generate", "bench", "perplexity", "chat", "serve"})
+  for (const char* name : {"generate", "bench", "perplexity", "chat", "serve", "demo"})
     if (std::strcmp(command, name) == 0) return true;
   return false;
 }

@@ -20,5 +20,9 @@ void speculative(const Options& o);
 void prompt_cache(const Options& o);
 void paged_kv(const Options& o);
 void experts(const Options& o);
+void tensor_parallel(const Options& o);
+// The all-reduce sweep of tensor_parallel, run on each rank of the `minfer demo tensor-parallel`
+// that the lesson starts under mpirun -np 2: rank 0 prints "all-reduce B bytes S s" per size.
+void tensor_parallel_ranks(const Options& o);
 
 }  // namespace minfer::demo

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 minfer, source = sys.argv[1], sys.argv[2]
-demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache", "paged-kv", "experts"]
+demos = ["divergence", "sequential", "crossover", "transfer", "roofline", "tensor-cores", "launch", "batching", "bytes", "continuous", "speculative", "prompt-cache", "paged-kv", "experts", "tensor-parallel"]
 with tempfile.TemporaryDirectory() as out:
     run = subprocess.run([minfer, "demo", "all", "--quick", "--out", out], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
@@ -26,7 +26,8 @@ with tempfile.TemporaryDirectory() as out:
         assert any(r["y"] > 0 for r in cpu_rows), f"{name}: every value is zero"
         assert demo["halves"].get("cpu") == "ran", f"{name}: {demo['halves']}"
         cuda = demo["halves"].get("cuda", "")
-        assert cuda == "ran" or cuda.startswith("skipped: no CUDA device"), f"{name}: cuda half {cuda!r}"
+        assert cuda == "ran" or cuda.startswith("skipped: no CUDA device") or (
+            name == "tensor-parallel" and cuda.startswith("skipped: NCCL between GPUs is not written")), f"{name}: cuda half {cuda!r}"
         assert any(c["half"] == "cpu" and c["text"] for c in demo["conclusions"]), f"{name}: no conclusion"
         assert f"## demo {name}" in run.stdout and "conclusion:" in run.stdout
     try:
