@@ -112,7 +112,8 @@ std::string to_json(const std::vector<BenchRow>& rows) {
                        {"draft", r.draft}, {"acceptance", r.acceptance}, {"tokens_per_pass", r.tokens_per_pass},
                        {"ranks", r.ranks}, {"all_reduces_per_step", r.all_reduces_per_step},
                        {"all_reduce_bytes_per_step", r.all_reduce_bytes_per_step},
-                       {"all_reduce_seconds_per_step", r.all_reduce_seconds_per_step}});
+                       {"all_reduce_seconds_per_step", r.all_reduce_seconds_per_step},
+                       {"roofline_all_reduce_seconds", r.roofline_all_reduce_seconds}});
   }
   return records.dump(1) + "\n";  // non-finite numbers are written as null
 }

@@ -52,6 +52,9 @@ struct BenchRow {
   // last repetition's mean); 1 and zeros in one process, zeros for a prefill row.
   int ranks = 1;
   double all_reduces_per_step = 0.0, all_reduce_bytes_per_step = 0.0, all_reduce_seconds_per_step = 0.0;
+  // With --roofline over ranks, the communication row: one all-reduce of batch x dim f32, measured
+  // (measure_all_reduce_seconds); 0 otherwise.
+  double roofline_all_reduce_seconds = 0.0;
 
   bool decode() const { return n_gen > 0; }
   bool generation() const { return !draft.empty(); }

@@ -194,6 +194,7 @@ class Bench {
     std::unique_ptr<Decoder> draft;
     if (draft_model) draft = std::make_unique<Decoder>(*draft_model, draft_decoder_options(dec));
     base.kv_dtype = dtype_name(decoder.cache().dtype());
+    if (roofline_ && model.split() != nullptr) base.roofline_all_reduce_seconds = communication_row(model, B);
     for (int64_t p : prompts) {
       if (p <= 0) continue;
       if (profiler) profiler->reset();
@@ -322,6 +323,20 @@ class Bench {
                  "(%.0f%%), beside %s of this rank's weights and cache\n",
                  row->test.c_str(), row->all_reduces_per_step, row->all_reduce_bytes_per_step / 1024.0, reduce_ms,
                  step_ms, 100.0 * reduce_ms / step_ms, format_bytes(row->bytes_per_step).c_str());
+  }
+
+  // --roofline over ranks: the ceiling's communication row, an all-reduce of a step's B rows of dim,
+  // measured between the ranks and printed beside the step's count of them (two a layer).
+  static double communication_row(const LlamaModel& model, int64_t B) {
+    const LlamaConfig& c = model.full_config();
+    Communicator& world = world_communicator();
+    const double seconds = measure_all_reduce_seconds(world, B * c.dim);
+    std::fprintf(stderr,
+                 "minfer: roofline, communication: an all-reduce of %.1f KiB (%lld x %lld f32) takes %.1f us between %d ranks; "
+                 "a decode step's %lld: %.3f ms\n",
+                 double(B * c.dim) * 4 / 1024, static_cast<long long>(B), static_cast<long long>(c.dim),
+                 1e6 * seconds, world.size(), static_cast<long long>(2 * c.n_layers), 1e3 * seconds * double(2 * c.n_layers));
+    return seconds;
   }
 
   // "preset:dram-bound": stories110M's shape with as many layers as make its weights, in the

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "engine/communicator.h"
+#include "engine/roofline.h"
 #include "tests/op_harness.h"
 
 namespace minfer {
@@ -111,6 +112,18 @@ TEST(Mpi, StatsCountTheAllReducesAndTheirBytes) {
   EXPECT_EQ(world().stats().all_reduces, 3u);
   EXPECT_EQ(world().stats().all_reduce_bytes, 3u * 576 * 4);
   EXPECT_GT(world().stats().all_reduce_seconds, 0.0);
+}
+
+// bench --roofline's communication row: 5 x 20 all-reduces of the size asked, the best of them
+// no slower than their mean (what the stats saw).
+TEST(Mpi, TheRooflinesCommunicationRowTimesAllReducesOfItsSize) {
+  world().reset_stats();
+  const double best = measure_all_reduce_seconds(world(), 576);
+  const CommunicatorStats stats = world().stats();
+  EXPECT_EQ(stats.all_reduces, 100u);
+  EXPECT_EQ(stats.all_reduce_bytes, 100u * 576 * 4);
+  EXPECT_GT(best, 0.0);
+  EXPECT_LE(best, stats.all_reduce_seconds / 100 * 1.5);  // (the timer around the loop, not inside each call)
 }
 
 // Checked on each rank before anything is sent: every rank refuses alike, and none is left waiting.
