@@ -164,7 +164,7 @@ class Bench {
     base.device_name = backend->name();
     base.dtype = dtype && dtype->is_k_mix() ? dtype->name() : std::string(dtype_name(model->info().dtype));
     base.threads = backend->cpu_threads();
-    base.ranks = model->split() != nullptr ? world_communicator().size() : 1;
+    base.ranks = model->split() != nullptr ? model->ranks()->size() : 1;
     base.gemm = gemm_name(options.gemm);
     base.build_commit = build_commit();
     for (const std::string& kernels : s_.kernels) {
@@ -283,10 +283,10 @@ class Bench {
     // starts the counts again, so the last one's N steps remain); elsewhere they are predicted
     // (model/llama_cost.h).
     const bool count = c.n_experts > 0 && backend.device() == DeviceKind::cpu;
-    Communicator& world = world_communicator();
+    Communicator& ranks = model.ranks() != nullptr ? *model.ranks() : world_communicator();  // NCCL's on a GPU
     std::vector<double> seconds = time_reps(backend, s_.reps, [&] { start_at_depth(decoder, c); }, [&] {
       if (count) model.count_expert_reads(true);
-      world.reset_stats();  // the last repetition's N steps remain
+      ranks.reset_stats();  // the last repetition's N steps remain
       for (int64_t i = 0; i < N; ++i) decoder.decode(tokens);
     });
     std::optional<uint64_t> experts_read;
@@ -306,14 +306,14 @@ class Bench {
     const double steps_per_second = row.avg_ts / double(B);
     row.gbps = double(row.bytes_per_step) * steps_per_second / 1e9;
     row.gflops = double(flops) / double(N) * steps_per_second / 1e9;
-    if (model.split() != nullptr) count_all_reduces(&row, world, N);
+    if (model.split() != nullptr) count_all_reduces(&row, ranks, N);
     return row;
   }
 
   // Split over ranks: a decode step's all-reduces (this rank's, of the last repetition), kept in
   // the row and printed beside the step's time and the bytes of weights this rank read.
-  static void count_all_reduces(BenchRow* row, const Communicator& world, int64_t N) {
-    const CommunicatorStats& stats = world.stats();
+  static void count_all_reduces(BenchRow* row, const Communicator& ranks, int64_t N) {
+    const CommunicatorStats& stats = ranks.stats();
     row->all_reduces_per_step = double(stats.all_reduces) / double(N);
     row->all_reduce_bytes_per_step = double(stats.all_reduce_bytes) / double(N);
     row->all_reduce_seconds_per_step = stats.all_reduce_seconds / double(N);
@@ -327,15 +327,15 @@ class Bench {
 
   // --roofline over ranks: the ceiling's communication row, an all-reduce of a step's B rows of dim,
   // measured between the ranks and printed beside the step's count of them (two a layer).
-  static double communication_row(const LlamaModel& model, int64_t B) {
+  static double communication_row(LlamaModel& model, int64_t B) {
     const LlamaConfig& c = model.full_config();
-    Communicator& world = world_communicator();
-    const double seconds = measure_all_reduce_seconds(world, B * c.dim);
+    Communicator& ranks = *model.ranks();
+    const double seconds = measure_all_reduce_seconds(ranks, model.backend(), B * c.dim);
     std::fprintf(stderr,
                  "minfer: roofline, communication: an all-reduce of %.1f KiB (%lld x %lld f32) takes %.1f us between %d ranks; "
                  "a decode step's %lld: %.3f ms\n",
                  double(B * c.dim) * 4 / 1024, static_cast<long long>(B), static_cast<long long>(c.dim),
-                 1e6 * seconds, world.size(), static_cast<long long>(2 * c.n_layers), 1e3 * seconds * double(2 * c.n_layers));
+                 1e6 * seconds, ranks.size(), static_cast<long long>(2 * c.n_layers), 1e3 * seconds * double(2 * c.n_layers));
     return seconds;
   }
 

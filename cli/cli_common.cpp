@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "formats/model_files.h"
@@ -58,6 +60,12 @@ BackendOptions backend_options(const Args& args) {
   options.gemm = parse_gemm(args.get("--gemm", "cublas"));
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
   options.batch_invariant = args.declared("--batch-invariant") && args.has("--batch-invariant");
+  // Under mpirun each rank takes a GPU of its own: its index among the ranks on its machine
+  // (OpenMPI's local rank), modulo the GPUs there.
+  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  std::string reason;
+  const int gpus = local_rank != nullptr ? cuda_device_count(&reason) : 0;
+  if (gpus > 0) options.cuda_device = std::atoi(local_rank) % gpus;
   return options;
 }
 
@@ -99,8 +107,9 @@ std::optional<WeightTypes> weights_dtype_option(const Args& args, const char* op
 }
 
 Communicator* split_communicator() {
-  Communicator& world = world_communicator();  // one process, or mpirun's ranks (cli/cli_ranks.h)
-  return world.size() > 1 ? &world : nullptr;
+  // Under mpirun, mpirun's ranks, even one (cli/cli_ranks.h): at -np 1 on a GPU the model runs
+  // its collectives through NCCL all the same, which is how tools/gpu-check.sh exercises them.
+  return started_by_mpi_launcher() ? &world_communicator() : nullptr;
 }
 
 LlamaOptions llama_options(const Args& args) {
@@ -191,7 +200,7 @@ void describe_model(const LlamaModel& model, const Backend& backend, const char*
                info.shape.c_str(), double(info.n_params) / 1e6, format_bytes(info.weight_bytes).c_str(), types.c_str(),
                layout.c_str(), backend.name().c_str());
   if (const TensorSplit* split = model.split())  // the shape above is this rank's part
-    std::fprintf(stderr, "minfer: tensor parallel over %s: %s\n", world_communicator().name().c_str(),
+    std::fprintf(stderr, "minfer: tensor parallel over %s: %s\n", model.ranks()->name().c_str(),
                  split->describe(model.full_config()).c_str());
 }
 

@@ -31,7 +31,7 @@ BackendOptions backend_options(const Args& args);
 // kernels' choice) on cuda, and on ref, which runs on one thread.
 void check_backend_options(const Args& args, BackendKind kind);
 bool parse_on_off(const std::string& value, const std::string& option);
-// The ranks a model is split over under mpirun (cli/cli_ranks.h); nullptr in one process.
+// The ranks a model is split over under mpirun (cli/cli_ranks.h), even one; nullptr without mpirun.
 Communicator* split_communicator();
 // --dtype and --kernels, and split_communicator().
 LlamaOptions llama_options(const Args& args);

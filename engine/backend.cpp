@@ -69,4 +69,8 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& op
 #endif
 }
 
+#if !MINFER_HAVE_CUDA
+void* cuda_stream_of(Backend& backend) { fail("a CUDA stream is asked of the ", backend.name(), " backend"); }
+#endif
+
 }  // namespace minfer

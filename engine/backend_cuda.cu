@@ -51,10 +51,13 @@ namespace {
 
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
-int select_device() {
+int select_device(int device) {
   require_cuda();
-  CUDA_CHECK(cudaSetDevice(0));
-  return 0;
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  MINFER_CHECK(device >= 0 && device < count, "CUDA device ", device, ": this machine has ", count);
+  CUDA_CHECK(cudaSetDevice(device));
+  return device;
 }
 
 }  // namespace
@@ -62,7 +65,7 @@ int select_device() {
 class CudaBackend final : public Backend, private Recorder {
  public:
   explicit CudaBackend(const BackendOptions& options)
-      : device_(select_device()),
+      : device_(select_device(options.cuda_device)),
         options_(options),
         pool_(make_cuda_device_upstream()),
         pinned_(make_cuda_pinned_upstream()) {
@@ -96,6 +99,7 @@ class CudaBackend final : public Backend, private Recorder {
   CachingPool& pool() override { return pool_; }
   CachingPool& host_pool() override { return pinned_; }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  cudaStream_t stream() const { return stream_; }
 
   void copy_async(const Tensor& dst, const Tensor& src) override {
     MINFER_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype() && dst.is_contiguous() &&
@@ -368,6 +372,12 @@ class CudaBackend final : public Backend, private Recorder {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+void* cuda_stream_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  MINFER_CHECK(cuda != nullptr, "a CUDA stream is asked of the ", backend.name(), " backend");
+  return cuda->stream();
 }
 
 }  // namespace minfer

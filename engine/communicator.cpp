@@ -63,4 +63,10 @@ bool started_by_mpi_launcher() {
   return false;
 }
 
+#if !MINFER_HAVE_NCCL
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, Backend&) {
+  fail("NCCL between GPUs: this minfer was built without CUDA or without NCCL (nccl.h, libnccl)");
+}
+#endif
+
 }  // namespace minfer

@@ -8,10 +8,12 @@
 // field's library for them, not a protocol of its own:
 //   - one process: every collective leaves its tensors as they are (the default, and what a run
 //     without mpirun gets);
-//   - MPI (OpenMPI from Debian) between processes, on one machine or over a network: host memory.
-// (NCCL, between GPUs, is not written yet.) Every rank must call the same collectives in the same
-// order with the same shapes: MPI leaves a mismatch undefined, and it usually hangs. A rank that
-// dies is noticed by mpirun, which stops the others.
+//   - MPI (OpenMPI from Debian) between processes, on one machine or over a network: host memory;
+//   - NCCL between GPUs, one rank per GPU, set up through MPI: device memory, on the CUDA
+//     backend's stream (make_nccl_communicator).
+// Every rank must call the same collectives in the same order with the same shapes: MPI and NCCL
+// leave a mismatch undefined, and it usually hangs. A rank that dies is noticed by mpirun, which
+// stops the others.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,9 @@ namespace minfer {
 struct CommunicatorStats {
   uint64_t all_reduces = 0;
   uint64_t all_reduce_bytes = 0;  // the bytes of the tensors reduced, as one rank passes them
-  double all_reduce_seconds = 0;  // wall time in all_reduce_sum, from entry to the sum being ready
+  // Wall time in all_reduce_sum: on the host, from entry to the sum being ready; on NCCL, to the
+  // sum being enqueued on the stream (it runs there later, in order with the kernels).
+  double all_reduce_seconds = 0;
 };
 
 class Communicator {
@@ -95,6 +99,14 @@ bool started_by_mpi_launcher();
 // initialisation a process, so every call returns the same object, finalised at exit); a
 // LocalCommunicator otherwise. Throws Error when started by mpirun in a build without MPI.
 Communicator& world_communicator();
+
+// NCCL over the ranks of `world` (MPI's, or one process), for tensors on `cuda`'s device: rank
+// 0's NCCL id reaches the others through world.broadcast, then every collective is enqueued on
+// the backend's stream, in order with its kernels and inside its CUDA Graphs. Each rank's
+// backend must have a GPU of its own (BackendOptions::cuda_device). Error in a build without
+// CUDA or NCCL. (tests/test_cuda_nccl.cpp; tools/gpu-check.sh runs a model through it at -np 1.)
+class Backend;
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, Backend& cuda);
 
 // After an error on this rank of a run of several: ends every rank now (MPI_Abort with `status`),
 // so that none waits in a collective for this one (mpirun then reports which rank called it).

@@ -49,7 +49,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string name() const override { return "MPI (" + std::to_string(size_) + " ranks)"; }
+  std::string name() const override { return "MPI (" + std::to_string(size_) + (size_ == 1 ? " rank)" : " ranks)"); }
   DeviceKind device() const override { return DeviceKind::cpu; }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 

@@ -248,15 +248,18 @@ std::string over_ceiling_reason(const Roofline& roofline, uint64_t bytes, double
   return text;
 }
 
-double measure_all_reduce_seconds(Communicator& ranks, int64_t floats) {
-  std::vector<float> values(static_cast<size_t>(floats), 0.0f);  // sums that stay 0
-  const Tensor x = Tensor::wrap(values.data(), {floats}, DType::f32, DeviceKind::cpu);
+double measure_all_reduce_seconds(Communicator& ranks, Backend& backend, int64_t floats) {
+  std::vector<float> zeros(static_cast<size_t>(floats), 0.0f);  // sums that stay 0
+  const Tensor x = backend.empty({floats}, DType::f32);
+  backend.copy_async(x, Tensor::wrap(zeros.data(), {floats}, DType::f32, DeviceKind::cpu));
+  backend.synchronize();
   constexpr int kReps = 5, kPerRep = 20;
   double best = 1e30;
   for (int r = 0; r < kReps; ++r) {
     ranks.barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kPerRep; ++i) ranks.all_reduce_sum(x);
+    backend.synchronize();  // (NCCL's sums run on the stream)
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kPerRep);
   }
   return best;

@@ -116,9 +116,10 @@ std::vector<MemoryLevel> device_memory_levels(Backend& backend);
 Roofline measure_roofline(Backend& backend, DType dtype);
 
 // The communication row of a split model's ceiling (tensor parallelism, engine/communicator.h):
-// the seconds of one all-reduce of `floats` f32 between the ranks, the best of 5 repetitions of
-// 20 as for the other ceilings. A collective: every rank calls it with the same count.
-double measure_all_reduce_seconds(Communicator& ranks, int64_t floats);
+// the seconds of one all-reduce of `floats` f32 between the ranks, in `backend`'s memory (the
+// ranks' device), the best of 5 repetitions of 20 as for the other ceilings. A collective: every
+// rank calls it with the same count.
+double measure_all_reduce_seconds(Communicator& ranks, Backend& backend, int64_t floats);
 
 // Why a step of `bytes` read at `gbps` is over the ceiling of the level it is compared with, e.g.
 // "over: part of the 290.0 MB step stays in the 260 MiB L3"; empty when it is not over.

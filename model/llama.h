@@ -46,8 +46,10 @@ struct LlamaOptions {
   // model file's context is what it was trained with and is never extended.
   int64_t preset_ctx = 0;
   // Tensor parallel over its ranks (model/tensor_split.h): this process holds and computes its
-  // rank's part of a model file's weights, and every rank must run the same forward passes. Null,
-  // or one rank: the whole model.
+  // rank's part of a model file's weights (at one rank, all of them, through the same path), and
+  // every rank must run the same forward passes. On a CUDA backend a host communicator (MPI's)
+  // sets up NCCL between the ranks' GPUs, which runs the passes' collectives. Null: the whole
+  // model, no collectives.
   Communicator* communicator = nullptr;
 };
 
@@ -103,6 +105,8 @@ class LlamaModel final : public Model {
   static SplitGrain split_grain(const LlamaHostWeights& weights, const std::optional<WeightTypes>& dtype);
   // This rank's part, where the model is split over ranks (nullptr otherwise).
   const TensorSplit* split() const { return comm_ != nullptr ? &split_ : nullptr; }
+  // The communicator its passes' collectives run on, where split (NCCL's on a GPU): nullptr otherwise.
+  Communicator* ranks() const { return comm_; }
   // The whole model's shape: config() where the model is not split, else what its parts make up.
   const LlamaConfig& full_config() const { return comm_ != nullptr ? full_config_ : config_; }
 
@@ -158,6 +162,7 @@ class LlamaModel final : public Model {
   // rank's count of vocabulary rows, and all_gather's counts for a pass's logits (kept so a pass
   // allocates nothing).
   Communicator* comm_ = nullptr;
+  std::unique_ptr<Communicator> nccl_;  // comm_ on a GPU (set up through the host communicator given)
   TensorSplit split_;
   LlamaConfig full_config_;
   // A split model on a host backend reads its embedding table in place, from the host weights'

@@ -188,9 +188,11 @@ void LlamaModel::allocate_tables(const LlamaHostWeights* host) {
   // note: split over ranks on a host backend, the embedding table is not copied: gather_rows reads
   // the rows a step's tokens name straight from the host's table (a file's mapping), so a rank
   // keeps resident only the rows it has read, where a copy would hold the whole table on every
-  // rank. Another type than the file's needs the copy.
+  // rank. Another type than the file's needs the copy, and so does a table the shard still ties
+  // (one rank, whose vocabulary is the whole table): the classifier is packed in place.
   mapped_embedding_ = comm_ != nullptr && backend_.device() == DeviceKind::cpu && host != nullptr &&
-                      host->token_embedding.dtype() == table_type && host->token_embedding.is_contiguous();
+                      !c.shared_classifier && host->token_embedding.dtype() == table_type &&
+                      host->token_embedding.is_contiguous();
   if (mapped_embedding_) {
     w_.token_embedding = host->token_embedding;
     mapping_ = host->owner;
@@ -330,9 +332,12 @@ LlamaModel::LlamaModel(Backend& backend, const LlamaHostWeights& full, const std
     : backend_(backend), config_(full.config), dtype_(options.dtype),
       kernels_(options.kernels) {
   full.validate(name);
-  if (options.communicator != nullptr && options.communicator->size() > 1) {
+  if (options.communicator != nullptr) {
     check_same_file(*options.communicator, full.header_digest);
-    split_over(*options.communicator, split_grain(full, dtype_));
+    // A host communicator on a GPU carries NCCL's set-up; the passes' collectives run on NCCL.
+    if (options.communicator->device() == DeviceKind::cpu && backend_.device() == DeviceKind::cuda)
+      nccl_ = make_nccl_communicator(*options.communicator, backend_);
+    split_over(nccl_ ? *nccl_ : *options.communicator, split_grain(full, dtype_));
     const LlamaHostWeights shard = shard_host_weights(full, split_);
     config_ = shard.config;
     upload_weights(name, shard);

@@ -270,6 +270,32 @@ speculative() {
 }
 speculative
 
+# --- tensor parallelism at one rank (issue 54): decode under mpirun -np 1, the model's collectives
+# through NCCL on the one GPU (MPI on the CPU in a dry run), the same greedy ids as without mpirun.
+# NCCL's own cases ran with the CUDA tests (tests/test_cuda_nccl.cpp); nccl.md has this run. ---
+nccl() {
+  local model="$root/tests/data/models/qwen2-f32.gguf" device=(--device cuda) as_root=()
+  [ $dry -eq 1 ] && device=(--device cpu)
+  [ "$(id -u)" = 0 ] && as_root=(--allow-run-as-root)
+  if ! command -v mpirun > /dev/null; then
+    echo "skipped: no mpirun on this machine (the CUDA tests ran NCCL's cases)" > "$work/nccl.md"; return
+  fi
+  local run=(generate -m "$model" "${device[@]}" --prompt-ids 1,5,9,3,7 -n 24 --temp 0 --print-ids)
+  timeout 60 "$bin" "${run[@]}" > "$work/nccl-plain.ids" 2> "$work/nccl-plain.log"
+  timeout 60 mpirun "${as_root[@]}" -np 1 "$bin" "${run[@]}" > "$work/nccl-ranks.ids" 2> "$work/nccl-ranks.log"
+  { echo "$model under mpirun -np 1:"
+    grep -E 'tensor parallel' "$work/nccl-ranks.log" | sed 's/minfer: /  /'
+    if [ -s "$work/nccl-plain.ids" ] && cmp -s "$work/nccl-plain.ids" "$work/nccl-ranks.ids"; then
+      echo "  ids equal the run without mpirun"
+    else
+      echo "  FAIL: ids differ from the run without mpirun, or a run failed: $(tail -1 "$work/nccl-ranks.log")"
+    fi
+  } > "$work/nccl.md"
+  grep -q FAIL "$work/nccl.md" && status=1
+  say "nccl done"
+}
+nccl
+
 # --- serving with a pool of KV blocks: one trace in a budget of 4 whole contexts, as 4 slots and ---
 # as blocks shared by up to 64 slots (engine/block_pool.h); then (issue 57) mixed steps of more
 # than 64 rows, 96 slots decoding beside prompt chunks of 256 rows in contexts of 8192 positions

@@ -2,6 +2,7 @@
 """minfer's commands under mpirun -np 2 (cli/cli_ranks.h) against one process.
 
   - generate, greedy: the same ids as one process, and its timing lines printed once (rank 0's);
+  - generate under mpirun -np 1 (the split path at one rank): the same ids as without mpirun;
   - generate with a draft model (speculative): the same ids and the same drafts accepted;
   - generate, sampled without --seed: the ranks share rank 0's clock seed, so one process given
     the seed rank 0 printed samples the same text (a rank that drew its own would feed the others
@@ -25,9 +26,9 @@ MODEL = SOURCE + "/tests/data/models/qwen2-f32.gguf"  # biases and a split of 2 
 LIMIT = 120
 
 
-def run(args, ranks):
+def run(args, ranks, launcher=False):
     command = [MINFER] + args
-    if ranks > 1:
+    if ranks > 1 or launcher:
         command = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] + command
     return subprocess.run(command, capture_output=True, text=True, timeout=LIMIT)
 
@@ -48,6 +49,15 @@ def main():
     check(two.stderr.count("prompt eval time") == 1, "the timing lines are printed once")
     check("tensor parallel over MPI (2 ranks): rank 0 of 2: heads 1-2 of 4" in two.stderr,
           "the model line names rank 0's part")
+
+    # One rank still runs the split path (how gpu-check exercises NCCL): a tied, packed table
+    # (llama3-q8_0's) must be copied, not packed in the file's read-only mapping.
+    for file in ("llama3-q8_0.gguf", "qwen2-f32.gguf"):
+        model_args = ["-m", SOURCE + "/tests/data/models/" + file if file != "qwen2-f32.gguf" else MODEL]
+        one_rank = greedy[:1] + model_args + greedy[3:]
+        alone, under_mpirun = run(one_rank, 1), run(one_rank, 1, launcher=True)
+        check(alone.returncode == 0 and under_mpirun.returncode == 0 and under_mpirun.stdout == alone.stdout,
+              f"{file} under mpirun -np 1: the same ids as without mpirun")
 
     # Speculative decoding, the draft model split as the target is (in Q8_0: its own cuts, on its blocks).
     speculative = greedy + ["--draft", MODEL, "--draft-dtype", "q8_0"]

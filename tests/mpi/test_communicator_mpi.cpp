@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/backend_cpu.h"
 #include "engine/communicator.h"
 #include "engine/roofline.h"
 #include "tests/op_harness.h"
@@ -118,7 +119,8 @@ TEST(Mpi, StatsCountTheAllReducesAndTheirBytes) {
 // no slower than their mean (what the stats saw).
 TEST(Mpi, TheRooflinesCommunicationRowTimesAllReducesOfItsSize) {
   world().reset_stats();
-  const double best = measure_all_reduce_seconds(world(), 576);
+  CpuBackend cpu(BackendOptions{});
+  const double best = measure_all_reduce_seconds(world(), cpu, 576);
   const CommunicatorStats stats = world().stats();
   EXPECT_EQ(stats.all_reduces, 100u);
   EXPECT_EQ(stats.all_reduce_bytes, 100u * 576 * 4);

@@ -1,0 +1,84 @@
+// The NCCL communicator (engine/communicator.h): collectives between GPUs, one rank per GPU.
+//
+// NCCL runs each collective as kernels on a stream; minfer gives it the CUDA backend's stream, so
+// an all-reduce runs after the kernels that wrote its rows and before those that read the sum,
+// with no host synchronisation, and a decode step recorded as a CUDA Graph records it too. The
+// ranks find each other through an id that rank 0 draws and the host communicator (MPI)
+// broadcasts. NCCL has no all-gather of uneven parts: each rank's part is a broadcast from its
+// owner into its place, the broadcasts grouped into one launch.
+#if MINFER_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "core/error.h"
+#include "engine/backend.h"
+#include "engine/communicator.h"
+
+namespace minfer {
+
+namespace {
+
+void nccl_check(ncclResult_t result, const char* what) {
+  if (result != ncclSuccess) fail("NCCL: ", what, ": ", ncclGetErrorString(result));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& world, Backend& cuda)
+      : rank_(world.rank()), size_(world.size()), stream_(static_cast<cudaStream_t>(cuda_stream_of(cuda))) {
+    MINFER_CHECK(world.device() == DeviceKind::cpu, "NCCL is set up through a host communicator, not ", world.name());
+    ncclUniqueId id{};
+    if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    static_assert(sizeof(id) % 4 == 0, "the id travels as i32 words");
+    world.broadcast(Tensor::wrap(&id, {int64_t(sizeof(id) / 4)}, DType::i32, DeviceKind::cpu), 0);
+    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    barrier_ = cuda.empty({1}, DType::f32);
+  }
+  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "NCCL (" + std::to_string(size_) + (size_ == 1 ? " rank)" : " ranks)"); }
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  void barrier() override {
+    sum_in_place(barrier_.data_as<float>(), 1);
+    const cudaError_t error = cudaStreamSynchronize(stream_);
+    if (error != cudaSuccess) fail("NCCL: barrier: ", cudaGetErrorString(error));
+  }
+
+ protected:
+  void sum_in_place(float* data, int64_t count) override {
+    nccl_check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+  }
+  void broadcast_bytes(void* data, int64_t bytes, int root) override {
+    nccl_check(ncclBroadcast(data, data, size_t(bytes), ncclUint8, root, comm_, stream_), "ncclBroadcast");
+  }
+  void gather_bytes(void* out, const void* part, const std::vector<int64_t>& byte_counts) override {
+    auto* place = static_cast<char*>(out);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      const size_t bytes = size_t(byte_counts[size_t(r)]);
+      if (bytes > 0)  // (every rank knows every count: all skip alike)
+        nccl_check(ncclBroadcast(r == rank_ ? part : place, place, bytes, ncclUint8, r, comm_, stream_), "ncclBroadcast");
+      place += bytes;
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+ private:
+  int rank_, size_;
+  cudaStream_t stream_;
+  ncclComm_t comm_ = nullptr;
+  Tensor barrier_;  // one float on the device, summed by barrier()
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& world, Backend& cuda) {
+  return std::make_unique<NcclCommunicator>(world, cuda);
+}
+
+}  // namespace minfer
+
+#endif  // MINFER_HAVE_NCCL
