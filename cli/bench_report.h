@@ -49,7 +49,7 @@ struct BenchRow {
   double acceptance = 0.0;       // accepted / drafted tokens
   double tokens_per_pass = 0.0;  // decode tokens per target forward pass
   // Split over ranks (mpirun): their count, and a decode row's all-reduces a step on rank 0 (the
-  // last repetition's mean); 1 and zeros in one process, zeros for a prefill row.
+  // last repetition's mean); 1 and zeros without mpirun, zeros for a prefill row.
   int ranks = 1;
   double all_reduces_per_step = 0.0, all_reduce_bytes_per_step = 0.0, all_reduce_seconds_per_step = 0.0;
   // With --roofline over ranks, the communication row: one all-reduce of batch x dim f32, measured

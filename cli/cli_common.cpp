@@ -61,8 +61,11 @@ BackendOptions backend_options(const Args& args) {
   options.graphs = parse_on_off(args.get("--graphs", "on"), "--graphs");
   options.batch_invariant = args.declared("--batch-invariant") && args.has("--batch-invariant");
   // Under mpirun each rank takes a GPU of its own: its index among the ranks on its machine
-  // (OpenMPI's local rank), modulo the GPUs there.
-  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  // (OpenMPI's local rank; MPICH's or Slurm's), modulo the GPUs there, so ranks outnumbering the
+  // GPUs share them (which NCCL refuses).
+  const char* local_rank = nullptr;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (local_rank == nullptr) local_rank = std::getenv(name);
   std::string reason;
   const int gpus = local_rank != nullptr ? cuda_device_count(&reason) : 0;
   if (gpus > 0) options.cuda_device = std::atoi(local_rank) % gpus;

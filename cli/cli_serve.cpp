@@ -279,12 +279,13 @@ void shut_down(ServeHttp& http, Scheduler& scheduler, ServeEvents& events, doubl
 }
 
 // Starts the engine's and the listener's threads, serves until a signal or a failure, and shuts down.
-void run_server(ServeHttp& http, Scheduler& scheduler, ServeEvents& events, SignalWatch& signals,
+void run_server(ServeHttp& http, Scheduler& scheduler, Backend& backend, ServeEvents& events, SignalWatch& signals,
                 const std::string& host, double grace) {
   const int port = http.bind();
   std::atomic<bool> engine_stop{false};
   std::thread engine_thread([&] {
     try {
+      use_on_this_thread(backend);  // (a GPU is current per thread)
       scheduler.run(engine_stop);
     } catch (const std::exception& e) {
       http.engine_failed(e.what());
@@ -335,7 +336,7 @@ int serve(const Args& args) {
   else
     std::fprintf(stderr, "minfer: chat template %s; prompt caching %s\n", http.chat_template_name().c_str(),
                  config.scheduler.prompt_cache ? "on" : "off (--no-prompt-cache)");
-  run_server(http, scheduler, events, signals, config.http.host, config.grace);
+  run_server(http, scheduler, *engine.backend, events, signals, config.http.host, config.grace);
   scheduler.decoder().end_following();
   return 0;
 }

@@ -71,6 +71,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& op
 
 #if !MINFER_HAVE_CUDA
 void* cuda_stream_of(Backend& backend) { fail("a CUDA stream is asked of the ", backend.name(), " backend"); }
+void use_on_this_thread(Backend&) {}
 #endif
 
 }  // namespace minfer

@@ -52,7 +52,7 @@ struct BackendOptions {
   int spin_us = ThreadPool::kDefaultSpinMicros;  // how long idle CPU workers spin before sleeping
   GemmKind gemm = GemmKind::cublas;            // CUDA matrix products
   bool graphs = true;                          // CUDA: record decode steps as CUDA Graphs
-  int cuda_device = 0;                         // CUDA: which GPU (under mpirun, a rank's own: cli_common)
+  int cuda_device = 0;                         // CUDA: which GPU (under mpirun the rank's local index modulo the GPUs: cli_common)
   // CPU: every row of a product with f32, f16 or bf16 weights, or a quantized type the CPU does
   // not pack (pack_weights), computed as a lone row is, whatever the rows with it
   // (kernels/cpu/matmul.h), so greedy answers do not depend on how prompts are split into passes
@@ -171,6 +171,10 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& op
 // A CUDA backend's stream (a cudaStream_t), on which its work runs in order: NCCL's collectives
 // join it (engine/communicator.h). Error for another backend, or in a build without CUDA.
 void* cuda_stream_of(Backend& backend);
+// Makes a CUDA backend's GPU the calling thread's current device (the CUDA runtime keeps one per
+// thread): a thread other than the one that made the backend calls it before using it, as
+// serve's engine thread does. A no-op for other backends.
+void use_on_this_thread(Backend& backend);
 
 // Throws Error("WHAT needs BYTES bytes, F of T are free on DEVICE") when the backend's device
 // reports its memory and `bytes` exceed what is free; the one check done before every large

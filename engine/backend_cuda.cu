@@ -100,6 +100,7 @@ class CudaBackend final : public Backend, private Recorder {
   CachingPool& host_pool() override { return pinned_; }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
+  void make_current() const { CUDA_CHECK(cudaSetDevice(device_)); }
 
   void copy_async(const Tensor& dst, const Tensor& src) override {
     MINFER_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype() && dst.is_contiguous() &&
@@ -372,6 +373,10 @@ class CudaBackend final : public Backend, private Recorder {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+void use_on_this_thread(Backend& backend) {
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) cuda->make_current();
 }
 
 void* cuda_stream_of(Backend& backend) {

@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <exception>
+
 #include "core/error.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
@@ -32,10 +34,18 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     static_assert(sizeof(id) % 4 == 0, "the id travels as i32 words");
     world.broadcast(Tensor::wrap(&id, {int64_t(sizeof(id) / 4)}, DType::i32, DeviceKind::cpu), 0);
+    barrier_ = cuda.empty({1}, DType::f32);  // (before the communicator: nothing to leak if it throws)
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
-    barrier_ = cuda.empty({1}, DType::f32);
   }
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // note: destroying a communicator waits for its collectives; while an error unwinds this rank,
+  // the others may wait in one this rank never enqueued, so it is aborted instead, and the CLI's
+  // MPI_Abort ends the run (end_all_ranks_after_error).
+  ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

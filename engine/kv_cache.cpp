@@ -81,6 +81,8 @@ void KvCache::upload(Backend& backend) {
 
 void KvCache::broadcast_table(Communicator& ranks) {
   ranks.broadcast(host_table_, 0);
+  table_changed_ = true;
+  if (ranks.rank() == 0) return;  // rank 0's counts are set_row's
   const int64_t width = blocks_per_seq();
   const int32_t* table = host_table_.data_as<int32_t>();
   for (int64_t s = 0; s < n_seqs_; ++s) {  // a row is its blocks, then -1 (set_row)
@@ -88,7 +90,6 @@ void KvCache::broadcast_table(Communicator& ranks) {
     while (n < width && table[s * width + n] != -1) ++n;
     held_[size_t(s)] = n;
   }
-  table_changed_ = true;
 }
 
 void KvCache::copy_block(Backend& backend, int32_t dst, int32_t src) const {

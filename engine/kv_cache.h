@@ -79,7 +79,8 @@ class KvCache {
   void upload(Backend& backend);
   // Whether a row changed since the last upload, and, for tensor parallelism with rank 0 in charge
   // (Decoder::lead), rank 0's host table on every rank: a collective, which every rank calls when
-  // rank 0's table changed. It counts as a change on every rank (the next upload copies it).
+  // rank 0's table changed. It counts as a change on every rank (the next upload copies it); the
+  // other ranks count a row's blocks up to its first -1.
   bool table_changed() const { return table_changed_; }
   void broadcast_table(Communicator& ranks);
   // Copies block `src`'s keys and values, in every layer, into block `dst` (a partly filled

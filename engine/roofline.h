@@ -117,8 +117,8 @@ Roofline measure_roofline(Backend& backend, DType dtype);
 
 // The communication row of a split model's ceiling (tensor parallelism, engine/communicator.h):
 // the seconds of one all-reduce of `floats` f32 between the ranks, in `backend`'s memory (the
-// ranks' device), the best of 5 repetitions of 20 as for the other ceilings. A collective: every
-// rank calls it with the same count.
+// ranks' device), the best of 5 repetitions of 20. A collective: every rank calls it with the
+// same count.
 double measure_all_reduce_seconds(Communicator& ranks, Backend& backend, int64_t floats);
 
 // Why a step of `bytes` read at `gbps` is over the ceiling of the level it is compared with, e.g.

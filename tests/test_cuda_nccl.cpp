@@ -59,7 +59,10 @@ TEST(Communicator, NcclWantsACudaBackend) {
   }
 }
 
-TEST(Cuda, NcclOfOneRankSumsBroadcastsAndGathersOnTheStream) {
+// One rank: a sum or a broadcast leaves its values, a gather copies them. Each is enqueued right
+// after a device copy into x, with no synchronisation between: on another stream than the
+// backend's, a collective could read x before the copy wrote it.
+TEST(Cuda, NcclOfOneRankSumsBroadcastsAndGathersInOrderOnTheBackendsStream) {
   SKIP_WITHOUT_NCCL_GPU();
   LocalCommunicator world;
   auto cuda = make_backend(BackendKind::cuda);
@@ -67,15 +70,22 @@ TEST(Cuda, NcclOfOneRankSumsBroadcastsAndGathersOnTheStream) {
   EXPECT_EQ(nccl->size(), 1);
   EXPECT_EQ(nccl->device(), DeviceKind::cuda);
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
-  const Tensor x = on_device(*cuda, values);
-  nccl->all_reduce_sum(x);  // one rank: the sum of one part
+  constexpr int64_t n = 1 << 20;  // a copy long enough to be in flight
+  std::vector<float> big(size_t(n), 0.5f);
+  big[0] = 9.0f;
+  const Tensor source = on_device(*cuda, big), x = on_device(*cuda, std::vector<float>(big.size(), 0.0f));
+  const Tensor gathered = cuda->empty({n}, DType::f32);
+  cuda->copy_async(x, source);
+  nccl->all_reduce_sum(x);
   nccl->broadcast(x, 0);
-  const Tensor gathered = cuda->empty({5}, DType::f32);
-  nccl->all_gather(gathered, x, {5});
+  nccl->all_gather(gathered, x, {n});
   cuda->synchronize();
-  EXPECT_EQ(values_of(x), values);
-  EXPECT_EQ(values_of(gathered), values);
-  EXPECT_EQ(nccl->stats().all_reduces, 1u);
+  EXPECT_EQ(values_of(gathered), big);
+  const Tensor small = on_device(*cuda, values);
+  nccl->all_reduce_sum(small);
+  cuda->synchronize();
+  EXPECT_EQ(values_of(small), values);
+  EXPECT_EQ(nccl->stats().all_reduces, 2u);
   nccl->barrier();
   const std::vector<float> on_host = values;
   EXPECT_THROW(nccl->all_reduce_sum(Tensor::wrap(const_cast<float*>(on_host.data()), {5}, DType::f32, DeviceKind::cpu)),

@@ -56,8 +56,9 @@ def main():
         model_args = ["-m", SOURCE + "/tests/data/models/" + file if file != "qwen2-f32.gguf" else MODEL]
         one_rank = greedy[:1] + model_args + greedy[3:]
         alone, under_mpirun = run(one_rank, 1), run(one_rank, 1, launcher=True)
-        check(alone.returncode == 0 and under_mpirun.returncode == 0 and under_mpirun.stdout == alone.stdout,
-              f"{file} under mpirun -np 1: the same ids as without mpirun")
+        check(alone.returncode == 0 and under_mpirun.returncode == 0 and under_mpirun.stdout == alone.stdout and
+              "tensor parallel over MPI (1 rank)" in under_mpirun.stderr,
+              f"{file} under mpirun -np 1: split over its one rank, the same ids as without mpirun")
 
     # Speculative decoding, the draft model split as the target is (in Q8_0: its own cuts, on its blocks).
     speculative = greedy + ["--draft", MODEL, "--draft-dtype", "q8_0"]

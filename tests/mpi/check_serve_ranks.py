@@ -68,6 +68,10 @@ def start_server(ranks, model=SERVE_MODEL):
         leader = int(pid.group(1)) if pid else leader
         match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
         if match:
+            # The rest of its log is read as it comes (a full pipe would stall the server).
+            proc.log = []
+            proc.drain = threading.Thread(target=lambda: proc.log.extend(proc.stderr), daemon=True)
+            proc.drain.start()
             return proc, int(match.group(1)), leader
         if not line and proc.poll() is not None:
             break
@@ -171,7 +175,8 @@ def sigterm_in_flight():
         except subprocess.TimeoutExpired:
             sys.exit("FAIL: mpirun still running after SIGTERM to rank 0")
         worker.join(LIMIT)
-        log = proc.stderr.read()
+        proc.drain.join(LIMIT)
+        log = "".join(proc.log)
         check(status == 0 and "shutting down: 1 requests in flight" in log and "requests finished: 1" in log,
               f"SIGTERM to rank 0 mid-request: it drains, every rank exits, mpirun exits 0 ({time.time() - started:.1f} s)")
         check(answered.get("n") == TOKENS, f"the request in flight was answered whole ({answered.get('n')} tokens)")

@@ -116,7 +116,7 @@ TEST(Mpi, StatsCountTheAllReducesAndTheirBytes) {
 }
 
 // bench --roofline's communication row: 5 x 20 all-reduces of the size asked, the best of them
-// no slower than their mean (what the stats saw).
+// within 1.5x of their mean as the stats saw it (the loop's timer wraps a little more than the calls).
 TEST(Mpi, TheRooflinesCommunicationRowTimesAllReducesOfItsSize) {
   world().reset_stats();
   CpuBackend cpu(BackendOptions{});
