@@ -62,7 +62,7 @@ BackendOptions backend_options(const Args& args) {
   options.batch_invariant = args.declared("--batch-invariant") && args.has("--batch-invariant");
   // Under mpirun each rank takes a GPU of its own: its index among the ranks on its machine
   // (OpenMPI's local rank; MPICH's or Slurm's), modulo the GPUs there, so ranks outnumbering the
-  // GPUs share them (which NCCL refuses).
+  // GPUs would share them (which the NCCL communicator refuses, naming the ranks).
   const char* local_rank = nullptr;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
     if (local_rank == nullptr) local_rank = std::getenv(name);

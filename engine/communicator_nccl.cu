@@ -11,9 +11,15 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <exception>
+#include <vector>
 
 #include "core/error.h"
+#include "core/splitmix.h"
 #include "engine/backend.h"
 #include "engine/communicator.h"
 
@@ -25,6 +31,25 @@ void nccl_check(ncclResult_t result, const char* what) {
   if (result != ncclSuccess) fail("NCCL: ", what, ": ", ncclGetErrorString(result));
 }
 
+// NCCL wants a GPU a rank, and its error for two ranks on one does not say which: every rank
+// gathers every rank's machine (a digest of its host name) and GPU, and all refuse alike.
+void check_a_gpu_a_rank(Communicator& world) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const uint64_t machine = digest_bytes(host, std::strlen(host));
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) fail("NCCL: no current CUDA device");
+  int32_t mine[4] = {int32_t(machine & 0xffffffffu), int32_t(machine >> 32), device, 0};
+  std::vector<int32_t> all(size_t(4 * world.size()));
+  world.all_gather(Tensor::wrap(all.data(), {int64_t(all.size())}, DType::i32, DeviceKind::cpu),
+                   Tensor::wrap(mine, {4}, DType::i32, DeviceKind::cpu), std::vector<int64_t>(size_t(world.size()), 4));
+  for (int r = 0; r < world.size(); ++r)
+    for (int s = r + 1; s < world.size(); ++s)
+      MINFER_CHECK(!std::equal(&all[size_t(4 * r)], &all[size_t(4 * r + 3)], &all[size_t(4 * s)]), "NCCL: ranks ", r,
+                   " and ", s, " would share GPU ", all[size_t(4 * r + 2)],
+                   " of one machine; NCCL needs a GPU a rank (fewer ranks on it, or more GPUs)");
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& world, Backend& cuda)
@@ -34,6 +59,7 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     static_assert(sizeof(id) % 4 == 0, "the id travels as i32 words");
     world.broadcast(Tensor::wrap(&id, {int64_t(sizeof(id) / 4)}, DType::i32, DeviceKind::cpu), 0);
+    check_a_gpu_a_rank(world);
     barrier_ = cuda.empty({1}, DType::f32);  // (before the communicator: nothing to leak if it throws)
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
   }
