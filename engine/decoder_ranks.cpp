@@ -22,6 +22,14 @@ namespace {
 enum StepField : int64_t { kWhat, kRows, kFirstLogitRow, kLogitRows, kRecorded, kTableChanged, kStepFields };
 enum StepKind : int32_t { kEnd = 0, kPass = 1, kCopy = 2 };  // a copy: kRows is dst, kFirstLogitRow src
 
+// The header, its numbers zeroed and `what` set.
+int32_t* new_header(const Tensor& header, StepKind what) {
+  int32_t* fields = header.data_as<int32_t>();
+  for (int64_t i = 0; i < kStepFields; ++i) fields[i] = 0;
+  fields[kWhat] = what;
+  return fields;
+}
+
 }  // namespace
 
 void Decoder::lead(Communicator& ranks) {
@@ -34,16 +42,13 @@ void Decoder::lead(Communicator& ranks) {
 
 void Decoder::end_following() {
   if (leads_ == nullptr) return;
-  int32_t* header = step_header_.data_as<int32_t>();
-  for (int64_t i = 0; i < kStepFields; ++i) header[i] = 0;
-  header[kWhat] = kEnd;
+  new_header(step_header_, kEnd);
   leads_->broadcast(step_header_, 0);
   leads_ = nullptr;
 }
 
 void Decoder::broadcast_pass(int64_t n_rows, int64_t first_logit_row, int64_t n_logit_rows, bool recorded) {
-  int32_t* header = step_header_.data_as<int32_t>();
-  header[kWhat] = kPass;
+  int32_t* header = new_header(step_header_, kPass);
   header[kRows] = static_cast<int32_t>(n_rows);  // at most pass_rows_, an int32 (the staging buffer)
   header[kFirstLogitRow] = static_cast<int32_t>(first_logit_row);
   header[kLogitRows] = static_cast<int32_t>(n_logit_rows);
@@ -55,9 +60,7 @@ void Decoder::broadcast_pass(int64_t n_rows, int64_t first_logit_row, int64_t n_
 }
 
 void Decoder::broadcast_copy(int32_t dst, int32_t src) {
-  int32_t* header = step_header_.data_as<int32_t>();
-  for (int64_t i = 0; i < kStepFields; ++i) header[i] = 0;
-  header[kWhat] = kCopy;
+  int32_t* header = new_header(step_header_, kCopy);
   header[kRows] = dst;
   header[kFirstLogitRow] = src;
   leads_->broadcast(step_header_, 0);

@@ -7,8 +7,9 @@
 //   - a decode step at 1 and 2 ranks (and 4 where there are 4 cores), each `mpirun -np N minfer
 //     bench` of a model file, rank 0's step split into its all-reduces (bench counts them) and the
 //     rest, which is mostly weight reads; the threads are shared between the ranks;
-//   - all-reduce latency against message size between 2 ranks: the lesson starts itself under
-//     mpirun (`tensor_parallel_ranks`), and rank 0 prints a line per size;
+//   - all-reduce latency against message size between 2 ranks, the best of 5 repetitions of 20
+//     (bench --roofline's communication row): the lesson starts itself under mpirun
+//     (`tensor_parallel_ranks`), and rank 0 prints a line per size;
 //   - a ring all-reduce between 2 GPUs takes 2 a + S / B (each GPU sends half of S twice; a, the
 //     latency of a step, B a link's bandwidth each way): over PCIe 4.0 x16 (32 GB/s) and NVLink 4
 //     (450 GB/s), against a decode step of llama-7b's shape in f16 (13.5 GB of weights, half on
@@ -29,6 +30,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "engine/communicator.h"
+#include "engine/roofline.h"
 #include "lessons/demos.h"
 
 namespace minfer::demo {
@@ -234,17 +236,10 @@ void tensor_parallel(const Options& o) {
 void tensor_parallel_ranks(const Options& o) {
   Communicator& world = world_communicator();
   MINFER_CHECK(world.size() >= 2, "demo tensor-parallel under mpirun wants 2 ranks or more, not ", world.size());
+  const std::unique_ptr<Backend> cpu = cpu_backend(o);
   for (int64_t bytes : sweep_bytes(o.quick)) {
-    std::vector<float> values(size_t(bytes / 4), 0.0f);  // sums that stay 0: no overflow in 200 reps
-    const Tensor x = Tensor::wrap(values.data(), {bytes / 4}, DType::f32, DeviceKind::cpu);
-    // The same count on every rank: a count taken from a clock would differ, and the ranks'
-    // collectives with it.
-    const int reps = int(std::min<int64_t>(200, std::max<int64_t>(5, (int64_t(o.quick ? 4 : 64) << 20) / bytes)));
-    const double seconds = median_seconds(5, [&] {
-      world.barrier();
-      for (int i = 0; i < reps; ++i) world.all_reduce_sum(x);
-    });
-    if (world.rank() == 0) std::printf("all-reduce %lld bytes %.9g s\n", static_cast<long long>(bytes), seconds / reps);
+    const double seconds = measure_all_reduce_seconds(world, *cpu, bytes / 4);  // bench --roofline's row
+    if (world.rank() == 0) std::printf("all-reduce %lld bytes %.9g s\n", static_cast<long long>(bytes), seconds);
   }
 }
 
