@@ -72,7 +72,8 @@ DecoderOptions decoder_options(const SchedulerOptions& o) {
 
 Scheduler::Scheduler(Model& model, const SchedulerOptions& options)
     : options_(options), decoder_(model, decoder_options(options)),
-      vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids), row_logprobs_(vocab_) {
+      vocab_(model.info().vocab_size), stop_ids_(model.info().stop_ids), row_logprobs_(vocab_),
+      masked_row_(static_cast<size_t>(vocab_)) {
   slots_.resize(static_cast<size_t>(options_.slots));
   if (options_.policy == SchedulerOptions::Policy::static_batches) static_batches_.emplace(options_.slots);
   samplers_.reserve(static_cast<size_t>(options_.slots));
@@ -530,6 +531,33 @@ bool mask_logits(const uint32_t* mask, int64_t n, float* logits) {
 }
 }  // namespace
 
+bool Scheduler::stops(const ServeRequest& r, int32_t token) const {
+  return (r.stop_at_eos && is_stop_token(stop_ids_, token)) ||
+         std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end();
+}
+
+// A token from `row` (vocab_ logits, processed) that l's constraint allows, or -1 when it allows
+// none. A stop token is not given to the constraint: it ends the answer. XGrammar's mask can allow
+// a token its matcher then refuses (docs/serve.md has a case); such a token is struck from the
+// masked row and the choice made again, at most kMaxRefusedTokens times.
+int32_t Scheduler::choose_constrained(Live& l, Sampler& sampler, float* row) {
+  const double start = now_seconds();
+  const bool allowed = mask_logits(l.mask.data(), vocab_, row);
+  step_mask_seconds_ += now_seconds() - start;
+  ++step_masked_tokens_;
+  if (!allowed) return -1;
+  std::copy(row, row + vocab_, masked_row_.begin());  // choose() rewrites the row
+  for (int refused = 0;; ++refused) {
+    const int32_t token = sampler.choose(row);
+    if (stops(l.request, token) || l.request.constraint->accept(token)) return token;
+    if (refused == kMaxRefusedTokens) return -1;
+    masked_row_[size_t(token)] = -std::numeric_limits<float>::infinity();
+    if (masked_row_[size_t(sample_argmax(masked_row_.data(), vocab_))] == -std::numeric_limits<float>::infinity())
+      return -1;
+    std::copy(masked_row_.begin(), masked_row_.end(), row);
+  }
+}
+
 // The masks of the constrained requests that sample in this step. The forward pass runs on a
 // device meanwhile (forward_chunks returns before it ends there); on the CPU it has ended.
 void Scheduler::fill_masks() {
@@ -573,22 +601,14 @@ int64_t Scheduler::sample_and_retire() {
     } else {
       float* row = decoder_.logits_row(i);
       sampler.process(row);  // the penalties and logit_bias
-      if (constraint != nullptr) {
-        const double start = now_seconds();
-        const bool allowed = mask_logits(l->mask.data(), vocab_, row);
-        step_mask_seconds_ += now_seconds() - start;
-        ++step_masked_tokens_;
-        if (!allowed) {  // a grammar with no way on: the answer ends here
-          retire(s, FinishReason::stop, now);
-          continue;
-        }
+      token = constraint != nullptr ? choose_constrained(*l, sampler, row) : sampler.choose(row);
+      if (token < 0) {  // a grammar with no way on: the answer ends here
+        retire(s, FinishReason::stop, now);
+        continue;
       }
-      token = sampler.choose(row);
     }
     const ServeRequest& r = l->request;
-    const bool stop = (r.stop_at_eos && is_stop_token(stop_ids_, token)) ||
-                      std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end();
-    if (stop || (constraint != nullptr && !constraint->accept(token))) {
+    if (stops(r, token)) {
       retire(s, FinishReason::stop, now);
       continue;
     }

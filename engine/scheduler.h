@@ -183,6 +183,10 @@ struct SchedulerMetrics {
 // Qwen's 151,936 tokens (on the device and on the host), whatever the slots.
 constexpr int64_t kPromptLogitsRows = 32;
 
+// How many times a constrained sample is made again after its constraint refused a token its
+// mask allowed; one refusal more ends the answer (Scheduler::choose_constrained).
+constexpr int kMaxRefusedTokens = 16;
+
 class Scheduler {
  public:
   Scheduler(Model& model, const SchedulerOptions& options);
@@ -251,6 +255,8 @@ class Scheduler {
   int64_t oldest_prefilling() const;
   void fill_masks();
   int64_t sample_and_retire();
+  bool stops(const ServeRequest& r, int32_t token) const;
+  int32_t choose_constrained(Live& l, Sampler& sampler, float* row);
   void score_prompt_row(Live& live, int64_t row, int64_t index);
   void retire(int64_t slot, FinishReason reason, double now);
   void record_finish_locked(const RequestStats& stats);
@@ -281,6 +287,7 @@ class Scheduler {
   std::vector<int64_t> logit_scores_;
   std::vector<int32_t> argmax_;
   RowLogprobs row_logprobs_;  // the row of a request that asks for logprobs, before it is changed
+  std::vector<float> masked_row_;  // a constrained row, masked, before choose() rewrites it
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
   uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens and mask time (metrics_)

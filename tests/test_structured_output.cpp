@@ -96,6 +96,24 @@ TEST(StructuredOutput, RegexMaskAllowsItsTokensAndEndsAtAStopToken) {
   EXPECT_FALSE(c->accept(v.tokenizer->encode("7", false).front()));
 }
 
+// XGrammar 0.2.9 builds part of a character class from a code point's low byte: after "a", the
+// regex below allows " (" as though '(' (U+0028) were U+0128. The scheduler strikes such a token
+// and chooses again, which needs the refusal to leave the matcher as it was.
+TEST(StructuredOutput, ATokenTheMaskAllowsAndTheMatcherRefusesLeavesTheMaskAsItWas) {
+  SKIP_WITHOUT_XGRAMMAR();
+  Vocab v;
+  auto c = v.outputs.constrain(want(OutputConstraint::Kind::regex, R"((a )*[ \u0128]=)", "regex"), v.stops);
+  ASSERT_TRUE(c->accept(v.tokenizer->encode("a", false).front()));
+  const std::vector<int32_t> space_paren = v.tokenizer->encode(" (", false);
+  ASSERT_EQ(space_paren.size(), 1u) << "the fixture has a token ' ('";
+  const std::vector<uint32_t> before = mask_of(*c);
+  EXPECT_TRUE(allowed(before, space_paren[0]))
+      << "XGrammar no longer allows ' (' here: docs/serving.md's case of a mask that allows a refused token is stale";
+  EXPECT_FALSE(c->accept(space_paren[0]));
+  EXPECT_EQ(mask_of(*c), before);
+  ASSERT_TRUE(c->accept(v.tokenizer->encode(" ", false).front()));  // and the matcher goes on
+}
+
 TEST(StructuredOutput, SpecialTokensAreNeverAllowedEvenWhereTheGrammarSpellsThem) {
   SKIP_WITHOUT_XGRAMMAR();
   Vocab v;
@@ -280,11 +298,15 @@ struct ConstrainedRun {
   }
 
   std::string run(const OutputConstraint& w, int64_t max_tokens, float temperature = 0.0f) {
+    return run(vocab.outputs.constrain(w, vocab.stops), max_tokens, temperature);
+  }
+
+  std::string run(std::shared_ptr<TokenConstraint> constraint, int64_t max_tokens, float temperature) {
     ServeRequest r;
     r.prompt = vocab.tokenizer->encode("Answer:", false);
     r.max_tokens = max_tokens;
     r.temperature = temperature;
-    r.constraint = vocab.outputs.constrain(w, vocab.stops);
+    r.constraint = std::move(constraint);
     r.on_token = [this](int32_t t) {
       tokens.push_back(t);
       return true;
@@ -331,6 +353,55 @@ TEST(StructuredOutput, AConstrainedAnswerCutByMaxTokensSaysLength) {
   EXPECT_EQ(run.stats.reason, FinishReason::length) << text;
   EXPECT_EQ(run.tokens.size(), 3u);
   EXPECT_TRUE(all_of_chars(text, "abcdefghijklmnopqrstuvwxyz")) << text;
+}
+
+// A constraint whose mask allows every token but the end tokens, and which refuses the first
+// `refusals` tokens it is given, as XGrammar refuses a token its mask wrongly allowed.
+struct RefusingConstraint : TokenConstraint {
+  RefusingConstraint(int n_refusals, std::vector<int32_t> stop_ids) : refusals(n_refusals), stops(std::move(stop_ids)) {}
+  void fill_mask(uint32_t* mask) override {
+    std::fill(mask, mask + mask_words(Vocab::kModelVocab), ~0u);
+    for (int32_t id : stops) mask[id / 32] &= ~(1u << (id % 32));
+  }
+  bool accept(int32_t token) override {
+    given.push_back(token);
+    return static_cast<int>(given.size()) > refusals;
+  }
+  bool finished() const override { return false; }
+  void rollback(int) override {}
+
+  int refusals;
+  std::vector<int32_t> stops;
+  std::vector<int32_t> given;
+};
+
+bool all_different(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return std::adjacent_find(ids.begin(), ids.end()) == ids.end();
+}
+
+// A refused token is struck and the choice made again, kMaxRefusedTokens times; a refusal more
+// ends the answer with "stop". Greedy and sampled alike.
+TEST(StructuredOutput, ARefusedTokenIsStruckAndTheChoiceMadeAgainUpToTheLimit) {
+  for (const float temperature : {0.0f, 1.0f}) {
+    for (const int refusals : {3, kMaxRefusedTokens, kMaxRefusedTokens + 1}) {
+      SCOPED_TRACE(testing::Message() << "temperature " << temperature << ", refusals " << refusals);
+      ConstrainedRun run;
+      auto c = std::make_shared<RefusingConstraint>(refusals, run.vocab.stops);
+      run.run(c, 1, temperature);
+      EXPECT_TRUE(all_different(c->given)) << "a refused token was chosen again";
+      if (refusals <= kMaxRefusedTokens) {
+        ASSERT_EQ(run.tokens.size(), 1u);
+        EXPECT_EQ(c->given.size(), size_t(refusals) + 1);
+        EXPECT_EQ(run.tokens[0], c->given.back());
+        EXPECT_EQ(run.stats.reason, FinishReason::length);
+      } else {
+        EXPECT_TRUE(run.tokens.empty());
+        EXPECT_EQ(c->given.size(), size_t(kMaxRefusedTokens) + 1);
+        EXPECT_EQ(run.stats.reason, FinishReason::stop);
+      }
+    }
+  }
 }
 
 #if MINFER_HAVE_HTTPLIB

@@ -3,9 +3,11 @@
 // grammar, a regex, a structural tag) and the rest is the text, compiled with XGrammar over the
 // qwen2 fixture's byte-level vocabulary. A text it cannot compile must be refused with ApiError;
 // one it compiles is walked for up to kSteps tokens, each the mask's pick by a seed drawn from
-// the input, checking that the matcher accepts every token its mask allows, that a rollback of one
-// token gives the mask before it back, and that a finished grammar allows an end token. Nothing may
-// crash, leak or hang. Without XGrammar in the build every input is refused, as the server does.
+// the input. XGrammar's mask can allow a token its matcher refuses (docs/serving.md); the scheduler
+// then strikes it and chooses again, and so does the walk, checking that a refusal leaves the mask
+// as it was. It also checks that a rollback of one token gives the mask before it back, and that a
+// finished grammar allows an end token. Nothing may crash, leak or hang. Without XGrammar in the
+// build every input is refused, as the server does.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -57,6 +59,22 @@ bool is_stop(const Vocab& v, int32_t id) {
   return false;
 }
 
+// A token of `ids` (the mask's) that the matcher accepts, picked by `seed`, striking the ones it
+// refuses; -1 when it refuses them all. Each refusal must leave the mask as it was.
+int32_t accepted_pick(TokenConstraint& c, const std::vector<uint32_t>& mask, std::vector<int32_t> ids,
+                      uint64_t& seed) {
+  std::vector<uint32_t> after(mask.size());
+  while (!ids.empty()) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    const size_t pick = (seed >> 33) % ids.size();
+    if (c.accept(ids[pick])) return ids[pick];
+    c.fill_mask(after.data());
+    require(after == mask, "a token the matcher refused changed its mask");
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  return -1;
+}
+
 // Walks the matcher: a token the mask allows at each step, picked by `seed`.
 void walk(const Vocab& v, TokenConstraint& c, uint64_t seed) {
   std::vector<uint32_t> mask(kMaskWords), again(kMaskWords);
@@ -68,10 +86,8 @@ void walk(const Vocab& v, TokenConstraint& c, uint64_t seed) {
       for (int32_t id : ids) ends = ends || is_stop(v, id);
       require(ends, "a finished grammar allows no end token");
     }
-    if (ids.empty()) return;  // a grammar with no way on: the scheduler ends the answer here
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    const int32_t token = ids[(seed >> 33) % ids.size()];
-    require(c.accept(token), "the matcher refuses a token its mask allowed");
+    const int32_t token = accepted_pick(c, mask, ids, seed);
+    if (token < 0) return;  // no way on: the scheduler ends the answer here
     if (is_stop(v, token)) return;
     c.rollback(1);
     c.fill_mask(again.data());
