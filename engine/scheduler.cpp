@@ -538,23 +538,27 @@ bool Scheduler::stops(const ServeRequest& r, int32_t token) const {
 
 // A token from `row` (vocab_ logits, processed) that l's constraint allows, or -1 when it allows
 // none. A stop token is not given to the constraint: it ends the answer. XGrammar's mask can allow
-// a token its matcher then refuses (docs/serve.md has a case); such a token is struck from the
+// a token its matcher then refuses (docs/serving.md has a case); such a token is struck from the
 // masked row and the choice made again, at most kMaxRefusedTokens times.
 int32_t Scheduler::choose_constrained(Live& l, Sampler& sampler, float* row) {
+  constexpr float kStruck = -std::numeric_limits<float>::infinity();
   const double start = now_seconds();
   const bool allowed = mask_logits(l.mask.data(), vocab_, row);
   step_mask_seconds_ += now_seconds() - start;
   ++step_masked_tokens_;
   if (!allowed) return -1;
-  std::copy(row, row + vocab_, masked_row_.begin());  // choose() rewrites the row
+  // A sampled choice rewrites the row (temperature, softmax): it starts again from a copy. The
+  // greedy one only reads it.
+  float* masked = sampler.greedy() ? row : masked_row_.data();
+  if (!sampler.greedy()) std::copy(row, row + vocab_, masked);
   for (int refused = 0;; ++refused) {
     const int32_t token = sampler.choose(row);
     if (stops(l.request, token) || l.request.constraint->accept(token)) return token;
+    ++step_refused_tokens_;
     if (refused == kMaxRefusedTokens) return -1;
-    masked_row_[size_t(token)] = -std::numeric_limits<float>::infinity();
-    if (masked_row_[size_t(sample_argmax(masked_row_.data(), vocab_))] == -std::numeric_limits<float>::infinity())
-      return -1;
-    std::copy(masked_row_.begin(), masked_row_.end(), row);
+    masked[token] = kStruck;
+    if (masked[sample_argmax(masked, vocab_)] == kStruck) return -1;  // nothing allowed is left
+    if (masked != row) std::copy(masked, masked + vocab_, row);
   }
 }
 
@@ -672,8 +676,10 @@ bool Scheduler::step() {
   const int64_t generated = sample_and_retire();
   std::lock_guard<std::mutex> lock(mutex_);
   metrics_.masked_tokens += step_masked_tokens_;
+  metrics_.refused_tokens += step_refused_tokens_;
   metrics_.mask_seconds += step_mask_seconds_;
   step_masked_tokens_ = 0;
+  step_refused_tokens_ = 0;
   step_mask_seconds_ = 0;
   metrics_.prompt_tokens += uint64_t(last_prompt_rows_);
   metrics_.generated_tokens += uint64_t(generated);

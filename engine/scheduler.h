@@ -170,6 +170,8 @@ struct SchedulerMetrics {
   // their masks (on the engine's thread; filled while a device's forward pass runs).
   uint64_t masked_tokens = 0;
   double mask_seconds = 0;
+  // Tokens a constraint refused after its mask allowed them (Scheduler::choose_constrained).
+  uint64_t refused_tokens = 0;
   // Histograms: counts per upper bound (seconds), cumulative as Prometheus wants them, and sums.
   static constexpr int kBuckets = 14;
   static const double kBounds[kBuckets];  // 1 ms .. 60 s; the last bucket is +Inf
@@ -290,7 +292,8 @@ class Scheduler {
   std::vector<float> masked_row_;  // a constrained row, masked, before choose() rewrites it
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
-  uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens and mask time (metrics_)
+  uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens, refusals and mask time (metrics_)
+  uint64_t step_refused_tokens_ = 0;
   double step_mask_seconds_ = 0;
 };
 

@@ -1,8 +1,10 @@
 // Structured outputs (serve/structured_output.h): XGrammar's masks over a real byte-level
 // vocabulary with special tokens (tests/data/models/qwen2-f32's tokenizer), the compiled grammars'
 // cache, the refusals of what XGrammar cannot compile, the scheduler's masked sampling on a random
-// model (its greedy answers parse), and the request fields over HTTP. Without XGrammar in the
-// build only the refusal test runs; the others are skipped with a message.
+// model (its greedy answers parse), a refused token struck and the choice made again, and the
+// request fields over HTTP. Without XGrammar in the build the refusal of every constraint, the
+// parsing of the request fields and the struck token (a constraint of the test's own) run; the
+// others are skipped with a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -390,6 +392,7 @@ TEST(StructuredOutput, ARefusedTokenIsStruckAndTheChoiceMadeAgainUpToTheLimit) {
       auto c = std::make_shared<RefusingConstraint>(refusals, run.vocab.stops);
       run.run(c, 1, temperature);
       EXPECT_TRUE(all_different(c->given)) << "a refused token was chosen again";
+      EXPECT_EQ(run.scheduler->metrics().refused_tokens, uint64_t(std::min(refusals, kMaxRefusedTokens + 1)));
       if (refusals <= kMaxRefusedTokens) {
         ASSERT_EQ(run.tokens.size(), 1u);
         EXPECT_EQ(c->given.size(), size_t(refusals) + 1);

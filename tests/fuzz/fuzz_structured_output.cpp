@@ -4,10 +4,12 @@
 // qwen2 fixture's byte-level vocabulary. A text it cannot compile must be refused with ApiError;
 // one it compiles is walked for up to kSteps tokens, each the mask's pick by a seed drawn from
 // the input. XGrammar's mask can allow a token its matcher refuses (docs/serving.md); the scheduler
-// then strikes it and chooses again, and so does the walk, checking that a refusal leaves the mask
-// as it was. It also checks that a rollback of one token gives the mask before it back, and that a
-// finished grammar allows an end token. Nothing may crash, leak or hang. Without XGrammar in the
-// build every input is refused, as the server does.
+// then strikes it and chooses again, and so does the walk (with no limit), checking that a refusal
+// leaves the mask as it was and that a mask allowing anything allows an end token or a token the
+// matcher accepts. An end token ends the walk, as it ends an answer, untold to the matcher. The
+// walk also checks that a rollback of one token gives the mask before it back, and that a finished
+// grammar allows an end token. Nothing may crash, leak or hang. Without XGrammar in the build every
+// input is refused, as the server does.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -59,19 +61,20 @@ bool is_stop(const Vocab& v, int32_t id) {
   return false;
 }
 
-// A token of `ids` (the mask's) that the matcher accepts, picked by `seed`, striking the ones it
-// refuses; -1 when it refuses them all. Each refusal must leave the mask as it was.
-int32_t accepted_pick(TokenConstraint& c, const std::vector<uint32_t>& mask, std::vector<int32_t> ids,
-                      uint64_t& seed) {
+// A token of `ids` (the mask's, not empty), picked by `seed`: an end token, or one the matcher
+// accepts, striking the ones it refuses. Each refusal must leave the mask as it was.
+int32_t accepted_pick(const Vocab& v, TokenConstraint& c, const std::vector<uint32_t>& mask,
+                      std::vector<int32_t> ids, uint64_t& seed) {
   std::vector<uint32_t> after(mask.size());
   while (!ids.empty()) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     const size_t pick = (seed >> 33) % ids.size();
-    if (c.accept(ids[pick])) return ids[pick];
+    if (is_stop(v, ids[pick]) || c.accept(ids[pick])) return ids[pick];
     c.fill_mask(after.data());
     require(after == mask, "a token the matcher refused changed its mask");
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(pick));
   }
+  require(false, "the matcher refuses every token its mask allows");
   return -1;
 }
 
@@ -86,8 +89,8 @@ void walk(const Vocab& v, TokenConstraint& c, uint64_t seed) {
       for (int32_t id : ids) ends = ends || is_stop(v, id);
       require(ends, "a finished grammar allows no end token");
     }
-    const int32_t token = accepted_pick(c, mask, ids, seed);
-    if (token < 0) return;  // no way on: the scheduler ends the answer here
+    if (ids.empty()) return;  // a grammar with no way on: the scheduler ends the answer here
+    const int32_t token = accepted_pick(v, c, mask, ids, seed);
     if (is_stop(v, token)) return;
     c.rollback(1);
     c.fill_mask(again.data());
