@@ -289,7 +289,7 @@ class Scheduler {
   std::vector<int64_t> logit_scores_;
   std::vector<int32_t> argmax_;
   RowLogprobs row_logprobs_;  // the row of a request that asks for logprobs, before it is changed
-  std::vector<float> masked_row_;  // a constrained row, masked, before choose() rewrites it
+  std::vector<float> masked_row_;  // a sampled constrained row, masked, before choose() rewrites it
   std::vector<std::unique_ptr<Live>> cancelled_queued_;  // a step's cancelled queued requests
   int64_t last_decode_rows_ = 0, last_prompt_rows_ = 0;
   uint64_t step_masked_tokens_ = 0;  // this step's constrained tokens, refusals and mask time (metrics_)

@@ -125,7 +125,7 @@ std::string prometheus_metrics(const SchedulerMetrics& m, const FinishCounts& fi
                 "Tokens sampled under a grammar (response_format, grammar, regex).");
   out << "minfer_masked_tokens_total " << m.masked_tokens << "\n";
   metric_header(out, "minfer_refused_tokens_total", "counter",
-                "Tokens a grammar's matcher refused after its mask allowed them (struck, and the choice made again).");
+                "Tokens a grammar's matcher refused after its mask allowed them.");
   out << "minfer_refused_tokens_total " << m.refused_tokens << "\n";
   metric_header(out, "minfer_mask_seconds_total", "counter",
                 "Time the engine spent filling and applying those tokens' grammar masks.");

@@ -4,7 +4,8 @@
 
   - decode (tgN) and prefill (ppP) throughput, two ranks over one process, per round, and the
     medians of those ratios; the all-reduce share of a decode step (rank 0's count);
-  - the same two ranks over TCP alone (--mca btl tcp,self: loopback, no shared memory);
+  - the same two ranks over TCP alone (--mca pml ob1 --mca btl tcp,self: loopback, no shared
+    memory);
   - greedy ids (32 tokens): how many one process and two ranks share before they first part;
   - each rank's peak resident memory against the file's size, on a file of at least 1 GB
     (make-model at Qwen2.5-1.5B's shape, 28 layers, tied, in Q5_0: 1.06 GB; minfer writes no

@@ -155,6 +155,7 @@ def main():
                 f.write(f"{SUBNET}.1 slots=1\n{SUBNET}.2 slots=1\n")
             checks(folder, first)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM would cut the cleanup short
         remove(os.getpid())
     return 0
 
